@@ -1,1 +1,11 @@
-"""Thin rclpy adapters around the library. Importing a node module requires rclpy."""
+"""Thin rclpy adapters around the library (one module per node; `ros2 run amf_ros <node>`).
+
+Importing any node module needs rclpy and the generated interfaces (a colcon build of this package);
+without them the import fails here with a message that says what to do.
+"""
+
+from amf_ros._optional import has as _has
+from amf_ros._optional import require as _require
+
+if not _has("rclpy"):
+    _require("rclpy", feature="the amf_ros ROS 2 nodes (amf_ros.nodes.*)")
