@@ -1,0 +1,33 @@
+"""Parameters of policy_server (declared by amf_ros.nodes.policy_server; set in config/*.yaml)."""
+
+from amf_ros.bringup.params import Param
+
+PARAMS = (
+    Param("checkpoint", "", "Checkpoint directory to start from (empty = newest under checkpoint_dir)."),
+    Param("checkpoint_dir", "runs/checkpoints", "Directory where fine-tuned checkpoints are written "
+          "(round_NNNN/, each written atomically)."),
+    Param("dataset_dir", "runs/dataset", "Episode store that /amf/fine_tune trains on."),
+    Param("tasks_file", "", "Task set YAML (keys and instructions); empty = the checkpoint's own task list."),
+    Param("control_rate_hz", 5.0, "Rate of the run_policy control loop, Hz (BridgeData: 5).", range=(0.1, 200.0)),
+    Param("max_steps", 150, "Default step limit of a run_policy goal (goal.max_steps = 0).", range=(1, 100000)),
+    Param("fine_tune_steps", 200, "Default gradient steps of a fine_tune goal (goal.steps = 0).", range=(1, 1000000)),
+    Param("fine_tune_batch_size", 64, "Minibatch size of fine-tuning.", range=(1, 65536)),
+    Param("fine_tune_lr", 1e-3, "Learning rate of the action head during fine-tuning.", range=(1e-7, 1.0)),
+    Param("alpha_steps", 50, "Gradient steps of the adaptive-prior alpha(c) fit after each fine-tune "
+          "(0 = keep alpha).", range=(0, 100000)),
+    Param("seed", 0, "Random seed of fine-tuning and action sampling.", range=(0, 2**31 - 1)),
+    Param("ensemble_horizon", 4, "Action chunks averaged by temporal ensembling (Octo/SimplerEnv: 4; "
+          "1 = execute the first action of each chunk).", range=(1, 64)),
+    Param("ensemble_exp_weight", 0.0, "Exponential weight of temporal ensembling (SimplerEnv: 0 = uniform).",
+          range=(-10.0, 10.0)),
+    Param("state_topic", "/amf/observation/state", "Observation topic (amf_ros/StateVector) the policy acts on."),
+    Param("action_topic", "/amf/action", "Topic on which actions (amf_ros/EefDeltaAction) are published."),
+    Param("action_space", "metaworld", "How policy actions map to EefDeltaAction: 'metaworld' = the policy "
+          "acts in the native 4-D Metaworld space (converted with native_to_eef7), 'eef7' = already 7-D.",
+          choices=("metaworld", "eef7")),
+    Param("success_service", "/amf/sim/success", "Service (amf_ros/TaskSuccess) asked for success at the end "
+          "of run_policy; empty = no success detector (result.success = false)."),
+    Param("observation_timeout_s", 2.0, "run_policy fails if no observation arrives within this time, s.",
+          range=(0.01, 600.0)),
+    Param("checkpoint_topic", "/amf/checkpoint", "Latched topic announcing each new checkpoint."),
+)

@@ -1,0 +1,29 @@
+"""Parameters of task_selector (declared by amf_ros.nodes.task_selector; set in config/*.yaml)."""
+
+from amf_ros.bringup.params import Param
+
+PARAMS = (
+    Param("selector", "amf", "Task selector (amf_ros.core.selectors.make_selector name).",
+          choices=("amf", "uniform", "round_robin", "rebalancing")),
+    Param("tasks", [], "Candidate task keys (empty = every task of the checkpoint / tasks_file).",
+          type="string_array"),
+    Param("tasks_file", "", "Task set YAML (keys and instructions); empty = the checkpoint's own task list."),
+    Param("checkpoint", "", "Checkpoint directory to load first (empty = newest under checkpoint_dir)."),
+    Param("checkpoint_dir", "runs/checkpoints", "Where policy_server writes checkpoints (newest is loaded)."),
+    Param("dataset_dir", "runs/dataset", "Episode store read for demo counts and embeddings."),
+    Param("checkpoint_topic", "/amf/checkpoint", "Latched topic on which new checkpoints are announced."),
+    Param("seed", 0, "Random seed of the selector (tie breaks, uniform draws) and of embeddings.",
+          range=(0, 2**31 - 1)),
+    Param("form", "log_variance", "AMF criterion form (App. E): summed log posterior variance or variance.",
+          choices=("log_variance", "variance")),
+    Param("noise_var", 1.0, "Observation noise variance of the GP view of the policy.", range=(1e-9, 1e9)),
+    Param("prior_var", 1.0, "Prior variance of the GP view (scales the loss-gradient kernel).", range=(1e-9, 1e9)),
+    Param("max_target_points", 256, "Subsample of recorded states used as target points per task.",
+          range=(1, 100000)),
+    Param("max_data_points", 1024, "Subsample of recorded (state, task) pairs conditioning the posterior.",
+          range=(1, 1000000)),
+    Param("embedding_dim", 256, "Random projection size of loss-gradient embeddings (0 = none).",
+          range=(0, 1000000)),
+    Param("pretrain_counts", True, "Count the checkpoint's pre-training demonstrations in demo_counts "
+          "(only the rebalancing selector uses them)."),
+)
