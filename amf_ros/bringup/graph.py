@@ -1,0 +1,132 @@
+"""The node graph of every bring-up, shared by launch/*.launch.py and `amf up` (no rclpy, no launch).
+
+Why one module: `ros2 launch amf_ros sim.launch.py`, `ros2 launch amf_ros widowx.launch.py robot:=...` and
+`amf up config/sim.yaml` must start the same nodes with the same YAML and the same overrides; the static launch
+test checks this plan (every executable installed, every file present, every parameter declared).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+PACKAGE = "amf_ros"
+ROBOTS = ("real", "simpler", "sim")
+
+# The embedded simulation: the whole loop on one machine (Metaworld arm, scripted expert as the human).
+SIM_NODES = ("policy_server", "task_selector", "demo_recorder", "sim_bridge", "scripted_teleop")
+# Always present on a robot: the three nodes of the mission.
+CORE_NODES = ("policy_server", "task_selector", "demo_recorder")
+# What each robot adds to the core nodes.
+ROBOT_NODES: dict[str, tuple[str, ...]] = {
+    "real": ("widowx_driver",),          # Interbotix wx250s topics (/wx250s/...), the Octo engineer's driver
+    "simpler": ("sim_bridge",),          # SIMPLER WidowX scenes hosted by sim_bridge (backend: simpler)
+    "sim": ("sim_bridge", "scripted_teleop"),  # the embedded Metaworld simulation
+}
+# Default config YAML per robot (relative to the package root / share directory).
+ROBOT_CONFIG = {"real": "config/widowx.yaml", "simpler": "config/widowx.yaml", "sim": "config/sim.yaml"}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node process: executable in ``lib/amf_ros``, node name, params file, and per-node overrides."""
+
+    name: str
+    executable: str
+    params_file: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def ros_args(self) -> list[str]:
+        """Command-line arguments after the executable (``--ros-args ...``), as `amf up` passes them."""
+        args = ["--ros-args", "-r", f"__node:={self.name}", "--params-file", self.params_file]
+        for key, value in self.overrides.items():
+            args += ["-p", f"{key}:={_yaml_scalar(value)}"]
+        return args
+
+
+def _yaml_scalar(value: Any) -> str:
+    """A value as `-p name:=value` expects it (YAML syntax)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_yaml_scalar(v) for v in value) + "]"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
+
+
+def package_root() -> Path:
+    """The source tree root (holds config/ and launch/); also right for a symlink colcon install."""
+    return Path(__file__).resolve().parents[2]
+
+
+def resolve_config(path: str | os.PathLike) -> Path:
+    """An existing config path: as given, else relative to the package root, else the installed share dir."""
+    p = Path(path)
+    candidates = [p, package_root() / p]
+    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
+        if prefix:
+            candidates.append(Path(prefix) / "share" / PACKAGE / p)
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise ValueError(f"config file not found: {path!s} (looked in {[str(c) for c in candidates]})")
+
+
+def node_names(robot: str) -> tuple[str, ...]:
+    """Nodes started for ``robot`` (real | simpler | sim), in start order (the arm first, the loop last)."""
+    if robot not in ROBOTS:
+        raise ValueError(f"robot must be one of {ROBOTS}, got {robot=}")
+    extra = ROBOT_NODES[robot]
+    return (*extra, *CORE_NODES)
+
+
+def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "") -> dict[str, dict[str, Any]]:
+    """Per-node parameter overrides implied by the launch arguments (on top of the YAML).
+
+    Args:
+        robot: real | simpler | sim.
+        checkpoint: checkpoint directory for policy_server and task_selector ("" = keep the YAML's).
+        tasks: candidate task keys for task_selector, a list or a comma-separated string ("" = keep the YAML's).
+    """
+    if isinstance(tasks, str):
+        tasks = [t.strip() for t in tasks.split(",") if t.strip()]
+    out: dict[str, dict[str, Any]] = {name: {} for name in node_names(robot)}
+    if checkpoint:
+        out["policy_server"]["checkpoint"] = checkpoint
+        out["task_selector"]["checkpoint"] = checkpoint
+    if tasks:
+        out["task_selector"]["tasks"] = list(tasks)
+    if robot == "simpler":
+        out["sim_bridge"]["backend"] = "simpler"
+        out["policy_server"]["action_space"] = "eef7"
+    elif robot == "sim":
+        out["sim_bridge"]["backend"] = "metaworld"
+    return out
+
+
+def plan(robot: str = "sim", config: str | os.PathLike = "", checkpoint: str = "",
+         tasks: Sequence[str] | str = "") -> list[NodeSpec]:
+    """The nodes to start, each with its params file and overrides (what both launch files and `amf up` run)."""
+    cfg = str(resolve_config(config or ROBOT_CONFIG.get(robot, "config/sim.yaml")))
+    over = overrides(robot, checkpoint, tasks)
+    return [NodeSpec(name=n, executable=n, params_file=cfg, overrides=over[n]) for n in node_names(robot)]
+
+
+def sim_plan(config: str | os.PathLike = "config/sim.yaml", checkpoint: str = "") -> list[NodeSpec]:
+    """The embedded simulation (launch/sim.launch.py, `amf up config/sim.yaml`, `amf run`)."""
+    return plan("sim", config=config, checkpoint=checkpoint)
+
+
+def find_executable(name: str) -> Path:
+    """Path of an installed node executable ``lib/amf_ros/<name>`` (AMENT_PREFIX_PATH, then ./install)."""
+    prefixes = [p for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
+    prefixes.append(str(package_root() / "install" / PACKAGE))
+    for prefix in prefixes:
+        exe = Path(prefix) / "lib" / PACKAGE / name
+        if exe.is_file() and os.access(exe, os.X_OK):
+            return exe
+    raise FileNotFoundError(f"node executable {name!r} is not installed (looked in lib/{PACKAGE} under "
+                            f"{prefixes}); run `bash scripts/setup.sh` and `source scripts/env.sh`")

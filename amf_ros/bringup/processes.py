@@ -1,0 +1,94 @@
+"""Start node executables as child processes and stop them cleanly (SIGINT, then SIGKILL).
+
+Why: `amf up`, `amf run` and the process-level tests start each node as its own OS process over real DDS,
+exactly as `ros2 launch` would, on machines where `launch` is not installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import IO, Mapping, Sequence
+
+from amf_ros.bringup.graph import NodeSpec, find_executable
+
+log = logging.getLogger(__name__)
+
+
+class NodeProcesses:
+    """A set of running node processes; a context manager that always stops them.
+
+    Args:
+        specs: nodes to start (from :func:`amf_ros.bringup.graph.plan`).
+        log_dir: each node's stdout+stderr goes to ``log_dir/<name>.log`` (None = inherit the terminal).
+        env: extra environment variables (e.g. ``ROS_DOMAIN_ID``) on top of ``os.environ``.
+        extra_args: per-node extra ``--ros-args`` items, e.g. ``{"policy_server": ["-p", "seed:=1"]}``.
+    """
+
+    def __init__(self, specs: Sequence[NodeSpec], log_dir: str | os.PathLike | None = None,
+                 env: Mapping[str, str] | None = None,
+                 extra_args: Mapping[str, Sequence[str]] | None = None) -> None:
+        self.specs = list(specs)
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.env = {**os.environ, **(env or {})}
+        self.extra_args = {k: list(v) for k, v in (extra_args or {}).items()}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._logs: list[IO[bytes]] = []
+
+    def command(self, spec: NodeSpec) -> list[str]:
+        """The full command line of one node."""
+        return [str(find_executable(spec.executable)), *spec.ros_args(), *self.extra_args.get(spec.name, [])]
+
+    def start(self) -> "NodeProcesses":
+        """Start every node (in order); returns self."""
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        for spec in self.specs:
+            cmd = self.command(spec)
+            out: IO[bytes] | None = None
+            if self.log_dir is not None:
+                out = open(self.log_dir / f"{spec.name}.log", "ab")
+                self._logs.append(out)
+            log.info("starting %s: %s", spec.name, " ".join(cmd))
+            self.procs[spec.name] = subprocess.Popen(cmd, env=self.env, stdout=out,
+                                                     stderr=subprocess.STDOUT if out else None)
+        return self
+
+    def dead(self) -> dict[str, int]:
+        """Nodes that have exited, with their exit codes."""
+        return {name: p.returncode for name, p in self.procs.items() if p.poll() is not None}
+
+    def log_tail(self, name: str, chars: int = 3000) -> str:
+        """The end of one node's log file (for error messages)."""
+        if self.log_dir is None:
+            return ""
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def stop(self, timeout: float = 10.0) -> dict[str, int]:
+        """SIGINT every node, wait up to ``timeout`` s, SIGKILL the rest; return exit codes."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + timeout
+        for name, p in self.procs.items():
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop on SIGINT within %.1f s: SIGKILL", name, timeout)
+                p.kill()
+                p.wait()
+        for fh in self._logs:
+            fh.close()
+        self._logs.clear()
+        return {name: p.returncode for name, p in self.procs.items()}
+
+    def __enter__(self) -> "NodeProcesses":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

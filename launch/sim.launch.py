@@ -1,0 +1,35 @@
+"""Embedded simulation: every node of the AMF loop on one machine (Metaworld arm, scripted expert as the human).
+
+    ros2 launch amf_ros sim.launch.py [config:=/path/to/sim.yaml] [checkpoint:=DIR]
+Without `ros2 launch`: `amf up config/sim.yaml` starts the same nodes (amf_ros.bringup.graph) from the same YAML.
+"""
+
+from amf_ros.bringup import graph
+
+# Launch arguments: name -> (default, description). Read by the static launch test.
+LAUNCH_ARGUMENTS = {
+    "config": (graph.ROBOT_CONFIG["sim"], "params YAML (path, or relative to the amf_ros package)"),
+    "checkpoint": ("", "checkpoint directory for policy_server and task_selector (empty = the YAML's)"),
+}
+
+
+def node_plan(config: str = graph.ROBOT_CONFIG["sim"], checkpoint: str = "") -> list:
+    """The nodes this file starts (graph.NodeSpec list); pure Python, used by the launch test."""
+    return graph.sim_plan(config=config, checkpoint=checkpoint)
+
+
+def generate_launch_description():
+    """The LaunchDescription (needs `launch` and `launch_ros`, imported here so the module imports without)."""
+    from launch import LaunchDescription
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.substitutions import LaunchConfiguration
+    from launch_ros.actions import Node
+
+    def _nodes(context):
+        config = LaunchConfiguration("config").perform(context)
+        checkpoint = LaunchConfiguration("checkpoint").perform(context)
+        return [Node(package=graph.PACKAGE, executable=s.executable, name=s.name, output="screen",
+                     parameters=[s.params_file, s.overrides]) for s in node_plan(config, checkpoint)]
+
+    args = [DeclareLaunchArgument(k, default_value=d, description=h) for k, (d, h) in LAUNCH_ARGUMENTS.items()]
+    return LaunchDescription([*args, OpaqueFunction(function=_nodes)])
