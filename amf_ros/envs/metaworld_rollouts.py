@@ -1,0 +1,131 @@
+"""Scripted demonstrations and batched evaluation rollouts on the Metaworld suite.
+
+Why a separate module: the suite (:mod:`amf_ros.envs.metaworld_suite`) is the step-by-step API a ROS node
+hosts; here are the loops the benchmark and ``amf pretrain`` run on top of it, fast: evaluation steps many
+environments in lockstep so that the policy is called once per step on a batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, TaskSpec, noisy
+
+ActFn = Callable[[np.ndarray, Sequence[str]], np.ndarray]
+"""Batched policy: (observations (B, 39) float32, task keys [B]) -> native actions (B, 4)."""
+
+EVAL_SEED_OFFSET = 1_000_000
+"""Evaluation scenes use seeds from here on, so they never coincide with demonstration scenes."""
+
+
+@dataclasses.dataclass
+class Demo:
+    """One scripted demonstration.
+
+    Attributes:
+        task: task key.
+        seed: scene seed given to ``reset``.
+        obs: (T, 39) float32 observations, obs[t] is the input for actions[t].
+        actions: (T, 4) float32 native actions that were executed (expert + noise).
+        expert_actions: (T, 4) float32 noise-free expert actions at the same states (the BC labels).
+        success: whether the episode reached success within ``max_steps``.
+    """
+
+    task: str
+    seed: int
+    obs: np.ndarray
+    actions: np.ndarray
+    expert_actions: np.ndarray
+    success: bool
+
+    def __len__(self) -> int:
+        return int(self.obs.shape[0])
+
+
+def collect_demo(env: MetaworldTaskEnv, seed: int, noise_std: float = 0.0,
+                 rng: np.random.Generator | None = None) -> Demo:
+    """Roll out the scripted expert (with optional action noise) from scene ``seed``.
+
+    The episode ends at success or at ``max_steps``. Labels are the noise-free expert actions at the visited
+    states (the executed actions are noisy, so the demonstrations cover states off the expert's path).
+    """
+    obs = env.reset(seed)
+    xs, acts, labels = [], [], []
+    done = False
+    while not done:
+        expert = env.expert_action()
+        act = noisy(expert, noise_std, rng)
+        xs.append(obs)
+        acts.append(act)
+        labels.append(expert)
+        obs, _, done = env.step(act)
+    return Demo(task=env.spec.key, seed=int(seed), obs=np.stack(xs).astype(np.float32),
+                actions=np.stack(acts).astype(np.float32), expert_actions=np.stack(labels).astype(np.float32),
+                success=env.success)
+
+
+def collect_demos(envs: Mapping[str, MetaworldTaskEnv], counts: Mapping[str, int], seed: int,
+                  noise_std: float = 0.0) -> list[Demo]:
+    """``counts[task]`` demonstrations per task, scenes and noise drawn from ``seed`` (deterministic)."""
+    rng = np.random.default_rng(seed)
+    demos: list[Demo] = []
+    for task, n in counts.items():
+        if n < 0:
+            raise ValueError(f"demonstration count must be >= 0, got {n=} for {task=}")
+        if n and task not in envs:
+            raise ValueError(f"no environment for task {task!r}; have {sorted(envs)}")
+        for _ in range(int(n)):
+            scene = int(rng.integers(0, EVAL_SEED_OFFSET))
+            demos.append(collect_demo(envs[task], scene, noise_std, rng))
+    return demos
+
+
+class EvalPool:
+    """``slots`` environments per task, stepped in lockstep for batched policy evaluation."""
+
+    def __init__(self, specs: Sequence[TaskSpec], slots: int = 1) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots=}")
+        self.specs = list(specs)
+        self.slots = slots
+        self.envs = [MetaworldTaskEnv(s) for s in self.specs for _ in range(slots)]
+
+    def evaluate(self, act_fn: ActFn, episodes_per_task: int, seed: int = 0) -> dict[str, float]:
+        """Success rate per task over ``episodes_per_task`` episodes each (scenes from ``seed``).
+
+        Scenes are the same for every policy evaluated with the same ``seed`` (paired comparison).
+        """
+        if episodes_per_task < 1:
+            raise ValueError(f"episodes_per_task must be >= 1, got {episodes_per_task=}")
+        succ = {s.key: 0 for s in self.specs}
+        done_eps = {s.key: 0 for s in self.specs}
+        wave = 0
+        while min(done_eps.values()) < episodes_per_task:
+            active = []
+            for i, env in enumerate(self.envs):
+                slot = i % self.slots
+                ep = wave * self.slots + slot
+                if ep < episodes_per_task:
+                    env.reset(EVAL_SEED_OFFSET + 1000 * seed + ep)
+                    active.append(env)
+            self._run_wave(active, act_fn)
+            for env in active:
+                succ[env.spec.key] += int(env.success)
+                done_eps[env.spec.key] += 1
+            wave += 1
+        return {k: succ[k] / done_eps[k] for k in succ}
+
+    @staticmethod
+    def _run_wave(envs: list[MetaworldTaskEnv], act_fn: ActFn) -> None:
+        running = list(envs)
+        while running:
+            obs = np.stack([e.obs for e in running])
+            actions = np.asarray(act_fn(obs, [e.spec.key for e in running]), dtype=np.float64)
+            if actions.shape != (len(running), 4):
+                raise ValueError(f"act_fn must return ({len(running)}, 4) native actions, got {actions.shape}")
+            for env, a in zip(running, actions):
+                env.step(a)
+            running = [e for e in running if not e.done]
