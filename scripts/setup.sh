@@ -48,7 +48,7 @@ fi
 # --- 3. colcon build (symlink install: Python edits need no rebuild; new files or interfaces do) -------
 src_list=$( (ls package.xml CMakeLists.txt; \
              find msg srv action amf_ros launch config scripts -type f -not -path '*__pycache__*' -printf '%p\n' \
-               2>/dev/null) | sort)
+               2>/dev/null || true) | sort)
 want_build=$( (echo "$src_list"; cat package.xml CMakeLists.txt msg/* srv/* action/*) | sha256sum | cut -d' ' -f1)
 have_build=$(cat "$ROOT/install/.amf-build" 2>/dev/null || true)
 if [ "$want_build" != "$have_build" ] || [ ! -f install/setup.bash ]; then
