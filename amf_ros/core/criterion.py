@@ -1,0 +1,259 @@
+"""The AMF criterion (paper eq. 3, practical estimate of App. E): one score per candidate task, lower = better.
+
+For a candidate task c' the score is
+
+    phi(c') = sum_j omega_j  sum_q w_q  h( Var[f(x_q) | data, hallucinated demo j of c'] )
+
+* targets x_q = (s_t, c): states of the collected trajectories paired with target tasks c ~ mu_c, weighted by
+  w_q = w(tau, c) / |C_hat| (importance weights, eq. 4, see :mod:`amf_ros.core.importance`);
+* hallucinated demos of c': one (M, D) block, or J alternatives (J, M, D) -- the collected trajectories relabelled
+  with c' -- averaged with weights omega_j = w(tau_j, c') (App. E's outer sum over tau');
+* ``form="variance"``: h(v) = v; ``form="log_variance"``: h(v) = 0.5 log(2 pi e v), the Gaussian entropy that
+  eq. 3 literally sums (default: it is the paper's objective, and it rewards reducing *relative* uncertainty,
+  so targets that are already known well still count, instead of being drowned by the largest prior variances).
+
+Hallucinated labels do not matter (Gaussian posterior covariances do not depend on labels), so a demo is only its
+inputs. Each hallucination is a rank-m update of the data posterior (:func:`~amf_ros.core.posterior.hallucinated_variance`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from amf_ros.core.posterior import (FeaturePosterior, Kernel, KernelPosterior, as_float64_2d,
+                                    hallucinated_variance)
+from amf_ros.core.selectors import ScoreFn
+
+logger = logging.getLogger(__name__)
+
+FORMS: tuple[str, ...] = ("log_variance", "variance")
+#: Variances are floored at this fraction of the largest prior target variance before the log (no -inf).
+RELATIVE_VARIANCE_FLOOR = 1e-12
+
+Alternatives = list[tuple[np.ndarray, float]]  # [(inputs (M, d), weight omega_j), ...]
+
+
+def check_form(form: str) -> str:
+    if form not in FORMS:
+        raise ValueError(f"unknown criterion form {form!r}; choose from {list(FORMS)}")
+    return form
+
+
+def score_terms(var: np.ndarray, form: str, floor: float) -> np.ndarray:
+    """Per-target term h(v) of the criterion (see module docstring)."""
+    if form == "variance":
+        return var
+    return 0.5 * np.log(2.0 * np.pi * np.e * np.maximum(var, floor))
+
+
+def _alternatives(entry: Any, weights: Any, dim: int, name: str) -> Alternatives:
+    """Normalise one candidate's hallucinated demo(s) to [(inputs (M, dim), omega), ...]."""
+    if isinstance(entry, np.ndarray) and entry.ndim == 2:
+        blocks = [entry]
+    elif isinstance(entry, np.ndarray) and entry.ndim == 3:
+        blocks = list(entry)
+    elif isinstance(entry, (list, tuple)) and all(np.ndim(b) == 2 for b in entry):
+        blocks = [np.asarray(b) for b in entry]
+    else:
+        raise ValueError(f"{name} must be (M, {dim}), (J, M, {dim}) or a list of (M_j, {dim}) arrays, "
+                         f"got {type(entry).__name__} of shape {np.shape(entry)}")
+    if not blocks:
+        raise ValueError(f"{name} has no hallucinated demonstration")
+    blocks = [as_float64_2d(b, name, dim) for b in blocks]
+    if any(b.shape[0] == 0 for b in blocks):
+        raise ValueError(f"{name} contains an empty trajectory (0 states)")
+    if weights is None:
+        omega = np.full(len(blocks), 1.0 / len(blocks))
+    else:
+        omega = np.asarray(weights, dtype=np.float64).reshape(-1)
+        if omega.shape != (len(blocks),):
+            raise ValueError(f"weights of {name} must have shape ({len(blocks)},), got {omega.shape}")
+        if not np.all(np.isfinite(omega)) or np.any(omega < 0):
+            raise ValueError(f"weights of {name} must be finite and >= 0, got {omega}")
+        if not omega.sum() > 0:
+            raise ValueError(f"weights of {name} are all zero: the candidate would get a meaningless score 0")
+    return [(b, float(w)) for b, w in zip(blocks, omega) if w > 0]
+
+
+def _targets(x: np.ndarray, weights: np.ndarray | None, dim: int | None) -> tuple[np.ndarray, np.ndarray]:
+    x = as_float64_2d(x, "target points", dim)
+    if x.shape[0] == 0:
+        raise ValueError("no target points: the criterion needs at least one (state, target task) point")
+    if weights is None:
+        w = np.ones(x.shape[0])
+    else:
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (x.shape[0],):
+            raise ValueError(f"target_weights must have shape ({x.shape[0]},), got {w.shape}")
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError("target_weights must be finite and >= 0")
+        if not w.sum() > 0:
+            raise ValueError("target_weights are all zero: no target contributes to the criterion")
+    keep = w > 0
+    return x[keep], w[keep]
+
+
+def posterior_criterion(post: KernelPosterior | FeaturePosterior, target_x: np.ndarray,
+                        target_weights: np.ndarray | None, candidates: Sequence[Any],
+                        candidate_weights: Sequence[Any] | None = None, form: str = "log_variance") -> np.ndarray:
+    """Score every candidate given a data posterior (the shared engine of both criterion forms).
+
+    Args:
+        post: posterior conditioned on the data (kernel or feature form).
+        target_x: (Q, d) target inputs; target_weights: (Q,) >= 0 or None (all 1).
+        candidates: per candidate, (M, d), (J, M, d) or a list of (M_j, d) hallucinated demonstration inputs.
+        candidate_weights: per candidate, (J,) omega_j >= 0 or None (uniform 1/J).
+    Returns:
+        (num_candidates,) scores, lower = more informative. Always finite.
+    """
+    check_form(form)
+    if len(candidates) == 0:
+        raise ValueError("empty candidate set: nothing to score")
+    if candidate_weights is not None and len(candidate_weights) != len(candidates):
+        raise ValueError(f"candidate_weights has {len(candidate_weights)} entries for {len(candidates)} candidates")
+    dim = getattr(post, "dim", None)
+    q_x, q_w = _targets(target_x, target_weights, dim)
+    dim = q_x.shape[1]
+    var_q = post.var(q_x)
+    floor = RELATIVE_VARIANCE_FLOOR * max(float(np.max(post.prior_diag(q_x))), np.finfo(float).tiny)
+    w_q = post.whiten(q_x)  # (N', Q)
+    sign = -1.0 if post.space == "sample" else 1.0
+    scores = np.zeros(len(candidates))
+    for ci, entry in enumerate(candidates):
+        alts = _alternatives(entry, None if candidate_weights is None else candidate_weights[ci], dim,
+                             f"candidate {ci}")
+        by_len: dict[int, list[tuple[np.ndarray, float]]] = {}
+        for block, omega in alts:
+            by_len.setdefault(block.shape[0], []).append((block, omega))
+        total = 0.0
+        for m, group in by_len.items():
+            pts = np.stack([b for b, _ in group])  # (J, m, d)
+            omegas = np.array([o for _, o in group])
+            flat = pts.reshape(-1, dim)
+            w_c = post.whiten(flat)  # (N', J m)
+            base_qc = post.prior_cov(q_x, flat) if post.space == "sample" else 0.0
+            cov_qc = base_qc + sign * (w_q.T @ w_c)  # (Q, J m)
+            cov_qc = cov_qc.reshape(q_x.shape[0], len(group), m).transpose(1, 0, 2)  # (J, Q, m)
+            w_blocks = w_c.reshape(w_c.shape[0], len(group), m)
+            cov_cc = sign * np.einsum("njm,njk->jmk", w_blocks, w_blocks)
+            if post.space == "sample":
+                cov_cc = cov_cc + np.stack([post.prior_cov(p, p) for p in pts])
+            new_var = hallucinated_variance(var_q, cov_qc, cov_cc, post.noise_var)  # (J, Q)
+            total += float(omegas @ (score_terms(new_var, form, floor) @ q_w))
+        scores[ci] = total
+    if not np.all(np.isfinite(scores)):  # defensive: inputs were validated, so this is a bug, not a user error
+        raise ValueError(f"criterion produced non-finite scores {scores}")
+    return scores
+
+
+def feature_criterion(data_phi: np.ndarray, candidate_phi: Sequence[np.ndarray], target_phi: np.ndarray,
+                      target_weights: np.ndarray | None = None, noise_var: float = 1.0, prior_var: float = 1.0,
+                      form: str = "log_variance", candidate_weights: Sequence[np.ndarray] | None = None,
+                      space: str = "auto") -> np.ndarray:
+    """AMF criterion with the linear kernel of features (loss-gradient embeddings, AMF-NN).
+
+    Args:
+        data_phi: (N, D) features of the points already demonstrated (N may be 0).
+        candidate_phi: per candidate task c', (M_c, D) features of a hallucinated demonstration of c'
+            (or (J, M, D) / list of (M_j, D) alternatives, averaged with ``candidate_weights``).
+        target_phi: (K, D) features of the target points (states x target tasks).
+        target_weights: (K,) importance weights >= 0 (None = all 1).
+        noise_var, prior_var: observation noise and weight prior of the linear-Gaussian model.
+        form: "log_variance" (entropy, default) or "variance".
+        candidate_weights: per candidate, (J,) omega_j of its alternatives (None = uniform).
+        space: "auto" (cheaper of sample/feature space), "sample" or "feature".
+    Returns:
+        (num_candidates,) scores, lower = more informative.
+    """
+    data_phi = np.asarray(data_phi, dtype=np.float64)
+    target_phi = np.asarray(target_phi, dtype=np.float64)
+    if target_phi.ndim != 2:
+        raise ValueError(f"target_phi must be (K, D), got shape {target_phi.shape}")
+    if data_phi.size == 0:
+        data_phi = data_phi.reshape(0, target_phi.shape[1])
+    if data_phi.ndim != 2 or data_phi.shape[1] != target_phi.shape[1]:
+        raise ValueError(f"data_phi must be (N, {target_phi.shape[1]}), got shape {data_phi.shape}")
+    post = FeaturePosterior(data_phi, noise_var=noise_var, prior_var=prior_var, space=space)
+    return posterior_criterion(post, target_phi, target_weights, candidate_phi, candidate_weights, form)
+
+
+def kernel_criterion(kernel: Kernel, X_data: np.ndarray, X_candidates: Sequence[np.ndarray], X_target: np.ndarray,
+                     target_weights: np.ndarray | None = None, noise_var: float = 1.0,
+                     form: str = "log_variance",
+                     candidate_weights: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    """AMF criterion with an explicit kernel (AMF-GP); arguments as :func:`feature_criterion`, inputs instead of
+    features: X_data (N, d), X_candidates per candidate (M, d) / (J, M, d), X_target (K, d)."""
+    X_target = np.asarray(X_target, dtype=np.float64)
+    X_data = np.asarray(X_data, dtype=np.float64)
+    if X_data.size == 0 and X_target.ndim == 2:
+        X_data = X_data.reshape(0, X_target.shape[1])
+    post = KernelPosterior(kernel, X_data, noise_var)
+    return posterior_criterion(post, X_target, target_weights, X_candidates, candidate_weights, form)
+
+
+class _PosteriorScoreFn:
+    """ScoreFn over a cached data posterior; chosen tasks are conditioned on their heaviest hallucinated demo."""
+
+    def __init__(self, post: KernelPosterior | FeaturePosterior, candidate_of: Callable[[str], Any],
+                 target_x: np.ndarray, target_weights: np.ndarray | None, form: str,
+                 info: dict | None = None) -> None:
+        self.post, self.candidate_of, self.form = post, candidate_of, check_form(form)
+        self.target_x, self.target_weights = target_x, target_weights
+        self.last_info: dict = {"form": form, **(info or {})}
+        self._cache: dict[str, tuple[Any, Any]] = {}
+
+    def _entry(self, task: str) -> tuple[Any, Any]:
+        if task not in self._cache:
+            out = self.candidate_of(task)
+            self._cache[task] = out if isinstance(out, tuple) else (out, None)
+        return self._cache[task]
+
+    def __call__(self, candidates: list[str], chosen: list[str]) -> np.ndarray:
+        post = self.post
+        if chosen:
+            import copy
+
+            post = copy.copy(post)
+            for task in chosen:
+                entry, weights = self._entry(task)
+                dim = self.target_x.shape[1]
+                alts = _alternatives(entry, weights, dim, task)
+                post.add(max(alts, key=lambda a: a[1])[0])
+        entries = [self._entry(c) for c in candidates]
+        weights = [w for _, w in entries] if any(w is not None for _, w in entries) else None
+        return posterior_criterion(post, self.target_x, self.target_weights, [e for e, _ in entries],
+                                   weights, self.form)
+
+
+def feature_score_fn(data_phi: np.ndarray, candidate_phi_of: Callable[[str], Any], target_phi: np.ndarray,
+                     target_weights: np.ndarray | None = None, noise_var: float = 1.0, prior_var: float = 1.0,
+                     form: str = "log_variance", info: dict | None = None) -> ScoreFn:
+    """A :data:`~amf_ros.core.selectors.ScoreFn` for the amf selector from features.
+
+    Args:
+        candidate_phi_of: task key -> (M, D) features of its hallucinated demonstration, or a tuple
+            ((J, M, D) alternatives, (J,) weights).
+        info: extra diagnostics (e.g. effective sample sizes) exposed as ``score_fn.last_info``.
+    Batch selection: tasks already chosen this round are conditioned on (their heaviest alternative) first.
+    """
+    target_phi = as_float64_2d(target_phi, "target_phi")
+    data_phi = np.asarray(data_phi, dtype=np.float64)
+    if data_phi.size == 0:
+        data_phi = data_phi.reshape(0, target_phi.shape[1])
+    post = FeaturePosterior(data_phi, noise_var=noise_var, prior_var=prior_var)
+    return _PosteriorScoreFn(post, candidate_phi_of, target_phi, target_weights, form, info)
+
+
+def kernel_score_fn(kernel: Kernel, X_data: np.ndarray, candidate_x_of: Callable[[str], Any], X_target: np.ndarray,
+                    target_weights: np.ndarray | None = None, noise_var: float = 1.0, form: str = "log_variance",
+                    info: dict | None = None) -> ScoreFn:
+    """:func:`feature_score_fn` for an explicit kernel (AMF-GP); ``candidate_x_of`` gives inputs, not features."""
+    X_target = as_float64_2d(X_target, "X_target")
+    X_data = np.asarray(X_data, dtype=np.float64)
+    if X_data.size == 0:
+        X_data = X_data.reshape(0, X_target.shape[1])
+    post = KernelPosterior(kernel, X_data, noise_var)
+    return _PosteriorScoreFn(post, candidate_x_of, X_target, target_weights, form, info)

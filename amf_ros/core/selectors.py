@@ -1,0 +1,211 @@
+"""Task selectors behind one interface: amf, uniform, round_robin, rebalancing.
+
+Why one interface: the benchmarks, the ROS task_selector node and the NN experiments swap selectors by name
+(``make_selector("amf")``) and log the same :class:`Selection` (chosen tasks plus every candidate's score).
+
+* ``amf`` -- warm start (each candidate once, finite task sets), then the argmin of a criterion ``score_fn``
+  (lower = more informative). Batches are chosen greedily: the score function is told which tasks were already
+  chosen this round so that it can condition on their hallucinated demonstrations (Algorithm 1, batch B).
+* ``uniform`` -- i.i.d. uniform over the candidates (with replacement).
+* ``round_robin`` -- the candidate with the fewest fine-tuning demonstrations, ties in candidate order.
+* ``rebalancing`` -- App. J's privileged baseline: fewest *pre-training + fine-tuning* demonstrations
+  (needs ``pretrain_counts``, which AMF never sees).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+#: (candidates, tasks already chosen in this batch) -> (len(candidates),) scores, lower = better.
+ScoreFn = Callable[[list[str], list[str]], np.ndarray]
+
+
+@dataclass
+class Selection:
+    """What a selector chose and why.
+
+    Attributes:
+        tasks: chosen task keys, len = batch_size, in selection order.
+        scores: every candidate's score (amf: criterion of the first pick, lower = better; others: the
+            probability of being picked first). During amf's warm start: 0.0 = not demonstrated yet, 1.0 = seen.
+        warm_start: True if any task of this batch was chosen by the warm start.
+        info: extra diagnostics, e.g. {"form": ..., "effective_sample_size": {...}, "batch_scores": [...]}.
+    """
+
+    tasks: list[str]
+    scores: dict[str, float]
+    warm_start: bool
+    info: dict = field(default_factory=dict)
+
+
+class Selector(Protocol):
+    """Chooses the next ``batch_size`` tasks to demonstrate."""
+
+    name: str
+
+    def select(self, candidates: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
+               batch_size: int = 1, score_fn: ScoreFn | None = None,
+               pretrain_counts: Mapping[str, int] | None = None) -> Selection:
+        ...
+
+
+def _validate(candidates: Sequence[str], demo_counts: Mapping[str, int], batch_size: int,
+              known: frozenset[str] | None) -> list[str]:
+    cands = list(candidates)
+    if not cands:
+        raise ValueError("empty candidate task set: nothing to select from")
+    if len(set(cands)) != len(cands):
+        dup = sorted({c for c in cands if cands.count(c) > 1})
+        raise ValueError(f"duplicate candidate tasks {dup}")
+    if known is not None:
+        unknown = [c for c in cands if c not in known]
+        if unknown:
+            raise ValueError(f"unknown candidate task(s) {unknown}; known tasks: {sorted(known)}")
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size=}")
+    bad = {k: v for k, v in demo_counts.items() if not isinstance(v, (int, np.integer)) or v < 0}
+    if bad:
+        raise ValueError(f"demo_counts must be non-negative integers, got {bad}")
+    return cands
+
+
+def _check_scores(scores: np.ndarray, candidates: list[str]) -> np.ndarray:
+    s = np.asarray(scores, dtype=np.float64)
+    if s.shape != (len(candidates),):
+        raise ValueError(f"score_fn returned shape {s.shape}, expected ({len(candidates)},)")
+    bad = [candidates[i] for i in np.flatnonzero(~np.isfinite(s))]
+    if bad:
+        raise ValueError(f"score_fn returned non-finite scores for {bad}")
+    return s
+
+
+class _Base:
+    name = "base"
+
+    def __init__(self, tasks: Sequence[str] | None = None) -> None:
+        self.known = frozenset(tasks) if tasks is not None else None
+
+
+class UniformSelector(_Base):
+    """I.i.d. uniform over the candidates."""
+
+    name = "uniform"
+
+    def select(self, candidates: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
+               batch_size: int = 1, score_fn: ScoreFn | None = None,
+               pretrain_counts: Mapping[str, int] | None = None) -> Selection:
+        cands = _validate(candidates, demo_counts, batch_size, self.known)
+        idx = rng.integers(0, len(cands), size=batch_size)
+        return Selection([cands[i] for i in idx], {c: 1.0 / len(cands) for c in cands}, False, {})
+
+
+class _CountBalancer(_Base):
+    """Picks the candidate with the lowest count, updating counts within the batch; ties in candidate order."""
+
+    def _counts(self, cands: list[str], demo_counts: Mapping[str, int],
+                pretrain_counts: Mapping[str, int] | None) -> np.ndarray:
+        return np.array([demo_counts.get(c, 0) for c in cands], dtype=np.int64)
+
+    def select(self, candidates: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
+               batch_size: int = 1, score_fn: ScoreFn | None = None,
+               pretrain_counts: Mapping[str, int] | None = None) -> Selection:
+        cands = _validate(candidates, demo_counts, batch_size, self.known)
+        counts = self._counts(cands, demo_counts, pretrain_counts)
+        ties = counts == counts.min()
+        scores = {c: float(t) / float(ties.sum()) for c, t in zip(cands, ties)}
+        chosen = []
+        for _ in range(batch_size):
+            i = int(np.argmin(counts))  # first minimum = candidate order
+            chosen.append(cands[i])
+            counts[i] += 1
+        return Selection(chosen, scores, False, {"counts": dict(zip(cands, self._counts(
+            cands, demo_counts, pretrain_counts).tolist()))})
+
+
+class RoundRobinSelector(_CountBalancer):
+    """Balances fine-tuning demonstration counts."""
+
+    name = "round_robin"
+
+
+class RebalancingSelector(_CountBalancer):
+    """Privileged baseline (App. J): balances pre-training + fine-tuning counts."""
+
+    name = "rebalancing"
+
+    def _counts(self, cands: list[str], demo_counts: Mapping[str, int],
+                pretrain_counts: Mapping[str, int] | None) -> np.ndarray:
+        if pretrain_counts is None:
+            raise ValueError("rebalancing needs pretrain_counts (it is the privileged baseline of App. J)")
+        return np.array([demo_counts.get(c, 0) + pretrain_counts.get(c, 0) for c in cands], dtype=np.int64)
+
+
+class AMFSelector(_Base):
+    """Warm start, then greedy argmin of the AMF criterion.
+
+    Args:
+        tasks: the known task set (candidates outside it raise ValueError); None = accept any key.
+        warm_start: demonstrate every candidate with zero fine-tuning demonstrations first (finite task sets);
+            set False for continuous task spaces with random shooting.
+    """
+
+    name = "amf"
+
+    def __init__(self, tasks: Sequence[str] | None = None, warm_start: bool = True) -> None:
+        super().__init__(tasks)
+        self.warm_start = bool(warm_start)
+
+    def select(self, candidates: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
+               batch_size: int = 1, score_fn: ScoreFn | None = None,
+               pretrain_counts: Mapping[str, int] | None = None) -> Selection:
+        cands = _validate(candidates, demo_counts, batch_size, self.known)
+        chosen: list[str] = []
+        unseen = [c for c in cands if demo_counts.get(c, 0) == 0] if self.warm_start else []
+        chosen.extend(unseen[:batch_size])
+        warm = bool(chosen)
+        info: dict = {"warm_start_tasks": list(chosen)}
+        scores: dict[str, float] = {}
+        batch_scores: list[dict[str, float]] = []
+        while len(chosen) < batch_size:
+            if score_fn is None:
+                raise ValueError("amf needs a score_fn once the warm start is over")
+            s = _check_scores(score_fn(cands, list(chosen)), cands)
+            round_scores = dict(zip(cands, s.tolist()))
+            batch_scores.append(round_scores)
+            if not scores:
+                scores = round_scores
+            chosen.append(cands[int(np.argmin(s))])
+        if not scores:  # the whole batch came from the warm start
+            scores = {c: float(demo_counts.get(c, 0) > 0) for c in cands}
+        info["batch_scores"] = batch_scores
+        extra = getattr(score_fn, "last_info", None)
+        if isinstance(extra, dict):
+            info.update(extra)
+        return Selection(chosen, scores, warm, info)
+
+
+_SELECTORS: dict[str, type] = {
+    "amf": AMFSelector,
+    "uniform": UniformSelector,
+    "round_robin": RoundRobinSelector,
+    "rebalancing": RebalancingSelector,
+}
+
+#: Names accepted by :func:`make_selector`.
+SELECTOR_NAMES: tuple[str, ...] = tuple(_SELECTORS)
+
+
+def make_selector(name: str, **kwargs) -> Selector:
+    """Build a selector by name ("amf" | "uniform" | "round_robin" | "rebalancing").
+
+    kwargs: ``tasks`` (known task set, all selectors), ``warm_start`` (amf only).
+    """
+    if name not in _SELECTORS:
+        raise ValueError(f"unknown selector {name!r}; choose from {list(_SELECTORS)}")
+    return _SELECTORS[name](**kwargs)
