@@ -1,0 +1,219 @@
+"""What policy_server does, without ROS: act for a task with temporal ensembling, fine-tune on the store in a
+worker, write checkpoints atomically, and swap the acting policy between episodes.
+
+Why here: the node (amf_ros/nodes/policy_server.py) stays a thin adapter (messages <-> these calls), and this
+logic is testable without DDS.
+
+Semantics of run_policy during fine-tuning (documented in docs/ros-system.md and tested): fine-tuning trains a
+*copy* of the acting policy in a worker thread; a run_policy goal that starts or is running meanwhile acts with
+the policy it started with (the pre-fine-tune checkpoint) at the full control rate. When fine-tuning finishes, the
+new policy becomes the acting one for every run_policy goal that starts afterwards; an episode in progress is never
+switched mid-way.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from amf_ros.bringup import datasets
+
+log = logging.getLogger(__name__)
+
+_ROUND_DIR = re.compile(r"^round_(\d{4,})$")
+
+
+def newest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
+    """The newest ``round_NNNN`` checkpoint directory in ``checkpoint_dir`` (None if there is none)."""
+    root = Path(checkpoint_dir)
+    if not root.is_dir():
+        return None
+    rounds = sorted((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _ROUND_DIR.match(p.name)))
+    return rounds[-1][1] if rounds else None
+
+
+def resolve_checkpoint(checkpoint: str, checkpoint_dir: str) -> Path:
+    """The checkpoint to start from: ``checkpoint`` if given, else the newest in ``checkpoint_dir``."""
+    if checkpoint:
+        path = Path(checkpoint)
+        if not path.is_dir():
+            raise ValueError(f"checkpoint directory does not exist: {checkpoint!r}")
+        return path
+    path = newest_checkpoint(checkpoint_dir)
+    if path is None:
+        raise ValueError(f"no checkpoint given and no round_NNNN checkpoint in {checkpoint_dir!r}; "
+                         "run `amf pretrain` or set the 'checkpoint' parameter")
+    return path
+
+
+def round_of(path: str | Path) -> int:
+    """Fine-tuning round of a checkpoint directory (``round_0007`` -> 7; anything else, e.g. pretrained -> 0)."""
+    m = _ROUND_DIR.match(Path(path).name)
+    return int(m.group(1)) if m else 0
+
+
+def load_policy(path: str | Path) -> Any:
+    """Load a TaskConditionedPolicy checkpoint (verified by the policy library)."""
+    from amf_ros.policies.agent import TaskConditionedPolicy
+
+    return TaskConditionedPolicy.load(path)
+
+
+@dataclass
+class FineTuneResult:
+    """Outcome of one fine-tuning job."""
+
+    checkpoint: Path
+    round: int
+    tasks: list[str]
+    alphas: list[float]
+    final_loss: float
+    losses: list[float] = field(default_factory=list)
+    wall_time_s: float = 0.0
+
+
+class Cancelled(Exception):
+    """Raised inside a fine-tuning job when its goal is cancelled."""
+
+
+class ActionAdapter:
+    """Policy chunk (H, A_policy) -> temporal ensembling -> one wire action (7,) (EefDeltaAction vector).
+
+    Args:
+        action_space: "metaworld" (policy acts in the native 4-D space, converted with native_to_eef7) or "eef7".
+        horizon, exp_weight: TemporalEnsembler settings (Octo/SimplerEnv: 4, 0.0); the horizon is capped at the
+            policy's chunk length.
+    """
+
+    def __init__(self, action_space: str, horizon: int, exp_weight: float) -> None:
+        from amf_ros.policies.postprocess import TemporalEnsembler
+
+        if action_space not in ("metaworld", "eef7"):
+            raise ValueError(f"action_space must be 'metaworld' or 'eef7', got {action_space=}")
+        self.action_space = action_space
+        self._make = lambda h: TemporalEnsembler(horizon=h, exp_weight=exp_weight)
+        self.horizon = int(horizon)
+        self.ensembler: Any = None
+
+    def reset(self) -> None:
+        """Start of an episode: forget previous chunks."""
+        self.ensembler = None
+
+    def __call__(self, chunk: np.ndarray) -> np.ndarray:
+        chunk = np.asarray(chunk, dtype=np.float64)
+        if chunk.ndim != 2 or not np.all(np.isfinite(chunk)):
+            raise ValueError(f"policy returned a bad action chunk, shape {chunk.shape}, finite={np.isfinite(chunk).all()}")
+        if self.ensembler is None:
+            self.ensembler = self._make(max(1, min(self.horizon, chunk.shape[0])))
+        action = self.ensembler.add(chunk)
+        if self.action_space == "metaworld":
+            from amf_ros.envs.metaworld_suite import native_to_eef7
+
+            return native_to_eef7(action)
+        if action.shape != (7,):
+            raise ValueError(f"action_space eef7 needs 7-D policy actions, got {action.shape}")
+        return action
+
+
+class PolicyRuntime:
+    """The acting policy of policy_server and its fine-tuning.
+
+    Args:
+        policy: the loaded TaskConditionedPolicy.
+        checkpoint: directory it was loaded from.
+        checkpoint_dir: where fine-tuned checkpoints go (``round_NNNN``).
+        dataset_dir: the episode store fine-tuning reads.
+        steps, batch_size, lr, alpha_steps, seed: fine-tuning defaults.
+    """
+
+    def __init__(self, policy: Any, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
+                 steps: int = 200, batch_size: int = 64, lr: float = 1e-3, alpha_steps: int = 50,
+                 seed: int = 0) -> None:
+        self._policy = policy
+        self.checkpoint = Path(checkpoint)
+        self.round = round_of(checkpoint)
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.dataset_dir = Path(dataset_dir)
+        self.steps, self.batch_size, self.lr = int(steps), int(batch_size), float(lr)
+        self.alpha_steps, self.seed = int(alpha_steps), int(seed)
+        self._lock = threading.Lock()
+        self._busy = threading.Lock()  # held while a fine-tune runs
+
+    @property
+    def policy(self) -> Any:
+        """The acting policy (a run_policy goal takes this reference once at its start)."""
+        with self._lock:
+            return self._policy
+
+    @property
+    def fine_tuning(self) -> bool:
+        """True while a fine-tuning job runs."""
+        return self._busy.locked()
+
+    def tasks(self) -> list[str]:
+        """Task keys the policy knows."""
+        return list(getattr(self.policy, "tasks", []) or [])
+
+    def fine_tune(self, steps: int = 0, tasks: Sequence[str] = (),
+                  feedback: Callable[[int, int, float], None] | None = None,
+                  cancelled: Callable[[], bool] = lambda: False) -> FineTuneResult:
+        """Fine-tune a copy of the acting policy on the store, save it, make it the acting policy.
+
+        Args:
+            steps: gradient steps (0 = default).
+            tasks: restrict the data to these task keys (empty = all episodes).
+            feedback: called with (step, total_steps, loss) as training progresses.
+            cancelled: polled between chunks of steps; True -> raise :class:`Cancelled` (nothing is saved).
+        Raises:
+            ValueError: no data, unknown task, or a fine-tune already running.
+        """
+        if not self._busy.acquire(blocking=False):
+            raise ValueError("a fine-tune is already running; wait for its result or cancel it")
+        try:
+            return self._fine_tune(steps or self.steps, list(tasks), feedback, cancelled)
+        finally:
+            self._busy.release()
+
+    def _fine_tune(self, steps: int, tasks: list[str], feedback: Callable[[int, int, float], None] | None,
+                   cancelled: Callable[[], bool]) -> FineTuneResult:
+        t0 = time.monotonic()
+        transitions = datasets.load_transitions(self.dataset_dir, tasks=tasks)
+        if transitions is None:
+            what = f" for tasks {tasks}" if tasks else ""
+            raise ValueError(f"no episodes{what} in the dataset {str(self.dataset_dir)!r}: record a "
+                             "demonstration first (nothing to fine-tune on)")
+        student = copy.deepcopy(self.policy)
+        losses: list[float] = []
+        chunk = max(1, min(25, steps // 8 or 1))
+        done = 0
+        while done < steps:
+            if cancelled():
+                raise Cancelled(f"fine-tune cancelled after {done} of {steps} steps (nothing saved)")
+            n = min(chunk, steps - done)
+            curve = datasets.fit(student, transitions, n, batch_size=self.batch_size, lr=self.lr,
+                                 seed=self.seed + self.round * 100_003 + done)
+            losses.extend(curve)
+            done += n
+            if feedback is not None:
+                feedback(done, steps, float(np.mean(curve[-max(1, len(curve) // 2):])) if curve else float("nan"))
+        if self.alpha_steps > 0 and not cancelled():
+            datasets.fit_alpha(student, transitions, self.alpha_steps)
+        if cancelled():
+            raise Cancelled(f"fine-tune cancelled after {done} of {steps} steps (nothing saved)")
+        new_round = max(self.round, round_of(newest_checkpoint(self.checkpoint_dir) or "")) + 1
+        path = self.checkpoint_dir / f"round_{new_round:04d}"
+        student.save(path)
+        alphas = datasets.alphas(student)
+        with self._lock:
+            self._policy, self.checkpoint, self.round = student, path, new_round
+        tail = losses[-max(1, len(losses) // 10):] if losses else [float("nan")]
+        return FineTuneResult(checkpoint=path, round=new_round, tasks=list(alphas), alphas=list(alphas.values()),
+                              final_loss=float(np.mean(tail)), losses=losses, wall_time_s=time.monotonic() - t0)

@@ -1,0 +1,179 @@
+"""policy_server: runs the acting policy on the arm (/amf/run_policy) and fine-tunes it (/amf/fine_tune).
+
+Callback groups: the control timer has its own group, each action server its own; fine-tuning runs in a worker
+thread, so it never stalls the control timer. run_policy during a fine-tune keeps acting with the policy it
+started with; a finished fine-tune takes effect from the next run_policy goal (amf_ros.bringup.policy_runtime).
+Parameters: amf_ros/bringup/params/policy_server.py.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import rclpy
+from rclpy.action import ActionServer, CancelResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.task import Future
+
+from amf_ros.action import FineTune, RunPolicy
+from amf_ros.bringup import policy_runtime
+from amf_ros.bringup.control_loop import EpisodeRun
+from amf_ros.msg import CheckpointInfo, EefDeltaAction, StateVector
+from amf_ros.nodes._params import declare
+from amf_ros.srv import TaskSuccess
+
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+
+
+class PolicyServerNode(Node):
+    """Thin adapter around PolicyRuntime (fine-tuning) and EpisodeRun (one run_policy goal)."""
+
+    def __init__(self) -> None:
+        super().__init__("policy_server")
+        p = self.p = declare(self, "policy_server")
+        path = policy_runtime.resolve_checkpoint(p["checkpoint"], p["checkpoint_dir"])
+        self.runtime = policy_runtime.PolicyRuntime(
+            policy_runtime.load_policy(path), path, p["checkpoint_dir"], p["dataset_dir"], steps=p["fine_tune_steps"],
+            batch_size=p["fine_tune_batch_size"], lr=p["fine_tune_lr"], alpha_steps=p["alpha_steps"], seed=p["seed"])
+        self.obs: tuple[np.ndarray, float] | None = None  # latest (state, receive time)
+        self.run: EpisodeRun | None = None
+        self.run_lock = threading.Lock()
+        self.pub = self.create_publisher(EefDeltaAction, p["action_topic"], RELIABLE)
+        self.ckpt_pub = self.create_publisher(CheckpointInfo, p["checkpoint_topic"], LATCHED)
+        self.create_subscription(StateVector, p["state_topic"], self.on_state, RELIABLE,
+                                 callback_group=MutuallyExclusiveCallbackGroup())
+        self.success_client = (self.create_client(TaskSuccess, p["success_service"],
+                                                  callback_group=ReentrantCallbackGroup())
+                               if p["success_service"] else None)
+        self.timer = self.create_timer(1.0 / p["control_rate_hz"], self.on_tick,
+                                       callback_group=MutuallyExclusiveCallbackGroup())
+        ActionServer(self, RunPolicy, "/amf/run_policy", self.execute_run, cancel_callback=lambda _g: CancelResponse.ACCEPT,
+                     callback_group=ReentrantCallbackGroup())
+        ActionServer(self, FineTune, "/amf/fine_tune", self.execute_fine_tune,
+                     cancel_callback=lambda _g: CancelResponse.ACCEPT, callback_group=ReentrantCallbackGroup())
+        self.announce()
+        self.get_logger().info(f"ready: checkpoint {path}, control {p['control_rate_hz']} Hz")
+
+    def announce(self) -> None:
+        """Publish the acting checkpoint on the latched /amf/checkpoint topic."""
+        alphas = policy_runtime.datasets.alphas(self.runtime.policy)
+        msg = CheckpointInfo(path=str(self.runtime.checkpoint.resolve()), round=self.runtime.round,
+                             tasks=list(alphas), alphas=list(alphas.values()))
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.ckpt_pub.publish(msg)
+
+    def on_state(self, msg: StateVector) -> None:
+        self.obs = (np.asarray(msg.values, dtype=np.float32), self.get_clock().now().nanoseconds * 1e-9)
+
+    def on_tick(self) -> None:
+        """Control timer: one step of the active run_policy goal (if any)."""
+        run = self.run
+        if run is None or run.completing:
+            return
+        action = run.tick(self.obs, self.get_clock().now().nanoseconds * 1e-9)
+        if action is not None:
+            msg = EefDeltaAction(translation=action[:3].tolist(), rotation=action[3:6].tolist(),
+                                 gripper=float(action[6]))
+            msg.header.stamp = self.get_clock().now().to_msg()
+            self.pub.publish(msg)
+            run.goal.publish_feedback(RunPolicy.Feedback(step=run.steps, elapsed_s=run.elapsed))
+            self._ask_success(run)
+        if run.finished:
+            run.completing = True
+            if run.ok and not run.success and self._success_ready():
+                fut = self.success_client.call_async(TaskSuccess.Request())
+                fut.add_done_callback(lambda f: run.complete(bool(f.result() and f.result().success)))
+            else:
+                run.complete(run.success)
+
+    def _success_ready(self) -> bool:
+        return self.success_client is not None and self.success_client.service_is_ready()
+
+    def _ask_success(self, run: EpisodeRun) -> None:
+        """Poll the simulator's success service (async) so that a solved task ends the run early."""
+        if not run.query_pending and self._success_ready():
+            run.query_pending = True
+            self.success_client.call_async(TaskSuccess.Request()).add_done_callback(
+                lambda f: run.on_success_reply(f.result()))
+
+    async def execute_run(self, goal_handle) -> RunPolicy.Result:
+        """One run_policy goal: the control timer does the stepping; this coroutine awaits its end."""
+        req = goal_handle.request
+        with self.run_lock:
+            busy = self.run is not None and not self.run.done.done()
+            if not busy:
+                run = EpisodeRun(goal_handle, self.runtime.policy, req.task, req.max_steps or self.p["max_steps"],
+                                 self.p["action_space"], self.p["ensemble_horizon"], self.p["ensemble_exp_weight"],
+                                 self.p["observation_timeout_s"], self.get_clock().now().nanoseconds * 1e-9,
+                                 Future())
+                self.run = run
+        if busy:
+            goal_handle.abort()
+            return RunPolicy.Result(ok=False, message="another run_policy goal is active; cancel it first")
+        await run.done
+        with self.run_lock:
+            self.run = None
+        result = RunPolicy.Result(ok=run.ok, message=run.message, success=run.success, steps=run.steps,
+                                  mean_period_s=run.mean_period)
+        if run.cancelled:
+            goal_handle.canceled()
+        elif run.ok:
+            goal_handle.succeed()
+        else:
+            goal_handle.abort()
+        self.get_logger().info(f"run_policy {req.task}: {run.message}")
+        return result
+
+    async def execute_fine_tune(self, goal_handle) -> FineTune.Result:
+        """Fine-tune in a worker thread; feedback per chunk of steps; the checkpoint is announced when done."""
+        req, done = goal_handle.request, Future()
+
+        def work() -> None:
+            try:
+                res = self.runtime.fine_tune(
+                    req.steps, list(req.tasks),
+                    feedback=lambda s, n, l: goal_handle.publish_feedback(FineTune.Feedback(step=s, total_steps=n,
+                                                                                            loss=l)),
+                    cancelled=lambda: goal_handle.is_cancel_requested)
+                done.set_result(res)
+            except Exception as exc:  # reported to the client as ok=false; the node keeps running
+                done.set_result(exc)
+
+        threading.Thread(target=work, name="fine_tune", daemon=True).start()
+        res = await done
+        if isinstance(res, Exception):
+            (goal_handle.canceled if isinstance(res, policy_runtime.Cancelled) else goal_handle.abort)()
+            self.get_logger().warn(f"fine_tune failed: {res}")
+            return FineTune.Result(ok=False, message=str(res), final_loss=float("nan"))
+        self.announce()
+        goal_handle.succeed()
+        msg = f"round {res.round}: {len(res.losses)} steps in {res.wall_time_s:.1f} s, loss {res.final_loss:.4f}"
+        self.get_logger().info(f"fine_tune {msg} -> {res.checkpoint}")
+        return FineTune.Result(ok=True, message=msg, checkpoint=str(res.checkpoint.resolve()), tasks=res.tasks,
+                               alphas=res.alphas, final_loss=res.final_loss)
+
+
+def main(args=None) -> None:
+    """Run the node until Ctrl-C / SIGTERM."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = PolicyServerNode()
+        executor = MultiThreadedExecutor(num_threads=4)
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

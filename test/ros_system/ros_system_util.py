@@ -1,0 +1,78 @@
+"""Small helpers for talking to nodes from a test (futures with timeouts, waiting for services/actions)."""
+
+from __future__ import annotations
+
+import time
+import os
+import random
+import socket
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from amf_ros._optional import has
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALL_LIB = REPO / "install" / "amf_ros" / "lib" / "amf_ros"
+
+
+def _domain_id_free(domain: int) -> bool:
+    """Heuristic check that no other participant uses ``domain``: its Fast DDS unicast port can be bound."""
+    port = 7400 + 250 * domain + 11  # RTPS user unicast port of participant 0 (PB + DG*d + d3)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_domain_id() -> int:
+    """A random ROS_DOMAIN_ID in 1..100 that looks unused on this machine."""
+    rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "little"))
+    for _ in range(50):
+        d = rng.randint(1, 100)
+        if _domain_id_free(d):
+            return d
+    return rng.randint(1, 100)
+
+
+def require_ros() -> None:
+    """Skip only when rclpy or the colcon install is absent (`bash scripts/setup.sh` builds both)."""
+    if not has("rclpy"):
+        pytest.skip("rclpy is not importable: run `bash scripts/setup.sh` and `source scripts/env.sh`")
+    if not INSTALL_LIB.is_dir():
+        pytest.skip(f"no colcon install at {INSTALL_LIB}: run `bash scripts/setup.sh`")
+
+
+
+
+def wait_future(future: Any, timeout: float, what: str = "call") -> Any:
+    """Result of an rclpy future completed by a background executor, or AssertionError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not future.done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: no answer within {timeout} s")
+        time.sleep(0.01)
+    return future.result()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> None:
+    """Poll ``predicate`` until true or raise AssertionError naming ``what`` (launch_testing's assertWaitFor)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
+
+
+def call(node: Any, srv_type: Any, name: str, request: Any, timeout: float = 30.0) -> Any:
+    """Call service ``name`` (waiting for it to appear) and return the response."""
+    client = node.create_client(srv_type, name)
+    try:
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise AssertionError(f"service {name} did not appear within {timeout} s")
+        return wait_future(client.call_async(request), timeout, f"service {name}")
+    finally:
+        node.destroy_client(client)
