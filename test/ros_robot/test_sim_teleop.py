@@ -1,0 +1,135 @@
+"""sim_bridge + scripted_teleop over real DDS (each its own process), with the test playing the recorder.
+
+Checks the stepping semantics of sim_bridge (one action = one step, one observation per step, reset/success
+services, refusal of NaN actions and of unknown tasks) and that scripted_teleop acts like an operator: it starts
+on the latched recorder status, sends every action from the newest observation (the expert's own action for
+that observation), and ends the episode with the simulator's success.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from robot_testutil import call, make_action, stamp_ns, wait_for
+
+pytestmark = pytest.mark.ros
+
+TASK = "reach"
+
+
+def sim_params(**over):
+    p = {"backend": "metaworld", "initial_task": TASK, "seed": 3, "idle_publish_period_s": 0.3}
+    p.update(over)
+    return p
+
+
+def test_sim_bridge_steps_once_per_action_and_refuses_bad_input(start_nodes, client_node):
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    from amf_ros.msg import EefDeltaAction, StateVector
+    from amf_ros.srv import ResetTask, TaskSuccess
+
+    procs = start_nodes({"sim_bridge": sim_params()}, name="sim")
+    states: list = []
+    lock = threading.Lock()
+    qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+
+    def on_state(m):
+        with lock:
+            states.append((stamp_ns(m.header.stamp), np.array(m.values)))
+
+    client_node.create_subscription(StateVector, "/amf/observation/state", on_state, qos)
+    pub = client_node.create_publisher(EefDeltaAction, "/amf/action", qos)
+    res = call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=7))
+    assert res.ok and res.instruction, res.message
+    wait_for(lambda: states, 10, "an observation after reset")
+    wait_for(lambda: pub.get_subscription_count() > 0, 10, "sim_bridge subscribing to /amf/action")
+    with lock:
+        first = states[-1][1]
+    assert first.shape == (39,)
+
+    for k in range(5):
+        pub.publish(make_action([0.01, 0.0, 0.0, 0, 0, 0, 1.0], client_node.get_clock().now().nanoseconds))
+    wait_for(lambda: call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request()).steps == 5, 10,
+             "5 steps applied")
+    with lock:
+        moved = states[-1][1]
+    # Five +1 cm mocap steps along x: the hand follows the mocap target with some lag.
+    assert 0.005 < moved[0] - first[0] <= 0.051, (first[:3], moved[:3])
+    assert abs(moved[1] - first[1]) < 0.005 and abs(moved[2] - first[2]) < 0.005
+
+    # Bad input: NaN action, unknown task; the node keeps running and its state is unchanged.
+    pub.publish(make_action([float("nan"), 0, 0, 0, 0, 0, 1.0], client_node.get_clock().now().nanoseconds))
+    bad = call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task="no-such-task", seed=0))
+    assert not bad.ok and "no-such-task" in bad.message
+    ok = call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
+    assert ok.ok and ok.task == TASK and ok.steps == 5
+    assert procs.dead() == {}
+    assert "refused action" in procs.log_tail("sim_bridge", 20000)
+
+    # Same seed, same scene: reset is deterministic.
+    n = len(states)
+    call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=7))
+    wait_for(lambda: len(states) > n, 10, "observation after the second reset")
+    with lock:
+        np.testing.assert_array_equal(states[n][1], first)
+
+
+def test_scripted_teleop_demonstrates_with_the_experts_own_actions(start_nodes, client_node):
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks, native_to_eef7
+    from amf_ros.msg import EefDeltaAction, RecorderStatus, StateVector
+    from amf_ros.srv import EndEpisode, ResetTask, TaskSuccess
+
+    ended: list = []
+
+    def on_end(req, res):
+        ended.append((req.episode_id, req.success, req.discard))
+        res.ok = True
+        return res
+
+    client_node.create_service(EndEpisode, "/amf/recorder/end_episode", on_end)
+    states, actions = [], []
+    lock = threading.Lock()
+    qos = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
+
+    def on_state(m):
+        with lock:
+            states.append((stamp_ns(m.header.stamp), np.array(m.values)))
+
+    def on_action(m):
+        with lock:
+            actions.append((stamp_ns(m.header.stamp), np.array([*m.translation, *m.rotation, m.gripper])))
+
+    client_node.create_subscription(StateVector, "/amf/observation/state", on_state, qos)
+    client_node.create_subscription(EefDeltaAction, "/amf/action", on_action, qos)
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    status_pub = client_node.create_publisher(RecorderStatus, "/amf/recorder/status", latched)
+
+    procs = start_nodes({"sim_bridge": sim_params(),
+                         "scripted_teleop": {"control_rate_hz": 40.0, "start_timeout_s": 10.0}}, name="teleop")
+    assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=11), timeout=30).ok
+    wait_for(lambda: status_pub.get_subscription_count() > 0, 20, "scripted_teleop subscribing to the status")
+    status = RecorderStatus(recording=True, episode_id="ep_test", task=TASK, instruction="x")
+    status.header.stamp = client_node.get_clock().now().to_msg()
+    status_pub.publish(status)
+
+    wait_for(lambda: ended, 60, "scripted_teleop ending the episode")
+    assert ended == [("ep_test", True, False)], "reach is solved by its expert, so the operator reports success"
+    sim = call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
+    with lock:
+        acts, obs = list(actions), list(states)
+    assert sim.success and sim.steps == len(acts) > 10, (sim.steps, len(acts))
+    # Every action is the expert's action on the newest observation stamped before it (the pair to record).
+    expert = MetaworldTaskEnv(load_tasks(keys=[TASK])[0])
+    start = stamp_ns(status.header.stamp)
+    for a_ns, a7 in acts:
+        used = [v for s, v in obs if start < s <= a_ns][-1]
+        want = native_to_eef7(expert.expert_action(used)).astype(np.float32)
+        np.testing.assert_array_equal(a7.astype(np.float32), want)
+    # A status for the same episode again does not restart it; a recording=false status is ignored.
+    status_pub.publish(status)
+    assert procs.dead() == {}
