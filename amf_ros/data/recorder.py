@@ -1,0 +1,153 @@
+"""EpisodeRecorder: messages in, committed episodes out. The demo_recorder node is a thin adapter on this.
+
+The node maps its services and subscriptions onto four calls::
+
+    rec = EpisodeRecorder(store, topics={"/amf/action": "action", "/amf/observation/state": "state",
+                                         "/amf/camera/image_raw": "image_primary"}, sync=SyncConfig())
+    episode_id = rec.start("carrot", "put the carrot on the plate", start_ns=now_ns)   # StartEpisode
+    rec.feed(topic, stamp_ns, msg)                                                     # every subscription
+    path = rec.end(success=True, discard=False)                                        # EndEpisode
+
+The bag importer and tests use :func:`record_messages`, which runs exactly the same code on a list of
+``(topic, stamp_ns, msg)``; so "bag import equals live recording" holds by construction as long as the
+node feeds the same stamps (header stamps, see :func:`amf_ros.data.ros_convert.stamp_ns`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from amf_ros.data.store import EpisodeStore, EpisodeWriter
+from amf_ros.data.sync import ACTION_STREAM, StreamSynchronizer, SyncConfig, SyncedStep
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOPICS: dict[str, str] = {
+    "/amf/action": "action",
+    "/amf/observation/state": "state",
+    "/amf/camera/image_raw": "image_primary",
+}
+
+
+class EpisodeRecorder:
+    """Synchronises message streams into steps and writes them as one episode at a time.
+
+    Args:
+        store: where episodes go.
+        topics: topic -> stream name (one ``"action"``; observation keys like ``"state"``, ``"image_primary"``).
+        sync: sampling rule (rate, mode); see :mod:`amf_ros.data.sync`.
+        robot: written into each episode's metadata.
+    """
+
+    def __init__(self, store: EpisodeStore, topics: Mapping[str, str] | None = None,
+                 sync: SyncConfig | None = None, robot: str = "") -> None:
+        self.store = store
+        self.topics = dict(topics or DEFAULT_TOPICS)
+        self.sync_config = sync or SyncConfig()
+        self.robot = robot
+        self._sync = StreamSynchronizer(self.topics, self.sync_config)
+        self._sync.pause()
+        self._writer: EpisodeWriter | None = None
+        self.last_stamp: dict[str, int] = {}  # topic -> stamp of its newest message (for status/topic ages)
+        self.last_error = ""
+
+    @property
+    def recording(self) -> bool:
+        return self._writer is not None
+
+    @property
+    def episode_id(self) -> str:
+        return self._writer.episode_id if self._writer else ""
+
+    @property
+    def num_steps(self) -> int:
+        return self._writer.num_steps if self._writer else 0
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Synchroniser counters of the current/last episode (steps, skipped ticks, late messages...)."""
+        return dict(self._sync.stats)
+
+    def start(self, task: str, instruction: str, start_ns: int | None = None, operator_note: str = "") -> str:
+        """Begin an episode; actions stamped before ``start_ns`` are not recorded. Returns the episode id."""
+        if self._writer is not None:
+            raise ValueError(f"already recording episode {self._writer.episode_id}; end it first")
+        topics_meta = {stream: topic for topic, stream in self.topics.items()}
+        self._writer = self.store.begin(task, instruction, robot=self.robot,
+                                        control_rate_hz=self.sync_config.rate_hz, topics=topics_meta,
+                                        operator_note=operator_note,
+                                        extra={"sync": {"mode": self.sync_config.mode,
+                                                        "aggregate": self.sync_config.aggregate}})
+        self._sync.begin(start_ns)
+        self.last_error = ""
+        return self._writer.episode_id
+
+    def feed(self, topic: str, stamp_ns: int, msg: Any) -> int:
+        """Add one message (any time; between episodes it only refreshes the observation buffers).
+
+        Returns the number of steps of the current episode (0 when idle).
+        """
+        if topic in self.topics:
+            self.last_stamp[topic] = max(int(stamp_ns), self.last_stamp.get(topic, int(stamp_ns)))
+        try:
+            steps = self._sync.feed(topic, stamp_ns, msg)
+        except ValueError as exc:
+            self.last_error = f"topic {topic}: {exc}"
+            raise
+        self._write(steps)
+        return self.num_steps
+
+    def end(self, success: bool | None, discard: bool = False, operator_note: str | None = None) -> Path | None:
+        """Finish the episode: decide pending steps, then commit (returns its path) or discard (returns None).
+
+        Raises ValueError (after discarding) if no step was recorded: an empty episode is never committed.
+        """
+        if self._writer is None:
+            raise ValueError("not recording: call start() first")
+        writer, self._writer = self._writer, None
+        try:
+            if not discard:
+                self._write(self._sync.flush(), writer)
+            self._sync.pause()
+            if discard:
+                writer.discard()
+                return None
+            if writer.num_steps == 0:
+                writer.discard()
+                raise ValueError(f"episode {writer.episode_id}: no steps recorded (stats {self._sync.stats}); "
+                                 "check that the action and observation topics are published")
+            writer.meta.state_names = list(self._sync.names.get("state", []))
+            return writer.commit(success, operator_note=operator_note, sync_stats=self._sync.stats)
+        except Exception as exc:
+            self.last_error = str(exc)
+            raise
+
+    def _write(self, steps: list[SyncedStep], writer: EpisodeWriter | None = None) -> None:
+        writer = writer or self._writer
+        if writer is None:
+            return
+        for s in steps:
+            stamps = {ACTION_STREAM: s.stamps[ACTION_STREAM]}
+            stamps.update({k: v for k, v in s.stamps.items() if k != ACTION_STREAM})
+            writer.add_step(s.observation, s.action, stamp_ns=s.stamp_ns, stamps=stamps)
+
+
+def record_messages(store: EpisodeStore, messages: Iterable[tuple[str, int, Any]], task: str, instruction: str,
+                    topics: Mapping[str, str] | None = None, sync: SyncConfig | None = None,
+                    success: bool | None = True, robot: str = "", start_ns: int | None = None,
+                    operator_note: str = "") -> Path:
+    """Turn ``(topic, stamp_ns, msg)`` messages into one committed episode (same code path as live recording)."""
+    rec = EpisodeRecorder(store, topics, sync, robot)
+    rec.start(task, instruction, start_ns=start_ns, operator_note=operator_note)
+    try:
+        for topic, stamp, msg in messages:
+            rec.feed(topic, stamp, msg)
+    except BaseException:
+        if rec.recording:
+            rec.end(None, discard=True)
+        raise
+    path = rec.end(success)
+    assert path is not None
+    return path

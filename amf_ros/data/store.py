@@ -1,0 +1,695 @@
+"""Crash-safe episode store: one directory per episode, committed atomically by rename.
+
+Layout of a dataset directory::
+
+    DATASET/
+      index.json                     a cache of the episode list, rebuilt from the directories at will
+      ep_20261122_001500_123_ab12cd/ a committed episode (readers only ever see these)
+        meta.json                    EpisodeMeta (written last, before the rename)
+        steps.npz                    all low-dimensional arrays of the schema (action, state, flags, stamps)
+        chunk-000000.npz             steps [0, K): the same low-dim arrays + images (PNG/JPEG packed, or raw)
+        chunk-000001.npz             ...
+      .partial-ep_.../               an episode being written (or left behind by a crash)
+        start.json                   its metadata at start (task, instruction, ...)
+        chunk-*.npz                  every K steps, each written to a temp file, fsynced and renamed
+
+Why this shape: a recorder killed at any instant leaves (a) committed episodes untouched (nothing writes
+into them again), and (b) a ``.partial-*`` directory whose complete chunks can be committed by
+:meth:`EpisodeStore.recover` (``recovered=True``, ``success=None``) or removed by
+:meth:`EpisodeStore.discard_partial`. A full disk raises from ``add_step``/``commit`` and leaves only the
+partial directory. No pickle anywhere (``allow_pickle=False``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import queue
+import re
+import shutil
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from amf_ros.atomic import atomic_write_bytes, atomic_write_json, fsync_dir
+from amf_ros.data import codec as _codec
+from amf_ros.data.schema import (ACTION, ACTION_NATIVE, OBS_PREFIX, STAMP, STAMP_PREFIX, EpisodeMeta,
+                                 EpisodeValidationError, is_image_key, validate_meta, validate_steps)
+
+log = logging.getLogger(__name__)
+
+PARTIAL_PREFIX = ".partial-"
+_CHUNK_RE = re.compile(r"^chunk-(\d{6})\.npz$")
+
+
+@dataclass
+class StoreConfig:
+    """How episodes are written (reading needs no config: every episode says how it was written)."""
+
+    image_codec: str = "png"  # "png" (lossless), "jpeg" (lossy, ~10x smaller) or "raw" (uncompressed)
+    jpeg_quality: int = 95  # 1..100, used when image_codec == "jpeg"
+    png_level: int = 1  # 0..9 zlib level; 1 is fast enough for 30 Hz 640x480 on one core
+    chunk_steps: int = 25  # steps per chunk file = most steps a crash can lose (25 = 5 s at 5 Hz)
+    threaded: bool = True  # encode and write chunks on a background thread (add_step stays cheap)
+    max_pending_chunks: int = 4  # chunks queued for the writer thread before add_step blocks (back-pressure)
+
+    def __post_init__(self) -> None:
+        if self.image_codec not in _codec.CODECS:
+            raise ValueError(f"image_codec must be one of {_codec.CODECS}, got {self.image_codec=}")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(f"jpeg_quality must be in [1, 100], got {self.jpeg_quality=}")
+        if not 0 <= self.png_level <= 9:
+            raise ValueError(f"png_level must be in [0, 9], got {self.png_level=}")
+        if self.chunk_steps < 1:
+            raise ValueError(f"chunk_steps must be >= 1, got {self.chunk_steps=}")
+        if self.max_pending_chunks < 1:
+            raise ValueError(f"max_pending_chunks must be >= 1, got {self.max_pending_chunks=}")
+
+
+class StoreWriteError(OSError):
+    """Writing an episode failed (disk full, I/O error); the episode is not committed."""
+
+
+@dataclass
+class Episode:
+    """A loaded episode: metadata plus the flat step arrays of the schema (see :mod:`amf_ros.data.schema`)."""
+
+    meta: EpisodeMeta
+    steps: dict[str, np.ndarray]
+    path: Path
+
+    @property
+    def episode_id(self) -> str:
+        return self.meta.episode_id
+
+    def __len__(self) -> int:
+        return int(self.steps[ACTION].shape[0])
+
+    @property
+    def observation(self) -> dict[str, np.ndarray]:
+        """Observation arrays keyed without the ``observation/`` prefix (``state``, ``image_primary``...)."""
+        return {k[len(OBS_PREFIX):]: v for k, v in self.steps.items() if k.startswith(OBS_PREFIX)}
+
+
+@dataclass
+class PartialEpisode:
+    """An episode directory that was never committed (writer still running, crashed, or out of disk)."""
+
+    episode_id: str
+    path: Path
+    task: str | None  # None if even start.json is unreadable
+    complete_chunks: int
+    num_steps: int  # steps in complete chunks = what recover() would commit
+    age_s: float  # seconds since the directory was last modified
+
+
+@dataclass
+class RecoveryResult:
+    """What :meth:`EpisodeStore.recover` did with one partial episode."""
+
+    episode_id: str
+    action: str  # "recovered" | "ignored"
+    reason: str
+    num_steps: int = 0
+    path: Path | None = None
+
+
+@dataclass
+class StoreScan:
+    """A full look at a dataset directory: complete, partial and invalid episodes."""
+
+    episodes: list[EpisodeMeta] = field(default_factory=list)
+    partial: list[PartialEpisode] = field(default_factory=list)
+    invalid: list[EpisodeValidationError] = field(default_factory=list)
+
+
+def new_episode_id(now: float | None = None) -> str:
+    """Sortable unique id: ``ep_YYYYmmdd_HHMMSS_mmm_<6 hex>`` (UTC)."""
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(now))
+    return f"ep_{stamp}_{int(now * 1000) % 1000:03d}_{uuid.uuid4().hex[:6]}"
+
+
+def _npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _load_npz(path: Path, episode: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise EpisodeValidationError(episode, "file", f"missing {path.name}") from None
+    except Exception as exc:  # zipfile.BadZipFile, ValueError (pickled object), OSError ...
+        raise EpisodeValidationError(episode, "file", f"cannot read {path.name}: {exc}") from exc
+
+
+def _package_version() -> str:
+    try:
+        from amf_ros import __version__
+    except ImportError:  # pragma: no cover
+        return ""
+    return __version__
+
+
+class EpisodeWriter:
+    """Writes one episode into ``.partial-<id>/`` chunk by chunk; :meth:`commit` renames it into place.
+
+    Not thread-safe: one producer calls add_step/commit (the background thread only writes chunks).
+    """
+
+    def __init__(self, store: "EpisodeStore", meta: EpisodeMeta, config: StoreConfig) -> None:
+        self._store = store
+        self._config = config
+        self.meta = meta
+        self.path = store.root / f"{PARTIAL_PREFIX}{meta.episode_id}"
+        self.path.mkdir(parents=False, exist_ok=False)
+        fsync_dir(store.root)
+        atomic_write_json(self.path / "start.json", meta.to_json())
+        self._keys: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None
+        self._lowdim: dict[str, list[np.ndarray]] = {}
+        self._pending: list[dict[str, np.ndarray]] = []
+        self._chunks: list[dict[str, Any]] = []
+        self._next_chunk = 0
+        self._num_steps = 0
+        self._last_stamp: int | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self.blocked_s = 0.0  # time add_step spent waiting for the writer thread (back-pressure)
+        self._queue: queue.Queue | None = None
+        self._thread: threading.Thread | None = None
+        if config.threaded:
+            self._queue = queue.Queue(maxsize=config.max_pending_chunks)
+            self._thread = threading.Thread(target=self._worker, name=f"episode-writer-{meta.episode_id}",
+                                            daemon=True)
+            self._thread.start()
+
+    # -- producer side -------------------------------------------------------------------------------------
+    @property
+    def episode_id(self) -> str:
+        return self.meta.episode_id
+
+    @property
+    def num_steps(self) -> int:
+        return self._num_steps
+
+    def add_step(self, observation: Mapping[str, Any], action: Any, *, stamp_ns: int | None = None,
+                 stamps: Mapping[str, int] | None = None, action_native: Any = None) -> int:
+        """Append one control step; returns the number of steps so far.
+
+        Args:
+            observation: ``{"state": (S,), "image_primary": (H, W, 3) uint8, ...}`` (keys without prefix).
+            action: (A,) action taken at this step (7-D EefDeltaAction for the robot).
+            stamp_ns: time of the step; strictly increasing; default: now.
+            stamps: each stream's own timestamp, e.g. ``{"action": ..., "observation/state": ...}``.
+            action_native: optional (A',) native action of a simulator.
+        Raises:
+            ValueError: inconsistent keys/shapes, NaN/inf, non-increasing stamp (the step is not added).
+            StoreWriteError: an earlier chunk could not be written (e.g. disk full).
+        """
+        self._check_open()
+        step: dict[str, np.ndarray] = {ACTION: np.asarray(action, dtype=np.float32).reshape(-1)}
+        if action_native is not None:
+            step[ACTION_NATIVE] = np.asarray(action_native, dtype=np.float32).reshape(-1)
+        for key, value in observation.items():
+            full = OBS_PREFIX + key
+            arr = np.asarray(value)
+            if is_image_key(full):
+                if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
+                    raise ValueError(f"episode {self.episode_id}: observation {key!r} must be an RGB uint8 "
+                                     f"image (H, W, 3), got {arr.dtype} {arr.shape}")
+            elif key == "state":
+                arr = arr.astype(np.float32).reshape(-1)
+            step[full] = arr
+        stamp = time.time_ns() if stamp_ns is None else int(stamp_ns)
+        if self._last_stamp is not None and stamp <= self._last_stamp:
+            raise ValueError(f"episode {self.episode_id}: stamp_ns must increase, got {stamp} after "
+                             f"{self._last_stamp}")
+        step[STAMP] = np.asarray(stamp, dtype=np.int64)
+        for stream, value in (stamps or {}).items():
+            step[STAMP_PREFIX + stream] = np.asarray(int(value), dtype=np.int64)
+        self._check_consistent(step)
+        for key in step:
+            if is_image_key(key):
+                self.meta.image_codec.setdefault(key, self._config.image_codec)
+        self._last_stamp = stamp
+        for key, arr in step.items():
+            if not is_image_key(key):
+                self._lowdim.setdefault(key, []).append(arr)
+        self._pending.append(step)
+        self._num_steps += 1
+        if len(self._pending) >= self._config.chunk_steps:
+            self._flush()
+        return self._num_steps
+
+    def commit(self, success: bool | None, operator_note: str | None = None,
+               extra: Mapping[str, Any] | None = None, sync_stats: Mapping[str, int] | None = None) -> Path:
+        """Write the last chunk, steps.npz and meta.json, then rename the episode into place.
+
+        Returns the committed episode directory. On failure the episode stays partial and this raises.
+        """
+        self._check_open()
+        if self._num_steps == 0:
+            raise ValueError(f"episode {self.episode_id}: cannot commit an episode with no steps (discard it)")
+        self._flush()
+        self._drain()
+        self._raise_if_failed()
+        n = self._num_steps
+        steps = {k: np.stack(v) for k, v in self._lowdim.items()}
+        steps["is_first"] = np.arange(n) == 0
+        steps["is_last"] = np.arange(n) == n - 1
+        steps["is_terminal"] = steps["is_last"] & bool(success)
+        meta = self.meta
+        meta.success = success
+        meta.num_steps = n
+        meta.chunks = list(self._chunks)
+        meta.ended_unix = time.time()
+        if operator_note is not None:
+            meta.operator_note = operator_note
+        if extra:
+            meta.extra.update(extra)
+        if sync_stats:
+            meta.sync_stats = {k: int(v) for k, v in sync_stats.items()}
+        validate_steps(steps, self.episode_id, num_steps=n, state_names=meta.state_names or None)
+        final = self._store.root / self.episode_id
+        try:
+            atomic_write_bytes(self.path / "steps.npz", _npz_bytes(steps))
+            atomic_write_json(self.path / "meta.json", meta.to_json())
+            os.rename(self.path, final)
+            fsync_dir(self._store.root)
+        except OSError as exc:
+            self._closed = True
+            raise StoreWriteError(exc.errno, f"episode {self.episode_id}: commit failed, left partial "
+                                  f"at {self.path}: {exc.strerror or exc}") from exc
+        self._closed = True
+        self.path = final
+        self._store._after_commit(meta)
+        return final
+
+    def discard(self) -> None:
+        """Drop the episode: stop the writer thread and delete its partial directory."""
+        if self._closed and not self.path.name.startswith(PARTIAL_PREFIX):
+            raise ValueError(f"episode {self.episode_id} is already committed at {self.path}")
+        self._closed = True
+        self._drain()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop the writer thread without committing or deleting (the episode stays partial, recoverable)."""
+        self._drain()
+        self._closed = True
+
+    def __enter__(self) -> "EpisodeWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._closed:
+            self.close()
+
+    # -- internals -------------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"episode {self.episode_id} is closed (committed, discarded or failed)")
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            err = self._error
+            if isinstance(err, OSError):
+                raise StoreWriteError(err.errno, f"episode {self.episode_id}: writing a chunk failed: "
+                                      f"{err.strerror or err}") from err
+            raise StoreWriteError(None, f"episode {self.episode_id}: writing a chunk failed: {err!r}") from err
+
+    def _check_consistent(self, step: Mapping[str, np.ndarray]) -> None:
+        if self._keys is None:
+            self._keys = {k: (v.shape, v.dtype) for k, v in step.items()}
+        elif set(step) != set(self._keys):
+            raise ValueError(f"episode {self.episode_id}: step keys {sorted(step)} differ from the first "
+                             f"step's {sorted(self._keys)}")
+        for key, arr in step.items():
+            shape, dtype = self._keys[key]
+            if arr.shape != shape:
+                raise ValueError(f"episode {self.episode_id}: {key!r} has shape {arr.shape}, earlier steps {shape}")
+            if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
+                raise ValueError(f"episode {self.episode_id}: {key!r} contains NaN/inf at step {self._num_steps}")
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        steps, self._pending = self._pending, []
+        job = (self._next_chunk, steps)
+        self._next_chunk += 1
+        if self._queue is None:
+            self._write_chunk(*job)
+            self._raise_if_failed()
+            return
+        t0 = time.perf_counter()
+        self._queue.put(job)
+        self.blocked_s += time.perf_counter() - t0
+
+    def _drain(self) -> None:
+        if self._queue is not None and self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def _worker(self) -> None:
+        assert self._queue is not None
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            if self._error is None:
+                self._write_chunk(*job)
+
+    def _write_chunk(self, index: int, steps: list[dict[str, np.ndarray]]) -> None:
+        try:
+            arrays: dict[str, np.ndarray] = {}
+            for key in steps[0]:
+                stacked = np.stack([s[key] for s in steps])
+                if is_image_key(key):
+                    codec = self.meta.image_codec[key]
+                    for suffix, arr in _codec.encode_stack(stacked, codec, self._config.jpeg_quality,
+                                                           self._config.png_level).items():
+                        arrays[key + suffix] = arr
+                else:
+                    arrays[key] = stacked
+            data = _npz_bytes(arrays)
+            name = f"chunk-{index:06d}.npz"
+            atomic_write_bytes(self.path / name, data)
+            self._chunks.append({"file": name, "num_steps": len(steps), "sha256": hashlib.sha256(data).hexdigest()})
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the producer thread
+            log.error("episode %s: chunk %d failed: %s", self.episode_id, index, exc)
+            self._error = exc
+
+
+class EpisodeStore:
+    """A dataset directory of episodes. Safe for one writer and any number of readers (even across processes).
+
+    Example::
+
+        store = EpisodeStore("data/demos", StoreConfig(image_codec="jpeg"))
+        with store.begin("carrot", "put the carrot on the plate", robot="widowx250s") as w:
+            for obs, act in steps:
+                w.add_step(obs, act)
+            w.commit(success=True)
+        ep = store.load(store.episode_ids()[-1])
+    """
+
+    def __init__(self, root: str | os.PathLike, config: StoreConfig | None = None, create: bool = True) -> None:
+        self.root = Path(root)
+        self.config = config or StoreConfig()
+        if not self.root.is_dir():
+            if not create:
+                raise FileNotFoundError(f"no dataset directory at {self.root}")
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    # -- writing ---------------------------------------------------------------------------------------------
+    def begin(self, task: str, instruction: str, *, robot: str = "", control_rate_hz: float = 5.0,
+              topics: Mapping[str, str] | None = None, state_names: Sequence[str] | None = None,
+              operator_note: str = "", extra: Mapping[str, Any] | None = None,
+              episode_id: str | None = None) -> EpisodeWriter:
+        """Start a new episode; returns its writer (call ``commit`` or ``discard`` on it)."""
+        if not task:
+            raise ValueError(f"task must be a non-empty task key, got {task=}")
+        meta = EpisodeMeta(episode_id=episode_id or new_episode_id(), task=task, instruction=instruction,
+                           robot=robot, control_rate_hz=float(control_rate_hz), topics=dict(topics or {}),
+                           state_names=list(state_names or []), operator_note=operator_note,
+                           created_unix=time.time(), package_version=_package_version(), extra=dict(extra or {}))
+        validate_meta(meta)
+        return EpisodeWriter(self, meta, self.config)
+
+    def write_episode(self, task: str, instruction: str, steps: Sequence[Mapping[str, Any]],
+                      success: bool | None = True, **begin_kwargs: Any) -> Path:
+        """Convenience: write a whole episode from a list of ``{"observation", "action", ...}`` dicts."""
+        writer = self.begin(task, instruction, **begin_kwargs)
+        try:
+            for s in steps:
+                writer.add_step(s["observation"], s["action"], stamp_ns=s.get("stamp_ns"),
+                                stamps=s.get("stamps"), action_native=s.get("action_native"))
+            return writer.commit(success)
+        except BaseException:
+            writer.discard()
+            raise
+
+    # -- reading ---------------------------------------------------------------------------------------------
+    def episode_ids(self) -> list[str]:
+        """Ids of committed episodes, oldest first."""
+        return sorted(p.name for p in self.root.iterdir()
+                      if p.is_dir() and not p.name.startswith(".") and (p / "meta.json").is_file())
+
+    def __len__(self) -> int:
+        return len(self.episode_ids())
+
+    def meta(self, episode_id: str) -> EpisodeMeta:
+        """Read and validate one episode's meta.json."""
+        path = self.root / episode_id / "meta.json"
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise EpisodeValidationError(episode_id, "file", f"no committed episode at {path.parent}") from None
+        except (OSError, ValueError) as exc:
+            raise EpisodeValidationError(episode_id, "file", f"cannot read meta.json: {exc}") from exc
+        meta = EpisodeMeta.from_json(obj, episode_id)
+        if meta.episode_id != episode_id:
+            raise EpisodeValidationError(episode_id, "meta.episode_id", f"says {meta.episode_id!r}")
+        return meta
+
+    def load(self, episode_id: str, *, images: bool | Sequence[str] = True, validate: bool = True,
+             verify_checksums: bool = False) -> Episode:
+        """Load one committed episode.
+
+        Args:
+            images: True = decode every image key, False = none, or the keys to decode (``"image_primary"``).
+            validate: run the schema checks (shapes, dtypes, stamps, NaN).
+            verify_checksums: re-hash the chunk files against meta.json (catches bit rot).
+        Raises:
+            EpisodeValidationError: naming the episode and the field.
+        """
+        meta = self.meta(episode_id)
+        ep_dir = self.root / episode_id
+        steps = _load_npz(ep_dir / "steps.npz", episode_id)
+        want = self._image_keys(meta, images)
+        chunk_arrays: list[dict[str, np.ndarray]] = []
+        if want or verify_checksums:
+            total = 0
+            for chunk in meta.chunks:
+                path = ep_dir / chunk["file"]
+                if verify_checksums:
+                    try:
+                        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                    except FileNotFoundError:
+                        raise EpisodeValidationError(episode_id, "file", f"missing {chunk['file']}") from None
+                    if digest != chunk.get("sha256"):
+                        raise EpisodeValidationError(episode_id, "file", f"{chunk['file']} checksum mismatch")
+                if want:
+                    chunk_arrays.append(_load_npz(path, episode_id))
+                total += int(chunk["num_steps"])
+            if total != meta.num_steps:
+                raise EpisodeValidationError(episode_id, "meta.chunks", f"chunks hold {total} steps, "
+                                             f"meta.num_steps says {meta.num_steps}")
+        for key in want:
+            try:
+                frames = [_codec.decode_stack(arrs, key) for arrs in chunk_arrays]
+            except KeyError:
+                raise EpisodeValidationError(episode_id, key, "missing from a chunk") from None
+            except ValueError as exc:
+                raise EpisodeValidationError(episode_id, key, str(exc)) from exc
+            steps[key] = np.concatenate(frames) if frames else np.zeros((0, 0, 0, 3), np.uint8)
+        if validate:
+            validate_steps(steps, episode_id, num_steps=meta.num_steps, state_names=meta.state_names or None)
+        return Episode(meta=meta, steps=steps, path=ep_dir)
+
+    def episodes(self, *, images: bool | Sequence[str] = False, tasks: Sequence[str] | None = None,
+                 validate: bool = True) -> Iterator[Episode]:
+        """Iterate over committed episodes (optionally of some tasks), oldest first."""
+        for eid in self.episode_ids():
+            if tasks is not None and self.meta(eid).task not in tasks:
+                continue
+            yield self.load(eid, images=images, validate=validate)
+
+    @staticmethod
+    def _image_keys(meta: EpisodeMeta, images: bool | Sequence[str]) -> list[str]:
+        if images is True:
+            return sorted(meta.image_codec)
+        if images is False:
+            return []
+        keys = []
+        for k in images:
+            full = k if k.startswith(OBS_PREFIX) else OBS_PREFIX + k
+            if full not in meta.image_codec:
+                raise EpisodeValidationError(meta.episode_id, full, f"no such image key (have "
+                                             f"{sorted(meta.image_codec)})")
+            keys.append(full)
+        return keys
+
+    # -- whole-store views -------------------------------------------------------------------------------
+    def partial(self) -> list[PartialEpisode]:
+        """Episodes that were started but never committed (being written now, or left by a crash)."""
+        out = []
+        now = time.time()
+        for p in sorted(self.root.glob(PARTIAL_PREFIX + "*")):
+            if not p.is_dir():
+                continue
+            eid = p.name[len(PARTIAL_PREFIX):]
+            task = None
+            try:
+                task = json.loads((p / "start.json").read_text(encoding="utf-8")).get("task")
+            except (OSError, ValueError):
+                pass
+            chunks = self._complete_chunks(p)
+            steps = 0
+            for c in chunks:
+                try:
+                    with np.load(c, allow_pickle=False) as z:
+                        steps += int(z[ACTION].shape[0])
+                except Exception:  # noqa: BLE001 - an unreadable chunk ends the recoverable prefix
+                    break
+            out.append(PartialEpisode(eid, p, task, len(chunks), steps, now - p.stat().st_mtime))
+        return out
+
+    def scan(self, validate: bool = True, verify_checksums: bool = False) -> StoreScan:
+        """Look at every directory: valid episodes, invalid ones (with the error) and partial ones."""
+        result = StoreScan(partial=self.partial())
+        for eid in self.episode_ids():
+            try:
+                if validate:
+                    meta = self.load(eid, images=False, verify_checksums=verify_checksums).meta
+                else:
+                    meta = self.meta(eid)
+            except EpisodeValidationError as exc:
+                result.invalid.append(exc)
+                continue
+            result.episodes.append(meta)
+        return result
+
+    def rebuild_index(self) -> Path:
+        """Rewrite index.json from the episode directories (it is only a cache; the directories are the truth)."""
+        entries = []
+        for eid in self.episode_ids():
+            try:
+                m = self.meta(eid)
+            except EpisodeValidationError as exc:
+                log.warning("%s", exc)
+                continue
+            entries.append({"episode_id": m.episode_id, "task": m.task, "instruction": m.instruction,
+                            "success": m.success, "num_steps": m.num_steps, "created_unix": m.created_unix,
+                            "recovered": m.recovered})
+        return atomic_write_json(self.root / "index.json", {"episodes": entries})
+
+    def index(self) -> list[dict[str, Any]]:
+        """The episode list from index.json, rebuilt first if it does not match the directories."""
+        path = self.root / "index.json"
+        ids = self.episode_ids()
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))["episodes"]
+            if [e["episode_id"] for e in entries] == ids:
+                return entries
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        self.rebuild_index()
+        return json.loads(path.read_text(encoding="utf-8"))["episodes"]
+
+    def _after_commit(self, meta: EpisodeMeta) -> None:
+        try:
+            self.rebuild_index()
+        except OSError as exc:  # the episode is committed; a stale index is rebuilt on the next read
+            log.warning("index.json not updated after committing %s: %s", meta.episode_id, exc)
+
+    # -- crash recovery ----------------------------------------------------------------------------------
+    @staticmethod
+    def _complete_chunks(partial_dir: Path) -> list[Path]:
+        """Chunk files in order, stopping at the first gap (atomic renames make each file all-or-nothing)."""
+        found = sorted((int(m.group(1)), p) for p in partial_dir.iterdir() if (m := _CHUNK_RE.match(p.name)))
+        out = []
+        for expect, (idx, p) in enumerate(found):
+            if idx != expect:
+                break
+            out.append(p)
+        return out
+
+    def recover(self, episode_id: str, min_age_s: float = 0.0) -> RecoveryResult:
+        """Commit the complete chunks of a partial episode (``recovered=True``, ``success=None``).
+
+        Use only on episodes whose writer is gone (``min_age_s`` guards against a live writer). An episode
+        without a readable start.json or without any complete chunk is ignored (left in place) and the
+        result says why; :meth:`discard_partial` removes it.
+        """
+        src = self.root / f"{PARTIAL_PREFIX}{episode_id}"
+        if not src.is_dir():
+            raise ValueError(f"no partial episode {episode_id!r} in {self.root}")
+        if time.time() - src.stat().st_mtime < min_age_s:
+            return RecoveryResult(episode_id, "ignored", f"modified less than {min_age_s} s ago (writer alive?)")
+        try:
+            meta = EpisodeMeta.from_json(json.loads((src / "start.json").read_text(encoding="utf-8")), episode_id)
+        except (OSError, ValueError) as exc:
+            return RecoveryResult(episode_id, "ignored", f"start.json unreadable: {exc}")
+        parts: list[dict[str, np.ndarray]] = []
+        chunks = []
+        for path in self._complete_chunks(src):
+            try:
+                arrays = _load_npz(path, episode_id)
+            except EpisodeValidationError as exc:
+                log.warning("recover %s: stopping at %s: %s", episode_id, path.name, exc)
+                break
+            parts.append(arrays)
+            data = path.read_bytes()
+            chunks.append({"file": path.name, "num_steps": int(arrays[ACTION].shape[0]),
+                           "sha256": hashlib.sha256(data).hexdigest()})
+        if not parts:
+            return RecoveryResult(episode_id, "ignored", "no complete chunk was written before the writer stopped")
+        lowdim_keys = [k for k in parts[0] if "@" not in k and not is_image_key(k)]
+        steps = {k: np.concatenate([p[k] for p in parts]) for k in lowdim_keys}
+        n = int(steps[ACTION].shape[0])
+        steps["is_first"] = np.arange(n) == 0
+        steps["is_last"] = np.arange(n) == n - 1
+        steps["is_terminal"] = np.zeros(n, dtype=bool)
+        for key in parts[0]:
+            base = key.split("@")[0]
+            if is_image_key(base):
+                meta.image_codec[base] = "raw" if "@" not in key else self._guess_codec(parts[0], base)
+        meta.success = None
+        meta.recovered = True
+        meta.num_steps = n
+        meta.chunks = chunks
+        meta.ended_unix = time.time()
+        try:
+            validate_steps(steps, episode_id, num_steps=n, state_names=meta.state_names or None)
+        except EpisodeValidationError as exc:
+            return RecoveryResult(episode_id, "ignored", f"complete chunks fail validation: {exc}")
+        for stale in src.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
+        for path in self._complete_chunks(src)[len(parts):]:
+            path.unlink()
+        atomic_write_bytes(src / "steps.npz", _npz_bytes(steps))
+        atomic_write_json(src / "meta.json", meta.to_json())
+        final = self.root / episode_id
+        os.rename(src, final)
+        fsync_dir(self.root)
+        self._after_commit(meta)
+        return RecoveryResult(episode_id, "recovered", f"{len(parts)} complete chunk(s)", n, final)
+
+    @staticmethod
+    def _guess_codec(arrays: Mapping[str, np.ndarray], key: str) -> str:
+        head = np.asarray(arrays[key + "@data"][:4]).tobytes()
+        return "png" if head.startswith(b"\x89PNG") else "jpeg"
+
+    def recover_all(self, min_age_s: float = 0.0) -> list[RecoveryResult]:
+        """:meth:`recover` every partial episode."""
+        return [self.recover(p.episode_id, min_age_s) for p in self.partial()]
+
+    def discard_partial(self, episode_id: str) -> None:
+        """Delete a partial episode directory."""
+        src = self.root / f"{PARTIAL_PREFIX}{episode_id}"
+        if not src.is_dir():
+            raise ValueError(f"no partial episode {episode_id!r} in {self.root}")
+        shutil.rmtree(src)

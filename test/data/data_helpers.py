@@ -1,0 +1,46 @@
+"""Shared helpers for the data tests: small synthetic episodes and fake ROS messages."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import numpy as np
+
+S = 1_000_000_000
+
+
+def header(t_ns: int, frame_id: str = "") -> NS:
+    return NS(stamp=NS(sec=t_ns // S, nanosec=t_ns % S), frame_id=frame_id)
+
+
+def fake_action(t_ns: int, value: float, gripper: float = 1.0) -> NS:
+    """Duck-typed EefDeltaAction: translation[0] carries ``value`` so tests can tell actions apart."""
+    return NS(header=header(t_ns), translation=np.array([value, 0.0, 0.0], np.float32),
+              rotation=np.zeros(3, np.float32), gripper=gripper)
+
+
+def fake_state(t_ns: int, value: float) -> NS:
+    """Duck-typed StateVector with two entries."""
+    return NS(header=header(t_ns), names=["x", "y"], values=[value, -value])
+
+
+def fake_image(t_ns: int, value: int, h: int = 8, w: int = 10) -> NS:
+    """Duck-typed rgb8 Image filled with ``value``."""
+    img = np.full((h, w, 3), value % 256, np.uint8)
+    return NS(header=header(t_ns), height=h, width=w, encoding="rgb8", is_bigendian=0, step=w * 3,
+              data=img.reshape(-1))
+
+
+def synthetic_steps(n: int, seed: int = 0, h: int = 24, w: int = 32) -> list[dict]:
+    """n steps with a state, an image and a 7-D action, deterministic in ``seed``."""
+    rng = np.random.default_rng(seed)
+    steps = []
+    for i in range(n):
+        steps.append({
+            "observation": {"state": rng.normal(size=4).astype(np.float32),
+                            "image_primary": rng.integers(0, 256, (h, w, 3), dtype=np.uint8)},
+            "action": rng.normal(size=7).astype(np.float32),
+            "stamp_ns": 1_000 + i * 200_000_000,
+            "stamps": {"action": 1_000 + i * 200_000_000, "observation/state": 900 + i * 200_000_000},
+        })
+    return steps
