@@ -53,20 +53,6 @@ def load_transitions(dataset_dir: str | Path, tasks: Sequence[str] = ()) -> Tran
     return concat(parts)
 
 
-def select(data: Mapping[str, np.ndarray], mask: np.ndarray) -> Transitions:
-    """Rows of ``data`` where ``mask`` is True."""
-    return {k: np.asarray(v)[mask] for k, v in data.items()}
-
-
-def subsample(data: Mapping[str, np.ndarray], max_rows: int, rng: np.random.Generator) -> Transitions:
-    """At most ``max_rows`` rows, drawn without replacement (order kept); all rows if there are fewer."""
-    n = len(data["task"])
-    if n <= max_rows:
-        return dict(data)
-    idx = np.sort(rng.choice(n, size=max_rows, replace=False))
-    return {k: np.asarray(v)[idx] for k, v in data.items()}
-
-
 def concat(parts: Sequence[Mapping[str, np.ndarray]]) -> Transitions:
     """Row-wise concatenation of transitions dicts with the same keys."""
     if not parts:
@@ -74,19 +60,14 @@ def concat(parts: Sequence[Mapping[str, np.ndarray]]) -> Transitions:
     return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
 
 
-def hallucinate(policy: Any, rows: Mapping[str, np.ndarray], task: str, rng: np.random.Generator,
-                seed: int = 0) -> Transitions:
-    """``rows`` relabelled with ``task`` and labelled with the policy's sampled action chunk row 0 (a hallucinated
-    demonstration of ``task`` at these states; the label is sampled, never the model's mean: DESIGN pitfall)."""
-    out = {k: np.asarray(v).copy() for k, v in rows.items()}
-    n = len(out["task"])
-    out["task"] = np.asarray([task] * n, dtype=object)
-    sample = getattr(policy, "sample_actions", None)
-    if sample is not None:
-        out["action"] = np.asarray(sample(out, seed=seed), dtype=np.float32).reshape(n, -1)[:, : out["action"].shape[1]]
-    else:
-        acts = [np.asarray(policy.act({"state": s}, task))[0] for s in out["state"]]
-        out["action"] = np.asarray(acts, dtype=np.float32)
+def split_episodes(data: Mapping[str, np.ndarray], frames: int) -> list[Transitions]:
+    """One transitions dict per episode, each cut to at most ``frames`` evenly spaced steps (first and last kept)."""
+    out = []
+    index = np.asarray(data["episode_index"])
+    for e in np.unique(index):
+        rows = np.flatnonzero(index == e)
+        keep = rows[np.unique(np.linspace(0, len(rows) - 1, num=min(frames, len(rows))).round().astype(int))]
+        out.append({k: np.asarray(v)[keep] for k, v in data.items()})
     return out
 
 

@@ -1,14 +1,14 @@
 """What task_selector does per /amf/next_task request, without ROS: demo counts from the store, loss-gradient
 embeddings from its own copy of the policy, the configured selector from amf_ros.core, a decision with every score.
 
-AMF-NN as the package implements it (paper Sec. 4, App. E, M; DESIGN.md "AMF, as the package implements it"):
-  * data points: every recorded (state, task, action) of the store (subsampled to ``max_data_points``), features
-    phi = the policy's loss-gradient embeddings (label = the demonstrated action);
-  * hallucinated demonstration of a candidate c': the recorded states of c' relabelled with c' and labelled with the
-    policy's own sampled action (DESIGN pitfall: never the model's mean prediction); before c' has a recording, the
-    states of every episode relabelled with c';
-  * targets: the recorded states of each task with that task (importance weight 1 if demonstrated for the task, 0
-    otherwise: deterministic/diffusion policies, eq. 4), subsampled to ``max_target_points`` per task.
+AMF-NN exactly as ``amf bench metaworld`` computes it (paper Sec. 4, App. E, M.3.3), so that the ROS loop and the
+benchmark make the same decisions:
+  * features phi = the policy's loss-gradient embeddings of recorded steps (label = the demonstrated action), at
+    ``frames_per_episode`` evenly spaced steps of every episode;
+  * data: every recorded episode with its own task;
+  * targets: the same states with their own task (importance weight 1 when demonstrated for that task, 0
+    otherwise: deterministic/diffusion policies, eq. 4), each task weighted equally (mu_c uniform);
+  * a candidate c': its recorded demonstrations, each one alternative hallucinated demonstration (equal weights).
 """
 
 from __future__ import annotations
@@ -53,12 +53,12 @@ class TaskSelection:
         dataset_dir: the episode store.
         seed: RNG seed (selector tie breaks / random draws, subsampling).
         form, noise_var, prior_var: AMF criterion settings (App. E).
-        max_target_points, max_data_points: subsample sizes (bound the criterion's cost).
+        frames_per_episode: steps of each episode used as data/target points (bounds the criterion's cost).
     """
 
     def __init__(self, selector: str, instructions: Mapping[str, str], dataset_dir: str | Path, seed: int = 0,
                  form: str = "log_variance", noise_var: float = 1.0, prior_var: float = 1.0,
-                 max_target_points: int = 256, max_data_points: int = 1024) -> None:
+                 frames_per_episode: int = 16) -> None:
         from amf_ros.core.selectors import make_selector
 
         if not instructions:
@@ -70,7 +70,7 @@ class TaskSelection:
         self.rng = np.random.default_rng(seed)
         self.seed = int(seed)
         self.form, self.noise_var, self.prior_var = form, float(noise_var), float(prior_var)
-        self.max_target_points, self.max_data_points = int(max_target_points), int(max_data_points)
+        self.frames_per_episode = int(frames_per_episode)
         self.pretrain_counts: dict[str, int] | None = None
         self._policy: Any = None
         self.checkpoint: str = ""
@@ -115,7 +115,7 @@ class TaskSelection:
         scores = [float(selection.scores.get(c, float("nan"))) for c in cands]
         chosen = list(selection.tasks)
         msg = (f"{self.selector_name}: {'warm start, ' if selection.warm_start else ''}chose {chosen} "
-               f"(counts {demo_counts})")
+               f"(counts {demo_counts}); policy: {self.checkpoint or 'none'}")
         return Decision(task=chosen[0], instruction=self.instructions[chosen[0]], selected_tasks=chosen,
                         tasks=cands, scores=scores, demo_counts=[demo_counts[c] for c in cands],
                         warm_start=bool(selection.warm_start), selector=self.selector_name,
@@ -134,34 +134,26 @@ class TaskSelection:
         data = datasets.load_transitions(self.dataset_dir)
         if data is None:
             raise ValueError(f"selector 'amf' needs recorded episodes; none in {str(self.dataset_dir)!r}")
-        rng = np.random.default_rng(self.seed)
-        data = datasets.subsample(data, self.max_data_points, rng)
-        data_phi = np.asarray(policy.embed(data), dtype=np.float64)
-        states_of = {t: datasets.select(data, data["task"] == t) for t in self.instructions}
-        target_rows, target_w = [], []
-        for t, rows in states_of.items():
-            if len(rows["task"]) == 0:
-                continue
-            rows = datasets.subsample(rows, self.max_target_points, rng)
-            target_rows.append(datasets.hallucinate(policy, rows, t, rng, self.seed))
-            target_w.append(np.ones(len(rows["task"])))
-        targets = datasets.concat(target_rows)
-        target_phi = np.asarray(policy.embed(targets), dtype=np.float64)
-        cache: dict[str, np.ndarray] = {}
+        episodes = datasets.split_episodes(data, self.frames_per_episode)
+        phi = [np.asarray(policy.embed(ep), dtype=np.float64) for ep in episodes]
+        task_of = [str(ep["task"][0]) for ep in episodes]
+        per_task: dict[str, list[int]] = {}
+        for i, t in enumerate(task_of):
+            per_task.setdefault(t, []).append(i)
+        # Targets: every recorded state with its own task (w = 1), each task weighted equally (mu_c uniform).
+        weights = np.concatenate([np.full(len(phi[i]), 1.0 / (len(per_task[t]) * len(phi[i])))
+                                  for i, t in enumerate(task_of)])
+        data_phi = np.concatenate(phi)
 
-        def candidate_phi(task: str) -> np.ndarray:
-            if task not in cache:
-                rows = states_of.get(task)
-                if rows is None or len(rows["task"]) == 0:
-                    rows = data
-                rows = datasets.subsample(rows, self.max_target_points, rng)
-                cache[task] = np.asarray(policy.embed(datasets.hallucinate(policy, rows, task, rng, self.seed)),
-                                         dtype=np.float64)
-            return cache[task]
+        def candidate(task: str) -> tuple[list[np.ndarray], np.ndarray]:
+            idx = per_task.get(task)
+            if not idx:
+                raise ValueError(f"no recorded episode of candidate {task!r} to hallucinate from (warm start "
+                                 "demonstrates every candidate once first)")
+            return [phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
 
         # Importance weights are 0/1 per trajectory (eq. 4, deterministic policy), so the effective sample size of
         # task c's weights is its number of demonstrated episodes.
-        ess = {t: float(len(np.unique(rows["episode_index"]))) for t, rows in states_of.items()}
-        return feature_score_fn(data_phi, candidate_phi, target_phi, np.concatenate(target_w),
-                                noise_var=self.noise_var, prior_var=self.prior_var, form=self.form,
-                                info={"effective_sample_size": ess})
+        ess = {t: float(len(v)) for t, v in per_task.items()}
+        return feature_score_fn(data_phi, candidate, data_phi, weights, noise_var=self.noise_var,
+                                prior_var=self.prior_var, form=self.form, info={"effective_sample_size": ess})

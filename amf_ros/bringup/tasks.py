@@ -26,6 +26,18 @@ def read_instructions(path: str | Path) -> dict[str, str]:
     return out
 
 
+def read_max_steps(path: str | Path) -> dict[str, int]:
+    """``{key: max_steps}`` of the entries of a task file that give one."""
+    import yaml
+
+    from amf_ros.bringup.graph import resolve_config
+
+    with open(resolve_config(path), encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh) or {}
+    return {str(e["key"]): int(e["max_steps"]) for e in doc.get("tasks", []) if isinstance(e, dict)
+            and "key" in e and "max_steps" in e}
+
+
 def task_set(tasks_file: str, policy: Any = None, keys: Sequence[str] = ()) -> dict[str, str]:
     """The configured task set: ``tasks_file`` if given, else the policy's own tasks; restricted to ``keys``."""
     if tasks_file:

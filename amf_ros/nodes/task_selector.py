@@ -33,7 +33,7 @@ class TaskSelectorNode(Node):
         self.selection = TaskSelection(
             self.p["selector"], task_set(self.p["tasks_file"], policy, self.p["tasks"]), self.p["dataset_dir"],
             seed=self.p["seed"], form=self.p["form"], noise_var=self.p["noise_var"], prior_var=self.p["prior_var"],
-            max_target_points=self.p["max_target_points"], max_data_points=self.p["max_data_points"])
+            frames_per_episode=self.p["frames_per_episode"])
         if policy is not None:
             self.selection.set_policy(policy, checkpoint, self._pretrain_counts(policy))
         self.reloads = 0

@@ -18,12 +18,9 @@ PARAMS = (
           choices=("log_variance", "variance")),
     Param("noise_var", 1.0, "Observation noise variance of the GP view of the policy.", range=(1e-9, 1e9)),
     Param("prior_var", 1.0, "Prior variance of the GP view (scales the loss-gradient kernel).", range=(1e-9, 1e9)),
-    Param("max_target_points", 256, "Subsample of recorded states used as target points per task.",
+    Param("frames_per_episode", 16, "Evenly spaced steps of every recorded episode used as data and target "
+          "points of the criterion (the Metaworld benchmark's frames_per_demo; bounds the cost).",
           range=(1, 100000)),
-    Param("max_data_points", 1024, "Subsample of recorded (state, task) pairs conditioning the posterior.",
-          range=(1, 1000000)),
-    Param("embedding_dim", 256, "Random projection size of loss-gradient embeddings (0 = none).",
-          range=(0, 1000000)),
     Param("pretrain_counts", True, "Count the checkpoint's pre-training demonstrations in demo_counts "
           "(only the rebalancing selector uses them)."),
 )

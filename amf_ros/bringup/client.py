@@ -1,0 +1,179 @@
+"""A blocking Python client of the AMF graph (services, actions, topics), for `amf run`, tests and benchmarks.
+
+Why: the main job, the process-level tests and `amf bench ros-latency` all drive the same nodes the same way an
+operator would; this wraps rclpy's async clients with timeouts in ONE place. It owns an rclpy node spun by a
+background MultiThreadedExecutor, so its blocking methods must be called from a plain thread, never from inside a
+ROS callback.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from rclpy.action import ActionClient
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+from amf_ros.action import FineTune, RunPolicy
+from amf_ros.msg import CheckpointInfo, EefDeltaAction, EpisodeInfo, RecorderStatus
+from amf_ros.srv import EndEpisode, NextTask, ResetTask, StartEpisode, TaskSuccess
+
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+RELIABLE_50 = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+
+
+class ROSCallError(RuntimeError):
+    """A service/action did not answer in time, or answered ok=false when the caller required ok."""
+
+
+def _wait(future: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while not future.done():
+        if time.monotonic() > deadline:
+            raise ROSCallError(f"{what}: no answer within {timeout:.0f} s")
+        time.sleep(0.005)
+    return future.result()
+
+
+@dataclass
+class Observed:
+    """Messages seen on the graph's topics (appended by subscription callbacks)."""
+
+    episodes: list[Any] = field(default_factory=list)  # EpisodeInfo
+    checkpoints: list[Any] = field(default_factory=list)  # CheckpointInfo
+    actions: list[tuple[float, Any]] = field(default_factory=list)  # (monotonic receive time, EefDeltaAction)
+    status: Any = None  # latest RecorderStatus
+
+
+class AMFClient:
+    """Blocking calls into a running AMF graph (default names from docs/contracts.md).
+
+    Args:
+        name: node name of this client; record_actions: keep every /amf/action message (for rate checks).
+    """
+
+    def __init__(self, name: str = "amf_client", record_actions: bool = False) -> None:
+        self.node = Node(name)
+        self.seen = Observed()
+        self._lock = threading.Lock()
+        n = self.node
+        self.next_task_cli = n.create_client(NextTask, "/amf/next_task")
+        self.reset_cli = n.create_client(ResetTask, "/amf/sim/reset")
+        self.success_cli = n.create_client(TaskSuccess, "/amf/sim/success")
+        self.start_cli = n.create_client(StartEpisode, "/amf/recorder/start_episode")
+        self.end_cli = n.create_client(EndEpisode, "/amf/recorder/end_episode")
+        self.fine_tune_cli = ActionClient(n, FineTune, "/amf/fine_tune")
+        self.run_cli = ActionClient(n, RunPolicy, "/amf/run_policy")
+        n.create_subscription(EpisodeInfo, "/amf/episodes", lambda m: self._add(self.seen.episodes, m), RELIABLE_50)
+        n.create_subscription(CheckpointInfo, "/amf/checkpoint", lambda m: self._add(self.seen.checkpoints, m),
+                              LATCHED)
+        n.create_subscription(RecorderStatus, "/amf/recorder/status", self._on_status, LATCHED)
+        if record_actions:
+            n.create_subscription(EefDeltaAction, "/amf/action",
+                                  lambda m: self._add(self.seen.actions, (time.monotonic(), m)), RELIABLE_50)
+        self.executor = MultiThreadedExecutor(num_threads=2)
+        self.executor.add_node(n)
+        self._thread = threading.Thread(target=self.executor.spin, name="amf_client", daemon=True)
+        self._thread.start()
+
+    def _add(self, target: list, item: Any) -> None:
+        with self._lock:
+            target.append(item)
+
+    def _on_status(self, msg: Any) -> None:
+        self.seen.status = msg
+
+    def close(self) -> None:
+        """Stop spinning and destroy the node (rclpy itself stays initialised)."""
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self._thread.join(timeout=5)
+
+    # -- waiting -------------------------------------------------------------------------------------------
+    def wait_ready(self, timeout: float = 60.0, sim: bool = True, recorder: bool = True) -> None:
+        """Wait until every service/action server of the graph is discoverable."""
+        deadline = time.monotonic() + timeout
+        clients = [self.next_task_cli] + ([self.reset_cli, self.success_cli] if sim else []) + \
+            ([self.start_cli, self.end_cli] if recorder else [])
+        for cli in clients:
+            if not cli.wait_for_service(timeout_sec=max(0.1, deadline - time.monotonic())):
+                raise ROSCallError(f"service {cli.srv_name} did not appear within {timeout:.0f} s")
+        for acli, name in ((self.fine_tune_cli, "/amf/fine_tune"), (self.run_cli, "/amf/run_policy")):
+            if not acli.wait_for_server(timeout_sec=max(0.1, deadline - time.monotonic())):
+                raise ROSCallError(f"action {name} did not appear within {timeout:.0f} s")
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll ``predicate`` until true (ROSCallError naming ``what`` after ``timeout`` s)."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise ROSCallError(f"timed out after {timeout:.0f} s waiting for {what}")
+            time.sleep(0.02)
+
+    # -- services ------------------------------------------------------------------------------------------
+    def _call(self, cli: Any, request: Any, timeout: float, require_ok: bool) -> Any:
+        if not cli.wait_for_service(timeout_sec=timeout):
+            raise ROSCallError(f"service {cli.srv_name} is not available")
+        resp = _wait(cli.call_async(request), timeout, cli.srv_name)
+        if require_ok and not getattr(resp, "ok", True):
+            raise ROSCallError(f"{cli.srv_name} refused: {resp.message}")
+        return resp
+
+    def next_task(self, candidates: list[str] | None = None, batch_size: int = 1, timeout: float = 120.0,
+                  require_ok: bool = True) -> Any:
+        return self._call(self.next_task_cli, NextTask.Request(candidate_tasks=list(candidates or []),
+                                                               batch_size=batch_size), timeout, require_ok)
+
+    def reset(self, task: str, seed: int = -1, timeout: float = 60.0) -> Any:
+        return self._call(self.reset_cli, ResetTask.Request(task=task, seed=seed), timeout, True)
+
+    def success(self, timeout: float = 30.0) -> Any:
+        return self._call(self.success_cli, TaskSuccess.Request(), timeout, True)
+
+    def start_episode(self, task: str, instruction: str = "", timeout: float = 30.0, require_ok: bool = True) -> Any:
+        return self._call(self.start_cli, StartEpisode.Request(task=task, instruction=instruction), timeout,
+                          require_ok)
+
+    def end_episode(self, episode_id: str, success: bool = True, discard: bool = False, timeout: float = 30.0,
+                    require_ok: bool = True) -> Any:
+        return self._call(self.end_cli, EndEpisode.Request(episode_id=episode_id, success=success,
+                                                           discard=discard), timeout, require_ok)
+
+    def wait_episode(self, episode_id: str, timeout: float) -> Any:
+        """The EpisodeInfo announced for ``episode_id`` (the recorder commits it when the operator ends it)."""
+        def find() -> Any:
+            with self._lock:
+                return next((e for e in self.seen.episodes if e.episode_id == episode_id), None)
+        self.wait_for(lambda: find() is not None, timeout, f"episode {episode_id} on /amf/episodes")
+        return find()
+
+    # -- actions -------------------------------------------------------------------------------------------
+    def _action(self, cli: Any, goal: Any, timeout: float, what: str,
+                feedback: Callable[[Any], None] | None = None) -> Any:
+        if not cli.wait_for_server(timeout_sec=min(timeout, 30.0)):
+            raise ROSCallError(f"action {what} is not available")
+        cb = (lambda fb: feedback(fb.feedback)) if feedback else None
+        handle = _wait(cli.send_goal_async(goal, feedback_callback=cb), 30.0, f"{what} goal")
+        if not handle.accepted:
+            raise ROSCallError(f"{what}: goal rejected")
+        return _wait(handle.get_result_async(), timeout, f"{what} result").result
+
+    def fine_tune(self, steps: int = 0, tasks: list[str] | None = None, timeout: float = 600.0,
+                  feedback: Callable[[Any], None] | None = None) -> Any:
+        """Run /amf/fine_tune to completion; returns FineTune.Result (check .ok)."""
+        return self._action(self.fine_tune_cli, FineTune.Goal(steps=steps, tasks=list(tasks or [])), timeout,
+                            "/amf/fine_tune", feedback)
+
+    def send_fine_tune(self, steps: int = 0) -> Any:
+        """Start a fine-tune without waiting; returns the goal handle's result future (for background load)."""
+        handle = _wait(self.fine_tune_cli.send_goal_async(FineTune.Goal(steps=steps)), 30.0, "/amf/fine_tune goal")
+        return handle.get_result_async()
+
+    def run_policy(self, task: str, max_steps: int = 0, timeout: float = 300.0) -> Any:
+        """Run /amf/run_policy to completion; returns RunPolicy.Result (check .ok, .success)."""
+        return self._action(self.run_cli, RunPolicy.Goal(task=task, max_steps=max_steps), timeout,
+                            "/amf/run_policy")

@@ -1,0 +1,201 @@
+"""`amf run`: the main job. The whole AMF loop on the embedded simulation, over real ROS 2, every node a process.
+
+    amf run                                  # defaults: 10 rounds (6 warm start + 4 AMF), about 10 min on 2 cores
+    amf run --rounds 12 --selector uniform --out runs/demo
+
+1. A pre-trained policy: `amf pretrain` on a mismatched allocation (scripted demonstrations of half of the tasks:
+   the robot arrives knowing some tasks, not others), made on the first run and cached under ``--cache``.
+2. The nodes of launch/sim.launch.py (amf_ros.bringup.graph) as processes: policy_server, task_selector,
+   demo_recorder, sim_bridge (Metaworld), scripted_teleop (the scripted expert stands in for the human).
+3. Round 0 evaluates the pre-trained policy; then every round: /amf/next_task -> /amf/sim/reset -> StartEpisode ->
+   the scripted operator demonstrates and ends the episode -> /amf/fine_tune -> evaluation of every task through
+   /amf/run_policy. Prints a table per round, writes results.json and a plot into the run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from amf_ros.bringup import graph
+from amf_ros.bringup.params import schema
+
+log = logging.getLogger("amf.run")
+
+DEMO_SEED_OFFSET = 10_000  # demonstration scenes: 10_000 + round; evaluation scenes: EVAL_SEED_OFFSET + episode
+EVAL_SEED_OFFSET = 1_000_000
+
+
+@dataclass
+class LoopConfig:
+    """Settings of `amf run` (every field is a flag; results.json records them)."""
+
+    rounds: int = 10
+    """Selection rounds (the first |tasks| rounds are AMF's warm start: each task once)."""
+    selector: str = "amf"
+    """task_selector's selector: amf | uniform | round_robin."""
+    config: str = "config/sim.yaml"
+    """Params YAML of the nodes (launch/sim.launch.py uses the same)."""
+    out: str = "runs/demo"
+    """Parent of the run directory (dataset, checkpoints, node logs, results.json, plot)."""
+    cache: str = "runs/cache"
+    """Where the pre-trained checkpoint is cached (made by `amf pretrain` on first use)."""
+    checkpoint: str = ""
+    """Start from this checkpoint instead of the cached pre-trained one."""
+    fine_tune_steps: int = 300
+    """Gradient steps per /amf/fine_tune."""
+    eval_episodes: int = 1
+    """Evaluation episodes per task per round (fixed scenes, the same every round)."""
+    eval_max_steps: int = 0
+    """Step limit of an evaluation episode (0 = policy_server's max_steps)."""
+    seed: int = 0
+    """Seed of the pre-training and of the nodes."""
+    startup_timeout_s: float = 180.0
+    """How long the nodes may take to come up (torch import, checkpoint load)."""
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be >= 1, got {self.rounds=}")
+        if self.selector not in ("amf", "uniform", "round_robin"):
+            raise ValueError(f"selector must be amf | uniform | round_robin, got {self.selector=}")
+        if self.eval_episodes < 0 or self.fine_tune_steps < 1:
+            raise ValueError(f"bad eval_episodes/fine_tune_steps, got {self.eval_episodes=} {self.fine_tune_steps=}")
+
+
+def node_overrides(run_dir: Path, cfg: LoopConfig) -> dict[str, list[str]]:
+    """Per-node `-p` overrides: this run's dataset/checkpoint dirs, selector and seed (only declared names)."""
+    values = {"dataset_dir": str(run_dir / "dataset"), "checkpoint_dir": str(run_dir / "checkpoints"),
+              "selector": cfg.selector, "seed": cfg.seed}
+    out: dict[str, list[str]] = {}
+    for node in graph.SIM_NODES:
+        declared = {p.name for p in schema(node)}
+        args: list[str] = []
+        for key, value in values.items():
+            if key in declared:
+                args += ["-p", f"{key}:={value}"]
+        out[node] = args
+    return out
+
+
+def run_loop(cfg: LoopConfig) -> dict[str, Any]:
+    """Run the loop; returns the results dict (also written to ``<run dir>/results.json``)."""
+    import rclpy
+
+    from amf_ros.bringup.client import AMFClient
+    from amf_ros.bringup.loop_report import evaluate, print_round, write_outputs
+    from amf_ros.bringup.pretrained import ensure_pretrained
+    from amf_ros.bringup.processes import NodeProcesses
+    from amf_ros.bringup.tasks import read_instructions, read_max_steps
+
+    t_start = time.monotonic()
+    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else ensure_pretrained(Path(cfg.cache), seed=cfg.seed)
+    run_dir = Path(cfg.out) / time.strftime("run_%Y%m%d_%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=False)
+    specs = graph.sim_plan(cfg.config, checkpoint=str(checkpoint.resolve()))
+    tasks_file = _yaml_value(specs[0].params_file, "task_selector", "tasks_file") or "config/tasks/metaworld.yaml"
+    instructions = read_instructions(tasks_file)
+    max_steps = read_max_steps(tasks_file)
+    env = _ros_env()
+    log.info("run dir %s, ROS_DOMAIN_ID=%s, pre-trained checkpoint %s", run_dir, env["ROS_DOMAIN_ID"], checkpoint)
+    results: dict[str, Any] = {"benchmark": "amf-run", "config": dataclasses.asdict(cfg), "metric": "success",
+                               "tasks": list(instructions), "pretrained_checkpoint": str(checkpoint),
+                               "run_dir": str(run_dir), "rounds": []}
+    procs = NodeProcesses(specs, log_dir=run_dir / "logs", env=env, extra_args=node_overrides(run_dir, cfg))
+    with procs:
+        rclpy.init()
+        client = AMFClient("amf_run")
+        try:
+            _checked(procs, lambda: client.wait_ready(timeout=cfg.startup_timeout_s), "bring-up")
+            row = {"round": 0, "task": "", "evaluation": evaluate(client, list(instructions), cfg, max_steps)}
+            results["rounds"].append(row)
+            print_round(row, list(instructions))
+            for r in range(1, cfg.rounds + 1):
+                row = _checked(procs, lambda r=r: _one_round(client, r, cfg), f"round {r}")
+                row["evaluation"] = _checked(procs, lambda: evaluate(client, list(instructions), cfg, max_steps),
+                                             f"evaluation of round {r}")
+                results["rounds"].append(row)
+                print_round(row, list(instructions))
+        finally:
+            client.close()
+            rclpy.try_shutdown()
+    results["wall_time_s"] = time.monotonic() - t_start
+    write_outputs(results, run_dir)
+    return results
+
+
+def _one_round(client: Any, r: int, cfg: LoopConfig) -> dict[str, Any]:
+    """next_task -> reset -> StartEpisode -> (scripted operator demonstrates, ends it) -> fine_tune."""
+    t0 = time.monotonic()
+    d = client.next_task()
+    t_select = time.monotonic() - t0
+    client.reset(d.task, seed=DEMO_SEED_OFFSET + 100 * cfg.seed + r)
+    ep = client.start_episode(d.task, d.instruction)
+    info = client.wait_episode(ep.episode_id, timeout=300.0)
+    ft = client.fine_tune(steps=cfg.fine_tune_steps, timeout=1800.0)
+    if not ft.ok:
+        raise RuntimeError(f"fine_tune failed: {ft.message}")
+    return {"round": r, "task": d.task, "instruction": d.instruction, "warm_start": bool(d.warm_start),
+            "scores": dict(zip(d.tasks, map(float, d.scores))), "demo_counts": dict(zip(d.tasks, map(int,
+            d.demo_counts))), "selector_time_s": float(d.compute_time), "next_task_round_trip_s": t_select,
+            "episode": {"id": info.episode_id, "steps": int(info.num_steps), "success": bool(info.success)},
+            "fine_tune": {"checkpoint": ft.checkpoint, "final_loss": float(ft.final_loss),
+                          "alphas": dict(zip(ft.tasks, map(float, ft.alphas)))},
+            "round_time_s": time.monotonic() - t0}
+
+
+def _checked(procs: Any, fn: Any, what: str) -> Any:
+    """Run ``fn``; if it fails and a node has died, say which node and show the end of its log."""
+    try:
+        return fn()
+    except Exception as exc:
+        dead = procs.dead()
+        if dead:
+            tails = "\n".join(f"--- {n} (exit {c}) ---\n{procs.log_tail(n)}" for n, c in dead.items())
+            raise RuntimeError(f"{what} failed ({exc}); node(s) died:\n{tails}") from exc
+        raise
+
+
+def _ros_env() -> dict[str, str]:
+    """This run's DDS isolation: a ROS_DOMAIN_ID of its own (unless set) and loopback-only discovery."""
+    if not os.environ.get("ROS_DOMAIN_ID"):
+        import random
+
+        os.environ["ROS_DOMAIN_ID"] = str(random.randint(1, 100))
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    return {"ROS_DOMAIN_ID": os.environ["ROS_DOMAIN_ID"],
+            "ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"]}
+
+
+def _yaml_value(path: str, node: str, key: str) -> Any:
+    import yaml
+
+    with open(path, encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh) or {}
+    return ((doc.get(node) or {}).get("ros__parameters") or {}).get(key)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of `amf run`, one per LoopConfig field."""
+    p = argparse.ArgumentParser(prog="amf run", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in dataclasses.fields(LoopConfig):
+        p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
+                       help=(LoopConfig.__dataclass_fields__[f.name].metadata.get("help") or f.name))
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    """Entry point of `amf run`."""
+    logging.basicConfig(level=logging.INFO, format="[amf run] %(message)s")
+    args = build_parser().parse_args(list(argv))
+    cfg = LoopConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LoopConfig)})
+    results = run_loop(cfg)
+    print(f"\nresults: {results['run_dir']}/results.json  plot: {results['run_dir']}/amf_run.png  "
+          f"wall time {results['wall_time_s']:.0f} s")
+    return 0

@@ -1,0 +1,86 @@
+"""Evaluation through /amf/run_policy and the per-round table, results.json and plot of `amf run`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from amf_ros.atomic import atomic_write_json
+from amf_ros.bench.results import format_table, save_figure
+
+log = logging.getLogger("amf.run")
+
+
+def evaluate(client: Any, tasks: Sequence[str], cfg: Any, max_steps: Mapping[str, int] | None = None) -> dict:
+    """Success rate per task: reset the sim to fixed evaluation scenes and run the policy through run_policy.
+
+    Returns ``{"success": {task: rate}, "steps": {task: mean steps}, "mean_period_s": float}``.
+    """
+    from amf_ros.bringup.loop import EVAL_SEED_OFFSET
+
+    success, steps, periods = {}, {}, []
+    for task in tasks:
+        wins, n_steps = [], []
+        for e in range(cfg.eval_episodes):
+            client.reset(task, seed=EVAL_SEED_OFFSET + e)
+            limit = cfg.eval_max_steps or int((max_steps or {}).get(task, 0))
+            res = client.run_policy(task, max_steps=limit, timeout=600.0)
+            if not res.ok:
+                raise RuntimeError(f"run_policy {task} failed: {res.message}")
+            wins.append(bool(res.success))
+            n_steps.append(int(res.steps))
+            if res.mean_period_s > 0:
+                periods.append(float(res.mean_period_s))
+        success[task] = float(np.mean(wins)) if wins else float("nan")
+        steps[task] = float(np.mean(n_steps)) if n_steps else float("nan")
+    return {"success": success, "steps": steps,
+            "mean_period_s": float(np.mean(periods)) if periods else float("nan")}
+
+
+def print_round(row: Mapping[str, Any], tasks: Sequence[str]) -> None:
+    """One table per round: per task the score, demo count and success; then the round's summary line."""
+    ev = row["evaluation"]["success"]
+    scores, counts = row.get("scores", {}), row.get("demo_counts", {})
+    rows = [[("-> " if t == row.get("task") else "   ") + t, scores.get(t, float("nan")), counts.get(t, ""),
+             ev.get(t, float("nan"))] for t in tasks]
+    head = (f"round {row['round']}: pre-trained policy" if row["round"] == 0 else
+            f"round {row['round']}: demonstrate '{row['task']}'"
+            f"{' (warm start)' if row.get('warm_start') else ''}, episode {row['episode']['steps']} steps, "
+            f"fine-tune loss {row['fine_tune']['final_loss']:.4f}, round {row['round_time_s']:.0f} s")
+    print(f"\n{head}\n" + format_table(["task", "score", "demos before", "success"], rows)
+          + f"\nmean success {np.nanmean(list(ev.values())):.3f}", flush=True)
+
+
+def write_outputs(results: dict, run_dir: Path) -> None:
+    """results.json, a summary table file and the plot (success per task and mean vs round; demo counts)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = results["tasks"]
+    rounds = [r["round"] for r in results["rounds"]]
+    succ = np.array([[r["evaluation"]["success"][t] for t in tasks] for r in results["rounds"]])  # (R, T)
+    results["summary"] = {"mean_success": np.nanmean(succ, axis=1).tolist(),
+                          "final_success": dict(zip(tasks, succ[-1].tolist())),
+                          "chosen": [r["task"] for r in results["rounds"][1:]]}
+    atomic_write_json(run_dir / "results.json", results)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for j, t in enumerate(tasks):
+        ax1.plot(rounds, succ[:, j], marker="o", alpha=0.5, label=t)
+    ax1.plot(rounds, np.nanmean(succ, axis=1), color="k", linewidth=2.5, label="mean")
+    ax1.set_xlabel("round")
+    ax1.set_ylabel(f"success ({results['config']['eval_episodes']} eval episode(s) per task)")
+    ax1.set_title(f"amf run: selector {results['config']['selector']}")
+    ax1.legend(fontsize=7)
+    ax1.grid(alpha=0.3)
+    counts = {t: sum(1 for r in results["rounds"][1:] if r["task"] == t) for t in tasks}
+    ax2.bar(range(len(tasks)), [counts[t] for t in tasks])
+    ax2.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right")
+    ax2.set_ylabel("demonstrations requested")
+    ax2.set_title("tasks chosen by /amf/next_task")
+    save_figure(fig, run_dir / "amf_run.png")
+    plt.close(fig)
