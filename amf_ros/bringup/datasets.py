@@ -1,8 +1,8 @@
 """Glue between the episode store, the transitions dict and the policy, shared by policy_server and task_selector.
 
 ``transitions`` = dict of numpy arrays with N rows (policies/base.py): ``state`` (N, S), ``task`` (N,) task keys,
-``action`` (N, A), ``episode_index`` (N,), ``step`` (N,). The action is the simulator's native action when every
-episode recorded it (the Metaworld policy is trained in its native 4-D space), else the 7-D wire action.
+``action`` (N, A), ``episode_index`` (N,), ``step`` (N,). The action is the simulator's native action for a Metaworld policy (trained
+in its native 4-D space) and the 7-D wire action otherwise.
 """
 
 from __future__ import annotations
@@ -29,28 +29,33 @@ def demo_counts(dataset_dir: str | Path) -> dict[str, int]:
     return counts
 
 
-def load_transitions(dataset_dir: str | Path, tasks: Sequence[str] = ()) -> Transitions | None:
+ACTION_KEYS = {"metaworld": "action_native", "eef7": "action"}
+"""Which recorded action the policy is trained on, per action space (Metaworld policies act natively in 4-D)."""
+
+
+def load_transitions(dataset_dir: str | Path, tasks: Sequence[str] = (),
+                     action_space: str = "metaworld") -> Transitions | None:
     """Every step of every complete episode (optionally only ``tasks``) as transitions; None if there are none.
 
-    Uses ``action_native`` when every selected episode has it (Metaworld policies act in the native space).
+    Args:
+        action_space: "metaworld" -> the native action (``action_native``), "eef7" -> the 7-D wire action.
     """
-    from amf_ros.data.schema import ACTION, ACTION_NATIVE, STATE
+    from amf_ros.data.loader import load_transitions as _load
     from amf_ros.data.store import EpisodeStore
 
+    if action_space not in ACTION_KEYS:
+        raise ValueError(f"action_space must be one of {list(ACTION_KEYS)}, got {action_space=}")
     if not Path(dataset_dir).is_dir():
         return None
-    episodes = list(EpisodeStore(dataset_dir, create=False).episodes(images=False, tasks=list(tasks) or None))
-    if not episodes:
+    store = EpisodeStore(dataset_dir, create=False)
+    ids = store.episode_ids()
+    if tasks:
+        ids = [e for e in ids if store.meta(e).task in set(tasks)]
+    if not ids:
         return None
-    native = all(ACTION_NATIVE in ep.steps for ep in episodes)
-    parts = []
-    for i, ep in enumerate(episodes):
-        n = len(ep)
-        parts.append({"state": np.asarray(ep.steps[STATE], np.float32),
-                      "action": np.asarray(ep.steps[ACTION_NATIVE if native else ACTION], np.float32),
-                      "task": np.asarray([ep.meta.task] * n, dtype=object),
-                      "episode_index": np.full(n, i, np.int64), "step": np.arange(n, dtype=np.int64)})
-    return concat(parts)
+    data = _load(store, episode_ids=ids, action_key=ACTION_KEYS[action_space])
+    data["task"] = np.asarray(data["task"], dtype=object)
+    return data
 
 
 def concat(parts: Sequence[Mapping[str, np.ndarray]]) -> Transitions:

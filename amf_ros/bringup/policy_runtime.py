@@ -132,12 +132,14 @@ class PolicyRuntime:
         checkpoint_dir: where fine-tuned checkpoints go (``round_NNNN``).
         dataset_dir: the episode store fine-tuning reads.
         steps, batch_size, lr, alpha_steps, seed: fine-tuning defaults.
+        action_space: which recorded action the policy is trained on (see datasets.ACTION_KEYS).
     """
 
     def __init__(self, policy: Any, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
                  steps: int = 200, batch_size: int = 64, lr: float = 1e-3, alpha_steps: int = 50,
-                 seed: int = 0) -> None:
+                 seed: int = 0, action_space: str = "metaworld") -> None:
         self._policy = policy
+        self.action_space = action_space
         self.checkpoint = Path(checkpoint)
         self.round = round_of(checkpoint)
         self.checkpoint_dir = Path(checkpoint_dir)
@@ -185,7 +187,7 @@ class PolicyRuntime:
     def _fine_tune(self, steps: int, tasks: list[str], feedback: Callable[[int, int, float], None] | None,
                    cancelled: Callable[[], bool]) -> FineTuneResult:
         t0 = time.monotonic()
-        transitions = datasets.load_transitions(self.dataset_dir, tasks=tasks)
+        transitions = datasets.load_transitions(self.dataset_dir, tasks=tasks, action_space=self.action_space)
         if transitions is None:
             what = f" for tasks {tasks}" if tasks else ""
             raise ValueError(f"no episodes{what} in the dataset {str(self.dataset_dir)!r}: record a "

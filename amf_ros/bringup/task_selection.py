@@ -54,11 +54,12 @@ class TaskSelection:
         seed: RNG seed (selector tie breaks / random draws, subsampling).
         form, noise_var, prior_var: AMF criterion settings (App. E).
         frames_per_episode: steps of each episode used as data/target points (bounds the criterion's cost).
+        action_space: which recorded action labels the embeddings ("metaworld" = native, "eef7" = wire action).
     """
 
     def __init__(self, selector: str, instructions: Mapping[str, str], dataset_dir: str | Path, seed: int = 0,
                  form: str = "log_variance", noise_var: float = 1.0, prior_var: float = 1.0,
-                 frames_per_episode: int = 16) -> None:
+                 frames_per_episode: int = 16, action_space: str = "metaworld") -> None:
         from amf_ros.core.selectors import make_selector
 
         if not instructions:
@@ -71,6 +72,7 @@ class TaskSelection:
         self.seed = int(seed)
         self.form, self.noise_var, self.prior_var = form, float(noise_var), float(prior_var)
         self.frames_per_episode = int(frames_per_episode)
+        self.action_space = action_space
         self.pretrain_counts: dict[str, int] | None = None
         self._policy: Any = None
         self.checkpoint: str = ""
@@ -131,7 +133,7 @@ class TaskSelection:
         if policy is None:
             raise ValueError("selector 'amf' needs a policy: no checkpoint is loaded yet (set 'checkpoint' or "
                              "'checkpoint_dir', or wait for /amf/checkpoint)")
-        data = datasets.load_transitions(self.dataset_dir)
+        data = datasets.load_transitions(self.dataset_dir, action_space=self.action_space)
         if data is None:
             raise ValueError(f"selector 'amf' needs recorded episodes; none in {str(self.dataset_dir)!r}")
         episodes = datasets.split_episodes(data, self.frames_per_episode)

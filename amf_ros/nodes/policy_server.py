@@ -39,7 +39,8 @@ class PolicyServerNode(Node):
         path = policy_runtime.resolve_checkpoint(p["checkpoint"], p["checkpoint_dir"])
         self.runtime = policy_runtime.PolicyRuntime(
             policy_runtime.load_policy(path), path, p["checkpoint_dir"], p["dataset_dir"], steps=p["fine_tune_steps"],
-            batch_size=p["fine_tune_batch_size"], lr=p["fine_tune_lr"], alpha_steps=p["alpha_steps"], seed=p["seed"])
+            batch_size=p["fine_tune_batch_size"], lr=p["fine_tune_lr"], alpha_steps=p["alpha_steps"], seed=p["seed"],
+            action_space=p["action_space"])
         self.obs: tuple[np.ndarray, float] | None = None  # latest (state, receive time)
         self.run: EpisodeRun | None = None
         self.run_lock = threading.Lock()

@@ -21,6 +21,8 @@ PARAMS = (
     Param("frames_per_episode", 16, "Evenly spaced steps of every recorded episode used as data and target "
           "points of the criterion (the Metaworld benchmark's frames_per_demo; bounds the cost).",
           range=(1, 100000)),
+    Param("action_space", "metaworld", "Which recorded action labels the loss-gradient embeddings: 'metaworld' = "
+          "the native 4-D action (action_native), 'eef7' = the 7-D EefDeltaAction.", choices=("metaworld", "eef7")),
     Param("pretrain_counts", True, "Count the checkpoint's pre-training demonstrations in demo_counts "
           "(only the rebalancing selector uses them)."),
 )
