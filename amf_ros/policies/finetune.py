@@ -1,0 +1,125 @@
+"""One training loop for every head (Algorithm 1's "update pi"): AdamW, grad clipping, loss curve, seeded.
+
+The loop is fed by a ``batch_embeddings(idx) -> (B, E)`` callable, so the same code trains on cached trunk
+embeddings (fine-tuning: a table lookup) or runs a trunk every step (joint pre-training, and the reference side of
+``amf bench perf-finetune``). Determinism: minibatch indices come from a numpy Generator and diffusion noise from a
+torch Generator, both seeded; dropout (if any) runs under a forked, seeded global torch RNG.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+from torch import nn
+
+StepCallback = Callable[[int, float], bool]
+"""``callback(step, loss) -> keep_going``; returning False stops training early (ROS action cancel)."""
+
+
+@dataclass
+class TrainConfig:
+    """Optimiser settings of one fine-tuning call."""
+
+    batch_size: int = 256
+    """Minibatch size (paper: 256)."""
+    lr: float = 3e-4
+    """AdamW learning rate (paper pre-training: 1e-4; Octo fine-tuning peak: 3e-4)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (Octo: 0.01)."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip (Octo: 1.0; 0 = off)."""
+    seed: int = 0
+    """Seed of minibatch sampling and diffusion noise."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.lr <= 0 or self.weight_decay < 0 or self.grad_clip < 0:
+            raise ValueError(f"invalid TrainConfig: {self.batch_size=} {self.lr=} {self.weight_decay=} "
+                             f"{self.grad_clip=}")
+
+
+@dataclass
+class FitResult:
+    """What one :func:`train_head` call did."""
+
+    losses: list[float] = field(default_factory=list)
+    """Loss at every step (the loss curve)."""
+    steps: int = 0
+    """Steps actually taken (fewer than asked when the callback cancelled)."""
+    wall_time_s: float = 0.0
+    """Wall-clock time of the loop."""
+    cancelled: bool = False
+    """True when the callback returned False."""
+
+    @property
+    def steps_per_s(self) -> float:
+        """Throughput of the loop."""
+        return self.steps / self.wall_time_s if self.wall_time_s > 0 else float("nan")
+
+    @property
+    def final_loss(self) -> float:
+        """Mean of the last 10% of the curve (NaN if no step ran)."""
+        if not self.losses:
+            return float("nan")
+        tail = self.losses[-max(1, len(self.losses) // 10):]
+        return float(np.mean(tail))
+
+
+def train_head(head: nn.Module, batch_embeddings: Callable[[np.ndarray], torch.Tensor], chunks: torch.Tensor,
+               mask: torch.Tensor | None, steps: int, config: TrainConfig, *,
+               extra_params: Iterable[nn.Parameter] = (), progress: bool = False,
+               callback: StepCallback | None = None, desc: str = "fine-tune") -> FitResult:
+    """Train ``head`` (and ``extra_params``) for ``steps`` AdamW steps on minibatches of N examples.
+
+    Args:
+        head: an action head with ``loss(emb, actions, mask, generator=...)``.
+        batch_embeddings: maps (B,) int row indices to (B, E) trunk embeddings (cache lookup or trunk forward).
+        chunks: (N, H, A) normalized action chunks; mask (N, H, A) bool validity or None.
+        steps: gradient steps (0 is allowed and does nothing).
+        extra_params: further parameters to train (e.g. the trunk's, during joint pre-training).
+        progress: show a tqdm bar; callback: called after every step, may cancel.
+    """
+    from tqdm.auto import tqdm
+
+    n = chunks.shape[0]
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps=}")
+    if n == 0 and steps > 0:
+        raise ValueError("no training examples")
+    if mask is not None and mask.shape != chunks.shape:
+        raise ValueError(f"mask shape {tuple(mask.shape)} != chunks shape {tuple(chunks.shape)}")
+    params = [p for p in head.parameters() if p.requires_grad] + list(extra_params)
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    rng = np.random.default_rng(config.seed)
+    gen = torch.Generator().manual_seed(config.seed)
+    result = FitResult()
+    was_training = head.training
+    head.train()
+    t0 = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
+        for step in bar:
+            idx = rng.integers(0, n, size=config.batch_size)  # with replacement
+            emb = batch_embeddings(idx)
+            m = None if mask is None else mask[idx]
+            loss = head.loss(emb, chunks[idx], m, generator=gen)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.grad_clip > 0:
+                nn.utils.clip_grad_norm_(params, config.grad_clip)
+            opt.step()
+            value = float(loss.detach())
+            result.losses.append(value)
+            result.steps = step + 1
+            if progress and step % 50 == 0:
+                bar.set_postfix(loss=f"{value:.4f}")
+            if callback is not None and not callback(step, value):
+                result.cancelled = True
+                break
+    result.wall_time_s = time.perf_counter() - t0
+    head.train(was_training)
+    return result
