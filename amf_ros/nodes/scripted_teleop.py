@@ -25,6 +25,7 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
+from amf_ros.bringup.graph import resolve_config
 from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks, native_to_eef7, noisy
 from amf_ros.msg import EefDeltaAction, RecorderStatus, StateVector
 from amf_ros.nodes._params import declare
@@ -53,7 +54,7 @@ class ScriptedTeleop(Node):
     def __init__(self) -> None:
         super().__init__("scripted_teleop")
         self.p = declare(self, "scripted_teleop")
-        specs = load_tasks(self.p["tasks_file"] or None)
+        specs = load_tasks(resolve_config(self.p["tasks_file"]) if self.p["tasks_file"] else None)
         self._experts = {s.key: MetaworldTaskEnv(s) for s in specs}  # built now: never inside a callback
         self._max_steps = {s.key: s.max_steps for s in specs}
         self._rng = np.random.default_rng(self.p["seed"])

@@ -31,6 +31,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 
+from amf_ros.bringup.graph import resolve_config
 from amf_ros.msg import EefDeltaAction, StateVector
 from amf_ros.nodes._params import declare
 from amf_ros.srv import ResetTask, TaskSuccess
@@ -42,11 +43,11 @@ def make_backend(name: str, tasks_file: str) -> Any:
     if name == "metaworld":
         from amf_ros.envs.metaworld_suite import MetaworldSuite, load_tasks
 
-        return MetaworldSuite(load_tasks(tasks_file or None))
+        return MetaworldSuite(load_tasks(resolve_config(tasks_file) if tasks_file else None))
     if name == "simpler":
         from amf_ros.envs import simpler
 
-        return simpler.make_suite(tasks_file or None)
+        return simpler.make_suite(str(resolve_config(tasks_file)) if tasks_file else None)
     raise ValueError(f"unknown sim_bridge backend, got {name=}; choose 'metaworld' or 'simpler'")
 
 

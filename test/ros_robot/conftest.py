@@ -100,6 +100,8 @@ def start_nodes(ros_env, tmp_path) -> Iterator[Any]:
     yield start
     for procs in started:
         procs.stop(timeout=5.0)
+        for name in procs.procs:  # shown by pytest only when the test failed
+            print(f"----- log of {name} -----\n{procs.log_tail(name, 4000)}")
 
 
 # Let the test modules import the helpers next to this file (pytest runs with --import-mode=importlib).

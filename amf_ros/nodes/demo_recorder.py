@@ -1,0 +1,244 @@
+"""demo_recorder: teleop/camera/state topics in, crash-safe episodes out (a thin adapter on amf_ros.data).
+
+Services ``start_service`` (StartEpisode) and ``end_service`` (EndEpisode, success/discard), a latched
+RecorderStatus, and an EpisodeInfo announcement per committed episode. Every message goes, with its own
+``header.stamp``, into :class:`amf_ros.data.recorder.EpisodeRecorder`, whose StreamSynchronizer is the one the
+bag importer uses: each action is stored with the newest observation stamped at or before it.
+Bad input never reaches the store: an image with an unsupported encoding, a state or action with NaN/inf
+is refused with a log line and ``last_error`` in the status; the episode goes on with the other messages.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+import rclpy
+from geometry_msgs.msg import TwistStamped
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, JointState
+
+from amf_ros.data import ros_convert
+from amf_ros.data.recorder import EpisodeRecorder
+from amf_ros.data.store import EpisodeStore, StoreConfig
+from amf_ros.data.sync import SyncConfig
+from amf_ros.msg import EefDeltaAction, EpisodeInfo, RecorderStatus, StateVector
+from amf_ros.nodes._params import declare
+from amf_ros.srv import EndEpisode, StartEpisode
+
+
+def _finite(kind: str, arr: np.ndarray) -> np.ndarray:
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{kind} has NaN/inf values: {np.asarray(arr).tolist()}")
+    return arr
+
+
+def _checked(kind: str, to_array: Callable[[Any], np.ndarray]) -> Callable[[Any], Any]:
+    """Validate a message (conversion + finite values) but feed the message itself (keeps state names)."""
+    return lambda m: (_finite(kind, to_array(m)), m)[1]
+
+
+def _widowx_proprio(msg: Any) -> np.ndarray:
+    """sensor_msgs/JointState of a wx250s -> Octo's 8-D proprio (amf_ros.robots.widowx), float32."""
+    from amf_ros.robots import widowx, wx250s
+
+    q, grip = widowx.parse_joint_state(list(msg.name), list(msg.position))
+    return _finite("proprio", widowx.proprio(wx250s.fk(q), grip).astype(np.float32))
+
+
+def _twist_to_eef7(period_s: float, gripper: float) -> Callable[[Any], np.ndarray]:
+    """geometry_msgs/TwistStamped velocities over one control period -> 7-D EefDeltaAction vector."""
+    def convert(m: Any) -> np.ndarray:
+        lin, ang = m.twist.linear, m.twist.angular
+        a7 = np.array([lin.x, lin.y, lin.z, ang.x, ang.y, ang.z, 0.0]) * period_s
+        a7[6] = gripper
+        return _finite("action", a7.astype(np.float32))
+    return convert
+
+
+# state_type -> (message type, converter); action_type likewise (see the parameter schema).
+STATE_TYPES: dict[str, tuple[Any, Callable[[Any], Any]]] = {
+    "state_vector": (StateVector, _checked("state", lambda m: ros_convert.state_vector_to_array(m)[1])),
+    "joint_state": (JointState, _checked("joint state", lambda m: ros_convert.joint_state_to_array(m)[1])),
+    "widowx_proprio": (JointState, _widowx_proprio),
+}
+
+
+class DemoRecorder(Node):
+    """See the module docstring; parameters in amf_ros/bringup/params/demo_recorder.py."""
+
+    def __init__(self) -> None:
+        super().__init__("demo_recorder")
+        p = self.p = declare(self, "demo_recorder")
+        self.instructions: dict[str, str] = {}
+        if p["tasks_file"]:
+            from amf_ros.bringup.tasks import read_instructions
+
+            self.instructions = read_instructions(p["tasks_file"])
+        keys = list(p["image_keys"]) or ["image_primary", *(f"image_{i}" for i in range(1, 64))][:len(p["image_topics"])]
+        if len(keys) != len(p["image_topics"]):
+            raise ValueError(f"image_keys must name every image topic, got {keys=} for {p['image_topics']=}")
+        topics = {p["action_topic"]: "action", **dict(zip(p["image_topics"], keys))}
+        if p["state_topic"]:
+            topics[p["state_topic"]] = "state"
+        self.store = EpisodeStore(p["dataset_dir"], StoreConfig(image_codec=p["image_codec"],
+                                  jpeg_quality=p["jpeg_quality"], chunk_steps=p["chunk_steps"]))
+        self._handle_partial()
+        sync = SyncConfig(rate_hz=p["control_rate_hz"], mode=p["sync_mode"], aggregate=p["aggregate"],
+                          max_obs_age_s=p["max_obs_age_s"], max_delay_s=p["max_delay_s"])
+        self.rec = EpisodeRecorder(self.store, topics, sync, robot=p["robot"])
+        self.received: dict[str, float] = {t: -1.0 for t in topics}  # topic -> monotonic receive time
+        self.last_error = ""
+        self.episodes_in_store = len(self.store)
+        self._episode_meta = ("", "")  # (task, instruction) of the current episode
+
+        group = MutuallyExclusiveCallbackGroup()  # the recorder is single-threaded: serialise all callbacks
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self._status_pub = self.create_publisher(RecorderStatus, p["status_topic"], latched)
+        self._episodes_pub = self.create_publisher(EpisodeInfo, p["episodes_topic"],
+                                                   QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+
+        def sub(msg_type: Any, topic: str, convert: Callable[[Any], Any], depth: int) -> None:
+            qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
+            self.create_subscription(msg_type, topic, lambda m: self._on_msg(topic, m, convert), qos,
+                                     callback_group=group)
+
+        if p["action_type"] == "eef_delta":
+            sub(EefDeltaAction, p["action_topic"], _checked("action", ros_convert.action_to_array), 100)
+        else:
+            sub(TwistStamped, p["action_topic"], _twist_to_eef7(1.0 / p["control_rate_hz"], p["twist_gripper"]), 100)
+        if p["state_topic"]:
+            state_msg, state_convert = STATE_TYPES[p["state_type"]]
+            sub(state_msg, p["state_topic"], state_convert, 50)
+        for topic in p["image_topics"]:
+            sub(Image, topic, ros_convert.image_to_rgb, 10)
+        self.create_service(StartEpisode, p["start_service"], self._on_start, callback_group=group)
+        self.create_service(EndEpisode, p["end_service"], self._on_end, callback_group=group)
+        self.create_timer(p["status_period_s"], self._publish_status, callback_group=group)
+        self._publish_status()
+        self.get_logger().info(f"recording {topics} into {self.store.root} ({len(self.store)} episodes)")
+
+    def _handle_partial(self) -> None:
+        """Episodes left partial by a crash: recover, ignore or discard them (``on_partial``), and say which."""
+        for part in self.store.partial():
+            what = f"partial episode {part.episode_id} ({part.num_steps} steps in complete chunks)"
+            if self.p["on_partial"] == "ignore" or part.age_s < self.p["recover_min_age_s"]:
+                self.get_logger().warn(f"{what}: left as is (on_partial={self.p['on_partial']}, "
+                                       f"age {part.age_s:.1f} s)")
+            elif self.p["on_partial"] == "discard":
+                self.store.discard_partial(part.episode_id)
+                self.get_logger().warn(f"{what}: discarded")
+            else:
+                res = self.store.recover(part.episode_id)
+                self.get_logger().warn(f"{what}: {res.action} ({res.reason})")
+
+    def _on_msg(self, topic: str, msg: Any, convert: Callable[[Any], Any]) -> None:
+        self.received[topic] = time.monotonic()
+        try:
+            data = convert(msg)
+            self.rec.feed(topic, ros_convert.stamp_ns(msg), data)
+        except ValueError as exc:
+            self._error(f"topic {topic}: {exc}; message refused")
+
+    def _error(self, text: str) -> None:
+        self.last_error = text
+        self.get_logger().error(text, throttle_duration_sec=1.0)
+        self._publish_status()
+
+    def _report(self, ok: bool, text: str) -> None:
+        """Log a service outcome (rclpy wants one severity per call site) and keep the last error."""
+        if ok:
+            self.get_logger().info(text)
+        else:
+            self.get_logger().error(text)
+        self.last_error = "" if ok else text
+
+    def _on_start(self, req: StartEpisode.Request, res: StartEpisode.Response) -> StartEpisode.Response:
+        res.ok, instruction = False, req.instruction or self.instructions.get(req.task, "")
+        now = time.monotonic()
+        stale = [f"no message on {t} for {self.p['topic_timeout_s']} s" for t, r in self.received.items()
+                 if t != self.p["action_topic"] and (r < 0 or now - r > self.p["topic_timeout_s"])]
+        if self.count_publishers(self.p["action_topic"]) == 0:
+            stale.append(f"no publisher on the action topic {self.p['action_topic']}")
+        if self.rec.recording:
+            res.message = f"already recording episode {self.rec.episode_id}; end it first"
+        elif not req.task or (self.instructions and req.task not in self.instructions):
+            res.message = f"unknown task {req.task!r}; known: {sorted(self.instructions)}"
+        elif not instruction:
+            res.message = f"no instruction for task {req.task!r} (set tasks_file or pass one)"
+        elif stale:
+            res.message = "; ".join(stale)
+        else:
+            res.episode_id = self.rec.start(req.task, instruction, start_ns=self.get_clock().now().nanoseconds,
+                                            operator_note=req.note)
+            res.ok, res.message = True, f"recording {req.task!r}"
+            self._episode_meta = (req.task, instruction)
+        self._report(res.ok, f"StartEpisode: {res.message}")
+        self._publish_status()
+        return res
+
+    def _on_end(self, req: EndEpisode.Request, res: EndEpisode.Response) -> EndEpisode.Response:
+        res.ok = False
+        if not self.rec.recording:
+            res.message = f"not recording (EndEpisode for {req.episode_id!r})"
+        elif req.episode_id != self.rec.episode_id:
+            res.message = f"episode id {req.episode_id!r} is not the current episode {self.rec.episode_id!r}"
+        else:
+            episode_id = self.rec.episode_id
+            try:
+                path = self.rec.end(success=req.success, discard=req.discard)
+            except (ValueError, OSError) as exc:
+                res.message = f"episode {episode_id} not saved: {exc}"
+            else:
+                res.ok = True
+                res.num_steps = 0 if path is None else self.store.meta(episode_id).num_steps
+                res.path = "" if path is None else str(path)
+                res.message = "discarded" if path is None else f"saved {res.num_steps} steps"
+                if path is not None:
+                    self.episodes_in_store += 1
+                    info = EpisodeInfo(episode_id=episode_id, task=self._episode_meta[0],
+                                       instruction=self._episode_meta[1], path=res.path,
+                                       num_steps=res.num_steps, success=req.success)
+                    info.header.stamp = self.get_clock().now().to_msg()
+                    self._episodes_pub.publish(info)
+        self._report(res.ok, f"EndEpisode: {res.message}")
+        self._publish_status()
+        return res
+
+    def _publish_status(self) -> None:
+        now = time.monotonic()
+        msg = RecorderStatus(recording=self.rec.recording, episode_id=self.rec.episode_id,
+                             num_steps=self.rec.num_steps, control_rate_hz=float(self.p["control_rate_hz"]),
+                             topics=list(self.received), episodes_in_store=self.episodes_in_store,
+                             topic_age_s=[now - r if r >= 0 else -1.0 for r in self.received.values()],
+                             last_error=self.last_error)
+        if self.rec.recording:
+            msg.task, msg.instruction = self._episode_meta
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._status_pub.publish(msg)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of ``lib/amf_ros/demo_recorder``."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = DemoRecorder()
+        executor = MultiThreadedExecutor(num_threads=2)
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""End to end over real DDS: sim_bridge + scripted_teleop + demo_recorder, each its own process.
+
+An episode started on the recorder is demonstrated by the scripted expert through the simulator and appears on
+disk with the expected task, steps and success; every recorded (state, action) pair is the pair the expert
+actually used (the expert's own action on the recorded state).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from robot_testutil import call, wait_for
+
+pytestmark = pytest.mark.ros
+
+TASK = "reach"
+
+
+def loop_params(dataset, **recorder):
+    rec = {"dataset_dir": str(dataset), "tasks_file": "config/tasks/metaworld.yaml", "robot": "metaworld",
+           "control_rate_hz": 40.0, "sync_mode": "on_action", "chunk_steps": 10, "status_period_s": 0.5}
+    rec.update(recorder)
+    return {"sim_bridge": {"backend": "metaworld", "tasks_file": "config/tasks/metaworld.yaml",
+                           "initial_task": TASK, "idle_publish_period_s": 0.3},
+            "scripted_teleop": {"tasks_file": "config/tasks/metaworld.yaml", "control_rate_hz": 40.0},
+            "demo_recorder": rec}
+
+
+def test_episode_recorded_end_to_end_with_the_experts_pairs(start_nodes, client_node, tmp_path):
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    from amf_ros.data.store import EpisodeStore
+    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks, native_to_eef7
+    from amf_ros.msg import EpisodeInfo
+    from amf_ros.srv import ResetTask, StartEpisode, TaskSuccess
+
+    dataset = tmp_path / "dataset"
+    procs = start_nodes(loop_params(dataset), name="loop")
+    announced: list = []
+    lock = threading.Lock()
+    client_node.create_subscription(EpisodeInfo, "/amf/episodes", lambda m: announced.append(m),
+                                    QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+    for seed in (5, 6):  # two episodes in a row: the recorder and the operator go back to idle in between
+        assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=seed), 30).ok
+
+        def started():
+            res = call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
+            return res if res.ok else None
+        res = wait_for(started, 30, "StartEpisode to succeed (topics alive, teleop publishing)", poll=0.3)
+        wait_for(lambda: any(m.episode_id == res.episode_id for m in list(announced)), 60,
+                 f"episode {res.episode_id} to be announced on /amf/episodes")
+        sim = call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
+        with lock:
+            info = [m for m in announced if m.episode_id == res.episode_id][0]
+        assert info.task == TASK and info.success and sim.success
+        assert info.num_steps == sim.steps, "on_action mode: one recorded step per simulator step"
+
+    store = EpisodeStore(dataset, create=False)
+    assert len(store) == 2
+    expert = MetaworldTaskEnv(load_tasks(keys=[TASK])[0])
+    for ep in store.episodes():
+        assert ep.meta.task == TASK and ep.meta.instruction == expert.spec.instruction and ep.meta.success
+        assert ep.meta.robot == "metaworld" and len(ep) == ep.meta.num_steps > 10
+        state, action = ep.steps["observation/state"], ep.steps["action"]
+        assert state.shape == (len(ep), 39) and action.shape == (len(ep), 7)
+        # The pairing: each action is the expert's action on the state stored with it.
+        want = np.stack([native_to_eef7(expert.expert_action(s.astype(np.float64))) for s in state])
+        np.testing.assert_array_equal(action, want.astype(np.float32))
+        # Each stream keeps its own stamp, and the state precedes the action computed from it.
+        assert (ep.steps["stamp/observation/state"] < ep.steps["stamp/action"]).all()
+        assert (np.diff(ep.steps["stamp/observation/state"]) > 0).all()
+        assert ep.steps["is_terminal"][-1] and not ep.steps["is_terminal"][:-1].any()
+    assert procs.dead() == {}
