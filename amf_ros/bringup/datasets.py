@@ -29,8 +29,8 @@ def demo_counts(dataset_dir: str | Path) -> dict[str, int]:
     return counts
 
 
-ACTION_KEYS = {"metaworld": "action_native", "eef7": "action"}
-"""Which recorded action the policy is trained on, per action space (Metaworld policies act natively in 4-D)."""
+ACTION_SPACES = ("metaworld", "eef7")
+"""Action spaces of policies: Metaworld's native 4-D action, or the 7-D EefDeltaAction itself."""
 
 
 def load_transitions(dataset_dir: str | Path, tasks: Sequence[str] = (),
@@ -38,13 +38,13 @@ def load_transitions(dataset_dir: str | Path, tasks: Sequence[str] = (),
     """Every step of every complete episode (optionally only ``tasks``) as transitions; None if there are none.
 
     Args:
-        action_space: "metaworld" -> the native action (``action_native``), "eef7" -> the 7-D wire action.
+        action_space: "metaworld" -> the native 4-D action, "eef7" -> the 7-D wire action.
     """
     from amf_ros.data.loader import load_transitions as _load
     from amf_ros.data.store import EpisodeStore
 
-    if action_space not in ACTION_KEYS:
-        raise ValueError(f"action_space must be one of {list(ACTION_KEYS)}, got {action_space=}")
+    if action_space not in ACTION_SPACES:
+        raise ValueError(f"action_space must be one of {list(ACTION_SPACES)}, got {action_space=}")
     if not Path(dataset_dir).is_dir():
         return None
     store = EpisodeStore(dataset_dir, create=False)
@@ -53,7 +53,13 @@ def load_transitions(dataset_dir: str | Path, tasks: Sequence[str] = (),
         ids = [e for e in ids if store.meta(e).task in set(tasks)]
     if not ids:
         return None
-    data = _load(store, episode_ids=ids, action_key=ACTION_KEYS[action_space])
+    data = _load(store, episode_ids=ids, action_key="action")
+    if action_space == "metaworld":
+        # The recorder stores the 7-D wire action; Metaworld's native action is its exact preimage (eef7_to_native
+        # undoes native_to_eef7 for the in-range actions a simulator executes), so every store works the same.
+        from amf_ros.envs.metaworld_suite import eef7_to_native
+
+        data["action"] = np.stack([eef7_to_native(a) for a in data["action"]]).astype(np.float32)
     data["task"] = np.asarray(data["task"], dtype=object)
     return data
 
@@ -76,25 +82,7 @@ def split_episodes(data: Mapping[str, np.ndarray], frames: int) -> list[Transiti
     return out
 
 
-def fit(policy: Any, transitions: Mapping[str, np.ndarray], steps: int, batch_size: int, lr: float,
-        seed: int) -> list[float]:
-    """``steps`` gradient steps of the policy's own fine-tuning loop; returns the per-step losses."""
-    result = policy.fit(transitions, steps, batch_size=batch_size, lr=lr, seed=seed)
-    losses = getattr(result, "losses", result)
-    return [float(x) for x in np.asarray(losses, dtype=np.float64).ravel()]
-
-
-def fit_alpha(policy: Any, transitions: Mapping[str, np.ndarray], steps: int) -> None:
-    """Train the adaptive prior's alpha(c) (no-op for a policy without one)."""
-    fn = getattr(policy, "fit_alpha", None)
-    if fn is not None:
-        fn(transitions, steps=steps)
-
-
 def alphas(policy: Any) -> dict[str, float]:
     """Per-task alpha(c) of the adaptive prior ({} for a policy without one)."""
-    fn = getattr(policy, "alphas", None)
-    if fn is None:
-        return {}
-    values = fn() if callable(fn) else fn
+    values = getattr(policy, "alphas", None) or {}
     return {str(k): float(v) for k, v in dict(values).items()}

@@ -13,7 +13,6 @@ switched mid-way.
 
 from __future__ import annotations
 
-import copy
 import logging
 import re
 import threading
@@ -60,11 +59,31 @@ def round_of(path: str | Path) -> int:
     return int(m.group(1)) if m else 0
 
 
-def load_policy(path: str | Path) -> Any:
-    """Load a TaskConditionedPolicy checkpoint (verified by the policy library)."""
+def load_policy(path: str | Path, task_encoder: Any = None) -> Any:
+    """Load a TaskConditionedPolicy checkpoint (verified by the policy library); ``task_encoder`` shares an
+    already loaded language model instead of loading another copy."""
     from amf_ros.policies.agent import TaskConditionedPolicy
 
-    return TaskConditionedPolicy.load(path)
+    return TaskConditionedPolicy.load(path, task_encoder=task_encoder)
+
+
+def set_torch_threads(n: int) -> None:
+    """Limit torch's intra-op threads of this process (0 = leave torch's default)."""
+    if n > 0:
+        import torch
+
+        torch.set_num_threads(int(n))
+
+
+def pretrain_counts(checkpoint: str | Path) -> dict[str, int] | None:
+    """``pretrain_counts`` of ``<checkpoint>/pretrain.json`` (written by `amf pretrain`), None if absent."""
+    import json
+
+    path = Path(checkpoint) / "pretrain.json"
+    if not path.is_file():
+        return None
+    counts = json.loads(path.read_text()).get("pretrain_counts")
+    return {str(k): int(v) for k, v in counts.items()} if isinstance(counts, dict) else None
 
 
 @dataclass
@@ -132,7 +151,7 @@ class PolicyRuntime:
         checkpoint_dir: where fine-tuned checkpoints go (``round_NNNN``).
         dataset_dir: the episode store fine-tuning reads.
         steps, batch_size, lr, alpha_steps, seed: fine-tuning defaults.
-        action_space: which recorded action the policy is trained on (see datasets.ACTION_KEYS).
+        action_space: which recorded action the policy is trained on (see datasets.ACTION_SPACES).
     """
 
     def __init__(self, policy: Any, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
@@ -192,30 +211,32 @@ class PolicyRuntime:
             what = f" for tasks {tasks}" if tasks else ""
             raise ValueError(f"no episodes{what} in the dataset {str(self.dataset_dir)!r}: record a "
                              "demonstration first (nothing to fine-tune on)")
-        student = copy.deepcopy(self.policy)
-        losses: list[float] = []
-        chunk = max(1, min(25, steps // 8 or 1))
-        done = 0
-        while done < steps:
-            if cancelled():
-                raise Cancelled(f"fine-tune cancelled after {done} of {steps} steps (nothing saved)")
-            n = min(chunk, steps - done)
-            curve = datasets.fit(student, transitions, n, batch_size=self.batch_size, lr=self.lr,
-                                 seed=self.seed + self.round * 100_003 + done)
-            losses.extend(curve)
-            done += n
-            if feedback is not None:
-                feedback(done, steps, float(np.mean(curve[-max(1, len(curve) // 2):])) if curve else float("nan"))
-        if self.alpha_steps > 0 and not cancelled():
-            datasets.fit_alpha(student, transitions, self.alpha_steps)
-        if cancelled():
-            raise Cancelled(f"fine-tune cancelled after {done} of {steps} steps (nothing saved)")
+        acting = self.policy
+        known = set(getattr(acting, "tasks", []) or [])
+        unknown = sorted({str(t) for t in transitions["task"]} - known) if known else []
+        if unknown:
+            raise ValueError(f"the dataset has episodes of task(s) {unknown} the policy does not know ({sorted(known)})")
+        # A fresh copy of the acting checkpoint (sharing the frozen task encoder) is trained; the acting policy is
+        # untouched until the new checkpoint is saved.
+        student = load_policy(self.checkpoint, task_encoder=getattr(acting, "encoder", None))
+        every = max(1, steps // 20)
+
+        def on_step(step: int, loss: float) -> bool:
+            if feedback is not None and (step % every == 0 or step == steps):
+                feedback(step, steps, float(loss))
+            return not cancelled()
+
+        result = student.fit(transitions, steps, batch_size=self.batch_size, lr=self.lr,
+                             seed=self.seed + 1000 * (self.round + 1), callback=on_step)
+        if getattr(result, "cancelled", False) or cancelled():
+            raise Cancelled(f"fine-tune cancelled after {result.steps} of {steps} steps (nothing saved)")
+        if self.alpha_steps > 0 and getattr(student, "prior", None) is not None:
+            student.fit_alpha(transitions, steps=self.alpha_steps, seed=self.seed + self.round)
         new_round = max(self.round, round_of(newest_checkpoint(self.checkpoint_dir) or "")) + 1
-        path = self.checkpoint_dir / f"round_{new_round:04d}"
-        student.save(path)
+        path = student.save(self.checkpoint_dir / f"round_{new_round:04d}")
         alphas = datasets.alphas(student)
         with self._lock:
-            self._policy, self.checkpoint, self.round = student, path, new_round
-        tail = losses[-max(1, len(losses) // 10):] if losses else [float("nan")]
-        return FineTuneResult(checkpoint=path, round=new_round, tasks=list(alphas), alphas=list(alphas.values()),
-                              final_loss=float(np.mean(tail)), losses=losses, wall_time_s=time.monotonic() - t0)
+            self._policy, self.checkpoint, self.round = student, Path(path), new_round
+        return FineTuneResult(checkpoint=Path(path), round=new_round, tasks=list(alphas),
+                              alphas=list(alphas.values()), final_loss=float(result.final_loss),
+                              losses=list(result.losses), wall_time_s=time.monotonic() - t0)

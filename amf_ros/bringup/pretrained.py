@@ -2,7 +2,7 @@
 
 Why cached: pre-training on scripted demonstrations takes minutes; the cache key holds every argument, so a
 changed recipe makes a new checkpoint instead of silently reusing an old one. The command that reproduces a
-cached checkpoint is written next to it (``command.txt``).
+cached checkpoint is written inside it (``pretrain.json``, key ``command``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Sequence
 
@@ -25,22 +24,22 @@ def pretrain_args(seed: int) -> list[str]:
 
 
 def ensure_pretrained(cache: Path, seed: int = 0, extra: Sequence[str] = ()) -> Path:
-    """Path of the cached pre-trained checkpoint for these arguments; runs `amf pretrain` if it is missing."""
+    """Path of the cached pre-trained checkpoint for these arguments; runs `amf pretrain` if it is missing.
+
+    `amf pretrain` writes its output directory atomically, so an interrupted first run leaves no cache entry.
+    """
     from amf_ros.cli import _load
 
     args = [*pretrain_args(seed), *extra]
     key = hashlib.sha256(json.dumps(args).encode()).hexdigest()[:10]
     final = cache / f"pretrained_{key}"
-    if final.is_dir():
+    if (final / "pretrain.json").is_file():
         log.info("using cached pre-trained checkpoint %s", final)
         return final
-    tmp = cache / f".pretrained_{key}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
     cache.mkdir(parents=True, exist_ok=True)
-    log.info("pre-training (first run only): amf pretrain %s --out %s", " ".join(args), final)
-    code = _load(PRETRAIN_TARGET)([*args, "--out", str(tmp)])
+    command = "amf pretrain " + " ".join([*args, "--out", str(final)])
+    log.info("pre-training (first run only): %s", command)
+    code = _load(PRETRAIN_TARGET)([*args, "--out", str(final)])
     if code:
-        raise RuntimeError(f"`amf pretrain {' '.join(args)}` failed with exit code {code}")
-    (tmp / "command.txt").write_text("amf pretrain " + " ".join([*args, "--out", str(final)]) + "\n")
-    tmp.rename(final)  # atomic: a crash leaves only the .tmp directory, never a half-written cache entry
+        raise RuntimeError(f"`{command}` failed with exit code {code}")
     return final

@@ -39,18 +39,28 @@ def read_max_steps(path: str | Path) -> dict[str, int]:
 
 
 def task_set(tasks_file: str, policy: Any = None, keys: Sequence[str] = ()) -> dict[str, str]:
-    """The configured task set: ``tasks_file`` if given, else the policy's own tasks; restricted to ``keys``."""
-    if tasks_file:
-        table = read_instructions(tasks_file)
-    elif policy is not None and getattr(policy, "instructions", None):
-        table = dict(policy.instructions)
-    elif policy is not None and getattr(policy, "tasks", None):
-        table = {t: t for t in policy.tasks}
-    else:
-        raise ValueError("no task set: set the 'tasks_file' parameter or load a checkpoint")
+    """The candidate task set ``{key: instruction}``.
+
+    ``keys`` if given; else the tasks the policy knows (a policy cannot be embedded for a task it has never
+    encoded); else every task of ``tasks_file``. Instructions come from ``tasks_file`` when it lists the task, else
+    from the policy.
+    """
+    table = read_instructions(tasks_file) if tasks_file else {}
+    known = dict(getattr(policy, "instructions", None) or {}) if policy is not None else {}
     if keys:
-        unknown = [k for k in keys if k not in table]
-        if unknown:
-            raise ValueError(f"unknown task(s) {unknown} in 'tasks'; known: {list(table)}")
-        table = {k: table[k] for k in keys}
-    return table
+        chosen = list(keys)
+    elif known:
+        chosen = list(known)
+    elif table:
+        chosen = list(table)
+    else:
+        raise ValueError("no task set: set the 'tasks_file' or 'tasks' parameter, or load a checkpoint")
+    out: dict[str, str] = {}
+    for k in chosen:
+        if k in table:
+            out[k] = table[k]
+        elif k in known:
+            out[k] = known[k]
+        else:
+            raise ValueError(f"unknown task {k!r} in 'tasks'; known: {sorted(set(table) | set(known))}")
+    return out

@@ -36,6 +36,7 @@ class PolicyServerNode(Node):
     def __init__(self) -> None:
         super().__init__("policy_server")
         p = self.p = declare(self, "policy_server")
+        policy_runtime.set_torch_threads(self.p["torch_threads"])
         path = policy_runtime.resolve_checkpoint(p["checkpoint"], p["checkpoint_dir"])
         self.runtime = policy_runtime.PolicyRuntime(
             policy_runtime.load_policy(path), path, p["checkpoint_dir"], p["dataset_dir"], steps=p["fine_tune_steps"],

@@ -29,13 +29,14 @@ class TaskSelectorNode(Node):
     def __init__(self) -> None:
         super().__init__("task_selector")
         self.p = declare(self, "task_selector")
+        policy_runtime.set_torch_threads(self.p["torch_threads"])
         policy, checkpoint = self._initial_policy()
         self.selection = TaskSelection(
             self.p["selector"], task_set(self.p["tasks_file"], policy, self.p["tasks"]), self.p["dataset_dir"],
             seed=self.p["seed"], form=self.p["form"], noise_var=self.p["noise_var"], prior_var=self.p["prior_var"],
             frames_per_episode=self.p["frames_per_episode"], action_space=self.p["action_space"])
         if policy is not None:
-            self.selection.set_policy(policy, checkpoint, self._pretrain_counts(policy))
+            self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint))
         self.reloads = 0
         self.create_service(NextTask, "/amf/next_task", self.on_next_task,
                             callback_group=MutuallyExclusiveCallbackGroup())
@@ -54,9 +55,9 @@ class TaskSelectorNode(Node):
             return None, ""
         return policy_runtime.load_policy(path), str(path)
 
-    def _pretrain_counts(self, policy) -> dict | None:
-        counts = getattr(policy, "pretrain_counts", None) if self.p["pretrain_counts"] else None
-        return dict(counts) if counts else None
+    def _pretrain_counts(self, checkpoint: str) -> dict | None:
+        """Pre-training demonstrations per task from ``<checkpoint>/pretrain.json`` (written by `amf pretrain`)."""
+        return policy_runtime.pretrain_counts(checkpoint) if self.p["pretrain_counts"] else None
 
     def on_checkpoint(self, msg: CheckpointInfo) -> None:
         """Reload the policy copy (in this callback group, so next_task keeps answering with the old copy)."""
@@ -67,7 +68,7 @@ class TaskSelectorNode(Node):
         except Exception as exc:  # a bad checkpoint must not kill the node
             self.get_logger().error(f"cannot load announced checkpoint {msg.path!r}: {exc}")
             return
-        self.selection.set_policy(policy, msg.path, self._pretrain_counts(policy))
+        self.selection.set_policy(policy, msg.path, self._pretrain_counts(msg.path))
         self.reloads += 1
         self.get_logger().info(f"reloaded policy from {msg.path} (round {msg.round})")
 

@@ -30,4 +30,6 @@ PARAMS = (
     Param("observation_timeout_s", 2.0, "run_policy fails if no observation arrives within this time, s.",
           range=(0.01, 600.0)),
     Param("checkpoint_topic", "/amf/checkpoint", "Latched topic announcing each new checkpoint."),
+    Param("torch_threads", 1, "torch intra-op threads of this process (0 = torch's default). 1 keeps several "
+          "nodes on a 2-core machine from oversubscribing the CPU.", range=(0, 256)),
 )
