@@ -177,3 +177,40 @@ def make_checkpoint(root: Path, version: str = "1.5", wrist: bool = True, flat_s
         (root / str(s) / "default").mkdir(parents=True, exist_ok=True)
     (root / "300001.orbax-checkpoint-tmp-123").mkdir(exist_ok=True)  # half-written: must be ignored
     return root
+
+
+# ------------------------------------------------------------------------------------------------ SIMPLER policies
+def _find(image, rgb):
+    """Centre (row, col) of the pixels close to colour ``rgb`` (tolerant to resizing), or None."""
+    diff = np.abs(image.astype(np.int16) - np.array(rgb, np.int16)).max(axis=-1)
+    rows, cols = np.nonzero(diff < 90)
+    return (rows.mean(), cols.mean()) if len(rows) else None
+
+
+def scripted_chunk_fn(obs, instruction, give_up_if_y_positive=False):
+    """Reads the stand-in's top-down image: steer the green TCP to the red target, close when there (raw chunk)."""
+    from simpler_env import from_pixel
+
+    img = obs["image_primary"][0, -1]  # (256, 256, 3): rescale pixel coordinates back to 480x640
+    tgt, tcp = _find(img, (255, 0, 0)), _find(img, (0, 255, 0))
+    act = np.zeros(7)
+    act[6] = 1.0
+    if tgt is not None and tcp is not None:
+        t = from_pixel(tgt[0] * 479 / 255, tgt[1] * 639 / 255)
+        p = from_pixel(tcp[0] * 479 / 255, tcp[1] * 639 / 255)
+        if not (give_up_if_y_positive and t[1] > 0):
+            act[:2] = np.clip(t - p, -0.03, 0.03)
+            act[6] = 0.0 if np.linalg.norm(t - p) < 0.012 else 1.0
+    return np.repeat(act[None], 4, axis=0)
+
+
+def make_scripted(config):
+    from amf_ros.policies.octo.simpler_policy import ChunkSimplerPolicy
+
+    return ChunkSimplerPolicy(scripted_chunk_fn)
+
+
+def make_half(config):
+    from amf_ros.policies.octo.simpler_policy import ChunkSimplerPolicy
+
+    return ChunkSimplerPolicy(lambda obs, instr: scripted_chunk_fn(obs, instr, give_up_if_y_positive=True))
