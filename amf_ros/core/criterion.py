@@ -140,13 +140,23 @@ def posterior_criterion(post: KernelPosterior | FeaturePosterior, target_x: np.n
             w_blocks = w_c.reshape(w_c.shape[0], len(group), m)
             cov_cc = sign * np.einsum("njm,njk->jmk", w_blocks, w_blocks)
             if post.space == "sample":
-                cov_cc = cov_cc + np.stack([post.prior_cov(p, p) for p in pts])
+                cov_cc = cov_cc + _prior_blocks(post, pts)
             new_var = hallucinated_variance(var_q, cov_qc, cov_cc, post.noise_var)  # (J, Q)
             total += float(omegas @ (score_terms(new_var, form, floor) @ q_w))
         scores[ci] = total
     if not np.all(np.isfinite(scores)):  # defensive: inputs were validated, so this is a bug, not a user error
         raise ValueError(f"criterion produced non-finite scores {scores}")
     return scores
+
+
+def _prior_blocks(post: KernelPosterior | FeaturePosterior, pts: np.ndarray) -> np.ndarray:
+    """(J, m, m) prior covariances within each block of pts (J, m, d): one kernel call when that is small."""
+    j, m, _ = pts.shape
+    if j * m <= 2048:
+        full = post.prior_cov(pts.reshape(j * m, -1), pts.reshape(j * m, -1)).reshape(j, m, j, m)
+        idx = np.arange(j)
+        return full[idx, :, idx, :]
+    return np.stack([post.prior_cov(p, p) for p in pts])
 
 
 def feature_criterion(data_phi: np.ndarray, candidate_phi: Sequence[np.ndarray], target_phi: np.ndarray,

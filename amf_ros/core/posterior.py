@@ -164,12 +164,35 @@ class KernelPosterior:
             self._chol = chol
         self._x = np.concatenate([self._x, x_new], axis=0)
 
+    @property
+    def inputs(self) -> np.ndarray:
+        """(N, dim) inputs conditioned on so far (read-only view)."""
+        view = self._x.view()
+        view.flags.writeable = False
+        return view
+
+    def solve(self, y: np.ndarray) -> np.ndarray:
+        """``[k(X, X) + s2 I]^-1 y`` for y (N, ...), via the Cholesky factor (for posterior means)."""
+        y = np.asarray(y, dtype=np.float64)
+        if y.shape[:1] != (self.num_points,):
+            raise ValueError(f"y must have {self.num_points} rows, got shape {y.shape}")
+        if self.num_points == 0:
+            return y.copy()
+        z = solve_triangular(self._chol, y, lower=True, check_finite=False)
+        return solve_triangular(self._chol.T, z, lower=False, check_finite=False)
+
     def whiten(self, a: np.ndarray) -> np.ndarray:
         """``L^-1 k(X, a)``, (N, |a|): the data's explanation of a; cov(a, b) = k(a, b) - W_a^T W_b."""
         a = self._check(a, "a")
         if self.num_points == 0:
             return np.zeros((0, a.shape[0]))
-        return solve_triangular(self._chol, self._k(self._x, a), lower=True, check_finite=False)
+        return _inverse_factor(self) @ self._k(self._x, a)
+
+    def whiten_cross(self, k_xa: np.ndarray) -> np.ndarray:
+        """``L^-1 k_xa`` for an already computed (N, B) cross-kernel (saves a second kernel evaluation)."""
+        if self.num_points == 0:
+            return np.zeros((0, k_xa.shape[1]))
+        return _inverse_factor(self) @ k_xa
 
     def cov(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a, b = self._check(a, "a"), self._check(b, "b")
@@ -274,8 +297,9 @@ class FeaturePosterior:
         a = as_float64_2d(a, "a", self.dim)
         if self.num_points == 0:
             return np.zeros((0, a.shape[0]))
-        rhs = self.prior_var * (self._phi @ a.T) if self.space == "sample" else a.T
-        return solve_triangular(self._chol, rhs, lower=True, check_finite=False)
+        if self.space == "sample":
+            return _inverse_factor(self) @ (self.prior_var * (self._phi @ a.T))
+        return solve_triangular(self._chol, a.T, lower=True, check_finite=False)
 
     def cov(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a, b = as_float64_2d(a, "a", self.dim), as_float64_2d(b, "b", self.dim)
@@ -294,6 +318,20 @@ class FeaturePosterior:
         w = self.whiten(a)
         quad = np.einsum("ij,ij->j", w, w)
         return np.maximum(prior - quad, 0.0) if self.space == "sample" else quad
+
+
+def _inverse_factor(post: "KernelPosterior | FeaturePosterior") -> np.ndarray:
+    """``L^-1`` of a posterior's current factor, cached until the next :meth:`add` (the factor is then rebound).
+
+    Why: whitening many small batches with one GEMM is several times faster than repeated triangular solves
+    (scipy's TRSM copies its right-hand side), and ``L`` is well conditioned whenever noise_var > 0.
+    """
+    chol = post._chol
+    cached = getattr(post, "_linv_cache", None)
+    if cached is None or cached[0] is not chol:
+        cached = (chol, solve_triangular(chol, np.eye(chol.shape[0]), lower=True, check_finite=False))
+        post._linv_cache = cached  # type: ignore[attr-defined]
+    return cached[1]
 
 
 def hallucinated_variance(var_q: np.ndarray, cov_qc: np.ndarray, cov_cc: np.ndarray,
