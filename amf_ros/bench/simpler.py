@@ -98,11 +98,12 @@ def make_policy(config: SimplerBenchConfig) -> Any:
 
 def run_episode(suite: Any, policy: Any, task: str, episode_id: int, seed: int) -> tuple[bool, int]:
     """One SIMPLER episode to the time limit; returns (success at the last step, steps)."""
-    image = suite.reset(task, seed=episode_id, episode_id=episode_id)
-    policy.reset(suite.current.instruction, seed)
+    suite.reset(task, seed=episode_id, episode_id=episode_id)
+    env = suite.current
+    policy.reset(env.instruction, seed)
     done, success, steps = False, False, 0
     while not done:
-        image, success, done = suite.step(policy.step(image))
+        _, success, done = suite.step(policy.step(env.image))
         steps += 1
     return bool(success), steps
 

@@ -13,6 +13,9 @@ visual-matching config), ``env.reset(seed=..., options={"obj_init_options": {"ep
 Actions: SIMPLER's native 7-D action is [xyz delta (m), axis-angle delta, gripper in [-1, 1] (+1 open)];
 :meth:`SimplerSuite.step_eef7` takes the wire EefDeltaAction (xyz, roll/pitch/yaw, gripper 0..1) and converts it
 exactly as SimplerEnv's Octo wrapper does (``policies.postprocess.eef7_to_simpler``).
+Observations follow the Metaworld suite's contract (what sim_bridge publishes as StateVector): ``reset`` and
+``step`` return the 8-D TCP state ``[x, y, z, roll, pitch, yaw, 0, gripper]`` (:data:`STATE_NAMES`); the camera
+image (the policy's input) comes from ``render()`` / ``current.image``.
 Episodes: SIMPLER's evaluators do not stop at success; they run to the time limit and score success at the
 last step. ``stop_at_success=False`` (default) reproduces that; ``done`` is then the time limit only.
 """
@@ -144,7 +147,7 @@ class SimplerTaskEnv:
     def reset(self, seed: int, episode_id: int | None = None) -> np.ndarray:
         """Start an episode; the object layout is ``episode_id`` (default: ``seed``) modulo the 24 layouts.
 
-        Returns the camera image (480, 640, 3) uint8.
+        Returns the 8-D state (see :attr:`state`); the camera image is :attr:`image`.
         """
         eid = int(seed if episode_id is None else episode_id)
         obs, info = self._env.reset(seed=int(seed), options={"obj_init_options": {"episode_id": eid}})
@@ -154,7 +157,7 @@ class SimplerTaskEnv:
         instr = self.instruction
         if instr != self.spec.instruction:
             log.warning("task %s: SIMPLER says %r, the task file says %r", self.spec.key, instr, self.spec.instruction)
-        return self.image
+        return self.state
 
     @property
     def instruction(self) -> str:
@@ -169,9 +172,15 @@ class SimplerTaskEnv:
         return np.asarray(self._get_image(self._env, self._obs), dtype=np.uint8)
 
     @property
-    def state(self) -> np.ndarray | None:
-        """8-D TCP state (see :func:`proprio_from_obs`), None if unavailable."""
-        return None if self._obs is None else proprio_from_obs(self._obs)
+    def state(self) -> np.ndarray:
+        """8-D TCP state (see :func:`proprio_from_obs`); zeros if the observation carries no poses."""
+        if self._obs is None:
+            raise RuntimeError(f"task {self.spec.key!r}: call reset() first")
+        state = proprio_from_obs(self._obs)
+        if state is None:
+            log.warning("SIMPLER observation has no extra.tcp_pose/agent.base_pose; publishing zeros")
+            return np.zeros(len(STATE_NAMES))
+        return state
 
     @property
     def done(self) -> bool:
@@ -179,7 +188,7 @@ class SimplerTaskEnv:
         return self.truncated or self.steps >= self.spec.max_steps or (self.stop_at_success and self.success)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, bool, bool]:
-        """Apply SIMPLER's native action (7,); returns (image, success at this step, done)."""
+        """Apply SIMPLER's native action (7,); returns (state (8,), success at this step, done)."""
         a = np.asarray(action, dtype=np.float64)
         if a.shape != (7,) or not np.all(np.isfinite(a)):
             raise ValueError(f"expected a finite SIMPLER action of shape (7,), got {a!r}")
@@ -192,7 +201,7 @@ class SimplerTaskEnv:
         self.steps += 1
         self.success = bool(terminated)
         self.truncated = bool(truncated)
-        return self.image, self.success, self.done
+        return self.state, self.success, self.done
 
     def close(self) -> None:
         self._env.close()
@@ -200,6 +209,8 @@ class SimplerTaskEnv:
 
 class SimplerSuite:
     """The SIMPLER WidowX task set with a current task (what sim_bridge backend ``simpler`` hosts)."""
+
+    state_names = STATE_NAMES
 
     def __init__(self, tasks: Sequence[SimplerTaskSpec] | None = None, stop_at_success: bool = False,
                  **make_kwargs: Any) -> None:
@@ -237,13 +248,13 @@ class SimplerSuite:
         return self._envs[self._current]
 
     def reset(self, task: str, seed: int, episode_id: int | None = None) -> np.ndarray:
-        """Switch to ``task`` and start an episode; returns the camera image (480, 640, 3) uint8."""
+        """Switch to ``task`` and start an episode; returns the state (8,) (image: :meth:`render`)."""
         env = self.env(task)
         self._current = task
         return env.reset(seed, episode_id)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, bool, bool]:
-        """Step with SIMPLER's native action (7,); returns (image, success, done)."""
+        """Step with SIMPLER's native action (7,); returns (state (8,), success, done)."""
         return self.current.step(action)
 
     def step_eef7(self, action7: np.ndarray) -> tuple[np.ndarray, bool, bool]:
@@ -256,16 +267,15 @@ class SimplerSuite:
 
     @property
     def observation(self) -> dict[str, np.ndarray]:
-        """{"image": (480, 640, 3) uint8, "state": (8,)} of the current episode (state omitted if unavailable)."""
+        """{"image": (480, 640, 3) uint8, "state": (8,)} of the current episode."""
         env = self.current
-        out = {"image": env.image}
-        state = env.state
-        if state is not None:
-            out["state"] = state
-        return out
+        return {"image": env.image, "state": env.state}
 
-    def render(self, width: int | None = None, height: int | None = None) -> np.ndarray:
-        """Camera image, resized if a size is given (sim_bridge publishes it on the camera topic)."""
+    def render(self, width: int | None = None, height: int | None = None, camera: str | None = None) -> np.ndarray:
+        """SIMPLER's evaluation camera image (3rd view, with the real-image overlay), resized if a size is given.
+
+        ``camera`` is accepted for sim_bridge's backend interface and ignored (SIMPLER's policy camera is fixed).
+        """
         img = self.current.image
         if width is None or height is None or img.shape[:2] == (height, width):
             return img
@@ -282,3 +292,8 @@ class SimplerSuite:
         if task not in self.specs:
             raise ValueError(f"unknown task {task!r}; this suite has {self.task_keys}")
         return self.specs[task]
+
+
+def make_suite(tasks_file: str | os.PathLike | None = None, **kwargs: Any) -> SimplerSuite:
+    """The suite sim_bridge hosts (backend ``simpler``): the tasks of ``tasks_file`` (default: the four WidowX tasks)."""
+    return SimplerSuite(load_tasks(tasks_file), **kwargs)

@@ -38,18 +38,23 @@ def test_task_file_matches_simpler_instructions(standin):
 
 
 def test_suite_step_api_and_eef7_conversion(standin):
-    from amf_ros.envs.simpler import SimplerSuite, load_tasks
+    from amf_ros.envs.simpler import SimplerSuite, load_tasks, make_suite
 
+    assert make_suite().task_keys == ["spoon_on_towel", "carrot_on_plate", "stack_cube", "eggplant_in_basket"]
     suite = SimplerSuite(load_tasks(keys=["carrot_on_plate", "eggplant_in_basket"]))
-    img = suite.reset("carrot_on_plate", seed=3)
+    state = suite.reset("carrot_on_plate", seed=3)
+    np.testing.assert_allclose(state[:3], [0.3, 0.0, 0.15])
+    assert len(suite.state_names) == state.shape[0] == 8
+    img = suite.render()
     assert img.shape == (480, 640, 3) and img.dtype == np.uint8
+    assert suite.render(128, 96).shape == (96, 128, 3)
     assert suite.current.episode_id == 3 and suite.current.instruction == "put carrot on plate"
     env = standin.made[-1]
     assert env.kwargs["obs_mode"] == "rgbd" and env.kwargs["prepackaged_config"] is True
     obs = suite.observation
     np.testing.assert_allclose(obs["state"][:3], [0.3, 0.0, 0.15])
     assert obs["state"][7] == pytest.approx(1.0)  # fingers open
-    img, success, done = suite.step_eef7(np.array([0.01, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
+    state, success, done = suite.step_eef7(np.array([0.01, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
     np.testing.assert_allclose(suite.observation["state"][:3], [0.31, 0.0, 0.15])
     assert suite.observation["state"][7] == pytest.approx(0.0)  # gripper 0 -> SIMPLER -1 -> closed fingers
     assert not done
