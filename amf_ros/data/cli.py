@@ -1,0 +1,195 @@
+"""`amf inspect`, `amf export rlds`, `amf import bag`: the data tools of the `amf` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from amf_ros.data.schema import EpisodeValidationError
+from amf_ros.data.store import EpisodeStore, StoreConfig
+
+
+def _summary(store: EpisodeStore, verify: bool) -> dict[str, Any]:
+    scan = store.scan(validate=True, verify_checksums=verify)
+    tasks: dict[str, dict[str, Any]] = {}
+    for m in scan.episodes:
+        t = tasks.setdefault(m.task, {"episodes": 0, "steps": 0, "success": 0, "failure": 0, "unknown": 0,
+                                      "recovered": 0, "instructions": set()})
+        t["episodes"] += 1
+        t["steps"] += m.num_steps
+        t["success" if m.success is True else "failure" if m.success is False else "unknown"] += 1
+        t["recovered"] += int(m.recovered)
+        t["instructions"].add(m.instruction)
+    for t in tasks.values():
+        known = t["success"] + t["failure"]
+        t["success_rate"] = t["success"] / known if known else None
+        t["instructions"] = sorted(t["instructions"])
+    return {
+        "dataset": str(store.root),
+        "episodes": len(scan.episodes),
+        "steps": sum(m.num_steps for m in scan.episodes),
+        "tasks": dict(sorted(tasks.items())),
+        "invalid": [{"episode": e.episode, "field": e.field, "problem": e.problem} for e in scan.invalid],
+        "partial": [{"episode": p.episode_id, "task": p.task, "recoverable_steps": p.num_steps,
+                     "age_s": round(p.age_s, 1)} for p in scan.partial],
+    }
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    from amf_ros.bench.results import format_table
+
+    print(f"dataset {s['dataset']}: {s['episodes']} episodes, {s['steps']} steps")
+    rows = [[task, t["episodes"], t["steps"], f"{t['success']}/{t['success'] + t['failure']}",
+             "-" if t["success_rate"] is None else f"{100 * t['success_rate']:.0f}%", t["unknown"], t["recovered"]]
+            for task, t in s["tasks"].items()]
+    if rows:
+        print(format_table(["task", "episodes", "steps", "successes", "success rate", "unknown", "recovered"], rows))
+    for e in s["invalid"]:
+        print(f"INVALID {e['episode']}: field {e['field']!r}: {e['problem']}")
+    for p in s["partial"]:
+        print(f"PARTIAL {p['episode']} (task {p['task']}): never committed; {p['recoverable_steps']} steps "
+              f"recoverable; last written {p['age_s']} s ago")
+
+
+def inspect_main(argv: Sequence[str]) -> int:
+    """`amf inspect DATASET`: per-task summary; exit 1 if an episode is invalid (or partial, with --strict)."""
+    ap = argparse.ArgumentParser(prog="amf inspect", description="Summarise and validate an episode dataset: "
+                                 "episodes, steps and success rate per task; invalid and partial episodes.")
+    ap.add_argument("dataset", help="episode store directory")
+    ap.add_argument("--verify", action="store_true", help="also re-hash every chunk file (slower)")
+    ap.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ap.add_argument("--recover", action="store_true",
+                    help="commit the complete chunks of partial episodes (recovered=true, success=null)")
+    ap.add_argument("--discard-partial", action="store_true", help="delete partial episodes")
+    ap.add_argument("--min-age", type=float, default=30.0,
+                    help="only recover/discard partial episodes untouched for this many seconds (default 30: "
+                         "a younger one may belong to a live recorder)")
+    ap.add_argument("--strict", action="store_true", help="exit 1 if there are partial episodes too")
+    args = ap.parse_args(list(argv))
+    try:
+        store = EpisodeStore(args.dataset, create=False)
+    except FileNotFoundError as exc:
+        print(f"amf inspect: {exc}", file=sys.stderr)
+        return 2
+    if args.recover and args.discard_partial:
+        ap.error("--recover and --discard-partial are exclusive")
+    for p in store.partial():
+        if not (args.recover or args.discard_partial):
+            break
+        if p.age_s < args.min_age:
+            print(f"skipping partial {p.episode_id}: modified {p.age_s:.0f} s ago (< --min-age {args.min_age})")
+            continue
+        if args.discard_partial:
+            store.discard_partial(p.episode_id)
+            print(f"discarded partial {p.episode_id}")
+        else:
+            r = store.recover(p.episode_id)
+            print(f"{r.action} {r.episode_id}: {r.reason}" + (f" ({r.num_steps} steps)" if r.num_steps else ""))
+    summary = _summary(store, args.verify)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_summary(summary)
+    bad = bool(summary["invalid"]) or (args.strict and bool(summary["partial"]))
+    return 1 if bad else 0
+
+
+def export_main(argv: Sequence[str]) -> int:
+    """`amf export rlds DATASET OUT`: write a TFDS/RLDS dataset Octo can fine-tune on."""
+    from amf_ros.data.rlds import RldsExportConfig, export_rlds
+
+    ap = argparse.ArgumentParser(prog="amf export", description="Export episodes. Format: rlds (TFDS directory "
+                                 "OUT/NAME/VERSION with TFRecord shards, dataset_info.json, features.json).")
+    ap.add_argument("format", choices=["rlds"], help="output format")
+    ap.add_argument("dataset", help="episode store directory")
+    ap.add_argument("out", help="TFDS data_dir to write into")
+    d = RldsExportConfig()
+    ap.add_argument("--name", default=d.name, help=f"TFDS dataset name (default {d.name})")
+    ap.add_argument("--version", default=d.version, help=f"dataset version X.Y.Z (default {d.version})")
+    ap.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), default=list(d.image_size or ()),
+                    help="resize images to H W (default 256 256, Octo's primary camera)")
+    ap.add_argument("--no-resize", action="store_true", help="keep images at their recorded size")
+    ap.add_argument("--image-format", choices=["png", "jpeg"], default=d.image_format)
+    ap.add_argument("--episodes-per-shard", type=int, default=d.episodes_per_shard)
+    ap.add_argument("--include-unsuccessful", action="store_true",
+                    help="also export episodes whose success is false or unknown (reward 0)")
+    ap.add_argument("--task", action="append", default=None, help="only this task key (repeatable)")
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing OUT/NAME/VERSION")
+    args = ap.parse_args(list(argv))
+    try:
+        cfg = RldsExportConfig(name=args.name, version=args.version,
+                               image_size=None if args.no_resize else tuple(args.image_size),
+                               image_format=args.image_format, episodes_per_shard=args.episodes_per_shard,
+                               include_unsuccessful=args.include_unsuccessful, tasks=args.task)
+        res = export_rlds(EpisodeStore(args.dataset, create=False), args.out, cfg, overwrite=args.overwrite)
+    except (ValueError, FileNotFoundError, EpisodeValidationError) as exc:
+        print(f"amf export: {exc}", file=sys.stderr)
+        return 1
+    for eid, why in res.skipped.items():
+        print(f"skipped {eid}: {why}")
+    print(f"wrote {res.episodes} episodes ({res.steps} steps, {res.shards} shards, {res.num_bytes / 1e6:.1f} MB) "
+          f"to {res.path}")
+    print(f"open with: tfds.builder({cfg.name!r}, data_dir={str(Path(args.out).resolve())!r})")
+    return 0
+
+
+def _parse_images(values: Sequence[str] | None) -> dict[str, str] | None:
+    if values is None:
+        return None
+    out = {}
+    for v in values:
+        name, sep, topic = v.partition("=")
+        if not sep:
+            name, topic = "image_primary" if not out else f"image_{len(out)}", v
+        out[name] = topic
+    return out
+
+
+def import_main(argv: Sequence[str]) -> int:
+    """`amf import bag BAG --task T --instruction I --dataset DIR`: one rosbag2 recording -> one episode."""
+    from amf_ros.data.bag_import import import_bag, resolve_topics, bag_topics
+    from amf_ros.data.sync import SyncConfig
+
+    ap = argparse.ArgumentParser(prog="amf import", description="Import a rosbag2 recording (sqlite3 or MCAP) "
+                                 "as one episode, through the demo_recorder's synchroniser.")
+    ap.add_argument("format", choices=["bag"], help="input format")
+    ap.add_argument("bag", help="rosbag2 directory (with metadata.yaml)")
+    ap.add_argument("--task", required=True, help="task key, as in config/tasks/*.yaml")
+    ap.add_argument("--instruction", required=True, help="natural-language instruction of the demonstration")
+    ap.add_argument("--dataset", default="runs/dataset", help="episode store to add to (default runs/dataset)")
+    ap.add_argument("--action-topic", default=None, help="EefDeltaAction topic (default /amf/action or by type)")
+    ap.add_argument("--state-topic", default=None, help="StateVector/JointState topic (default by name or type)")
+    ap.add_argument("--image-topic", action="append", default=None, metavar="[KEY=]TOPIC",
+                    help="camera topic, optionally with its observation key (default key image_primary)")
+    ap.add_argument("--no-images", action="store_true", help="record no camera")
+    ap.add_argument("--rate", type=float, default=5.0, help="control rate of --mode tick, Hz (default 5)")
+    ap.add_argument("--mode", choices=["tick", "on_action"], default="tick")
+    ap.add_argument("--aggregate", choices=["latest", "sum_delta"], default="latest")
+    ap.add_argument("--max-obs-age", type=float, default=1.0, help="seconds (see amf_ros.data.sync)")
+    ap.add_argument("--stamp", choices=["header", "receive"], default="header",
+                    help="timestamp of each message: header.stamp (as the live recorder) or bag receive time")
+    ap.add_argument("--failure", action="store_true", help="mark the demonstration unsuccessful")
+    ap.add_argument("--robot", default="", help="robot name for the metadata")
+    ap.add_argument("--image-codec", choices=["png", "jpeg", "raw"], default="png")
+    args = ap.parse_args(list(argv))
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        images = {} if args.no_images else _parse_images(args.image_topic)
+        topics = resolve_topics(bag_topics(args.bag), args.action_topic, args.state_topic, images)
+        sync = SyncConfig(rate_hz=args.rate, mode=args.mode, aggregate=args.aggregate,
+                          max_obs_age_s=args.max_obs_age)
+        store = EpisodeStore(args.dataset, StoreConfig(image_codec=args.image_codec))
+        res = import_bag(args.bag, store, args.task, args.instruction, topics=topics, sync=sync,
+                         success=not args.failure, robot=args.robot, stamp=args.stamp)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"amf import: {exc}", file=sys.stderr)
+        return 1
+    print(f"imported {res.num_steps} steps from {res.messages_read} messages -> {res.path}")
+    print("topics: " + ", ".join(f"{s}={t}" for t, s in res.topics.items()))
+    skipped = {k: v for k, v in res.stats.items() if k.startswith("skipped") or k == "late_messages"}
+    print("synchroniser: " + ", ".join(f"{k}={v}" for k, v in skipped.items()))
+    return 0

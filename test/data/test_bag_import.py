@@ -1,0 +1,113 @@
+"""rosbag2 import: bags written here with rosbags (sqlite3 and MCAP) become the same episode as live recording."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+rosbags = pytest.importorskip("rosbags")
+
+from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
+
+from amf_ros.data.bag_import import bag_topics, import_bag, resolve_topics  # noqa: E402
+from amf_ros.data.bag_types import make_typestore  # noqa: E402
+from amf_ros.data.codec import encode_image  # noqa: E402
+from amf_ros.data.recorder import record_messages  # noqa: E402
+from amf_ros.data.store import EpisodeStore  # noqa: E402
+
+MS = 1_000_000
+TS = make_typestore()
+T = TS.types
+
+
+def header(t: int):
+    return T["std_msgs/msg/Header"](stamp=T["builtin_interfaces/msg/Time"](sec=t // 10**9, nanosec=t % 10**9),
+                                    frame_id="")
+
+
+def image_for(k: int) -> np.ndarray:
+    yy, xx = np.mgrid[0:24, 0:32]
+    return np.stack([xx * 4 + k, yy * 6, np.full_like(xx, 10 * k)], axis=2).astype(np.uint8)
+
+
+def session(n: int, state_topic: str, image_topic: str, compressed: bool = False):
+    """A teleop session as (receive_time, topic, msgtype, msg): joint states and images at 10 Hz, actions at
+    5 Hz computed 30 ms after the state they react to; images arrive 40 ms after their stamp."""
+    out = []
+    for k in range(n):
+        t = k * 100 * MS
+        js = T["sensor_msgs/msg/JointState"](header=header(t), name=["waist", "shoulder", "gripper"],
+                                             position=np.array([k, -k, 0.5], np.float64),
+                                             velocity=np.zeros(0), effort=np.zeros(0))
+        out.append((t + 1 * MS, state_topic, "sensor_msgs/msg/JointState", js))
+        if compressed:
+            img = T["sensor_msgs/msg/CompressedImage"](header=header(t), format="png",
+                                                       data=np.frombuffer(encode_image(image_for(k), "png"), np.uint8))
+            out.append((t + 40 * MS, image_topic, "sensor_msgs/msg/CompressedImage", img))
+        else:
+            bgr = np.ascontiguousarray(image_for(k)[:, :, ::-1])
+            img = T["sensor_msgs/msg/Image"](header=header(t), height=24, width=32, encoding="bgr8", is_bigendian=0,
+                                             step=96, data=bgr.reshape(-1))
+            out.append((t + 40 * MS, image_topic, "sensor_msgs/msg/Image", img))
+        if k % 2 == 0:
+            ta = t + 30 * MS
+            act = T["amf_ros/msg/EefDeltaAction"](header=header(ta), translation=np.array([k, 0, 0], np.float32),
+                                                  rotation=np.zeros(3, np.float32), gripper=1.0)
+            out.append((ta + 2 * MS, "/amf/action", "amf_ros/msg/EefDeltaAction", act))
+    out.sort(key=lambda m: m[0])
+    return out
+
+
+def write_bag(path, messages, plugin):
+    with Writer(path, version=9, storage_plugin=plugin) as w:
+        conns = {}
+        for t, topic, msgtype, msg in messages:
+            if topic not in conns:
+                conns[topic] = w.add_connection(topic, msgtype, typestore=TS)
+            w.write(conns[topic], t, TS.serialize_cdr(msg, msgtype))
+
+
+@pytest.mark.parametrize("plugin", [StoragePlugin.SQLITE3, StoragePlugin.MCAP])
+@pytest.mark.parametrize("compressed", [False, True])
+def test_bag_import_equals_live_recording(tmp_path, plugin, compressed):
+    msgs = session(20, "/wx250s/joint_states", "/blue/image_raw", compressed)
+    bag = tmp_path / "bag"
+    write_bag(bag, msgs, plugin)
+    assert bag_topics(bag)["/amf/action"] == "amf_ros/msg/EefDeltaAction"
+    result = import_bag(bag, EpisodeStore(tmp_path / "imported"), "carrot", "put the carrot on the plate",
+                        robot="widowx250s")
+    topics = {"/amf/action": "action", "/wx250s/joint_states": "state", "/blue/image_raw": "image_primary"}
+    assert result.topics == topics and result.messages_read == len(msgs)
+    imported = EpisodeStore(tmp_path / "imported").load(result.path.name)
+    # "Live": the same messages, in arrival order, stamped with their headers, through the recorder.
+    live_path = record_messages(EpisodeStore(tmp_path / "live"), [(topic, _stamp(m), m) for _, topic, _, m in msgs],
+                                "carrot", "put the carrot on the plate", topics, robot="widowx250s")
+    live = EpisodeStore(tmp_path / "live").load(live_path.name)
+    assert imported.steps.keys() == live.steps.keys()
+    for key in imported.steps:
+        np.testing.assert_array_equal(imported.steps[key], live.steps[key], err_msg=key)
+    # And the content is right: action k with joint state k and image k (not the next ones).
+    ks = imported.steps["action"][:, 0].astype(int)
+    assert ks.tolist() == list(range(0, 20, 2)) and len(imported) == 10
+    np.testing.assert_array_equal(imported.observation["state"][:, 0], ks)
+    np.testing.assert_array_equal(imported.observation["image_primary"], np.stack([image_for(k) for k in ks]))
+    assert imported.meta.state_names == ["waist", "shoulder", "gripper"]
+    assert imported.meta.topics["image_primary"] == "/blue/image_raw"
+
+
+def _stamp(msg) -> int:
+    return msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
+
+
+def test_resolve_topics_errors():
+    avail = {"/amf/action": "amf_ros/msg/EefDeltaAction", "/cam1": "sensor_msgs/msg/Image",
+             "/cam2": "sensor_msgs/msg/Image", "/amf/observation/state": "amf_ros/msg/StateVector"}
+    with pytest.raises(ValueError, match="several topics"):
+        resolve_topics(avail)
+    got = resolve_topics(avail, images={"image_primary": "/cam2", "image_wrist": "/cam1"})
+    assert got == {"/amf/action": "action", "/amf/observation/state": "state", "/cam2": "image_primary",
+                   "/cam1": "image_wrist"}
+    with pytest.raises(ValueError, match="not in the bag"):
+        resolve_topics(avail, state="/nope", images={})
+    with pytest.raises(ValueError, match="no topic"):
+        resolve_topics({"/cam1": "sensor_msgs/msg/Image"})
