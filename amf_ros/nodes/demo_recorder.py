@@ -93,6 +93,7 @@ class DemoRecorder(Node):
         self.rec = EpisodeRecorder(self.store, topics, sync, robot=p["robot"])
         self.received: dict[str, float] = {t: -1.0 for t in topics}  # topic -> monotonic receive time
         self.last_error = ""
+        self._logged: dict[str, tuple[float, int]] = {}  # topic -> (time of last error log, suppressed since)
         self.episodes_in_store = len(self.store)
         self._episode_meta = ("", "")  # (task, instruction) of the current episode
 
@@ -143,11 +144,18 @@ class DemoRecorder(Node):
             data = convert(msg)
             self.rec.feed(topic, ros_convert.stamp_ns(msg), data)
         except ValueError as exc:
-            self._error(f"topic {topic}: {exc}; message refused")
+            self._error(f"topic {topic}: {exc}; message refused", topic)
 
-    def _error(self, text: str) -> None:
+    def _error(self, text: str, topic: str = "") -> None:
+        """Log a refused message: at most once per second per topic (a broken camera sends 30 per second)."""
         self.last_error = text
-        self.get_logger().error(text, throttle_duration_sec=1.0)
+        last, suppressed = self._logged.get(topic, (-1e9, 0))
+        if time.monotonic() - last >= 1.0:
+            more = f" ({suppressed} similar messages not logged)" if suppressed else ""
+            self.get_logger().error(text + more)
+            self._logged[topic] = (time.monotonic(), 0)
+        else:
+            self._logged[topic] = (last, suppressed + 1)
         self._publish_status()
 
     def _report(self, ok: bool, text: str) -> None:

@@ -74,3 +74,145 @@ def make_image(rgb: np.ndarray, ns: int, encoding: str = "rgb8") -> Any:
     msg = Image(height=h, width=w, encoding=encoding, is_bigendian=0, step=w * c, data=rgb.tobytes())
     msg.header.stamp = stamp_msg(ns)
     return msg
+
+
+STATE_TOPIC, IMAGE_TOPIC, ACTION_TOPIC = "/amf/observation/state", "/amf/camera/image_raw", "/amf/action"
+STATE_NAMES = ("s0", "s1", "s2", "s3", "s4")
+
+
+def scripted_sequence(start_ns: int, frames: int = 40, period_ns: int = 50_000_000, action_every: int = 2,
+                      image_hw: tuple[int, int] = (24, 32), seed: int = 0) -> list[tuple[str, int, str, Any]]:
+    """A teleop session as ``(topic, stamp_ns, kind, value)``: state + image every frame, an action every
+    ``action_every`` frames, 3 ms after the frame it reacts to. Images alternate rgb8/bgr8 encodings."""
+    rng = np.random.default_rng(seed)
+    seq: list[tuple[str, int, str, Any]] = []
+    for k in range(frames):
+        t = start_ns + k * period_ns
+        seq.append((STATE_TOPIC, t, "state", rng.normal(size=len(STATE_NAMES))))
+        rgb = rng.integers(0, 256, size=(*image_hw, 3), dtype=np.uint8)
+        seq.append((IMAGE_TOPIC, t, "bgr8" if k % 3 == 0 else "rgb8", rgb))
+        if k % action_every == action_every - 1:
+            a7 = np.concatenate([rng.uniform(-0.02, 0.02, 6), [float(k % 4 < 2)]])
+            seq.append((ACTION_TOPIC, t + 3_000_000, "action", a7))
+    return seq
+
+
+class LivePublisher:
+    """Publishes a scripted sequence with rclpy (reliable QoS), paced so that no queue overflows."""
+
+    def __init__(self, node: Any) -> None:
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import Image
+
+        from amf_ros.msg import EefDeltaAction, StateVector
+
+        qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        self.node = node
+        self.pubs = {STATE_TOPIC: node.create_publisher(StateVector, STATE_TOPIC, qos),
+                     IMAGE_TOPIC: node.create_publisher(Image, IMAGE_TOPIC, qos),
+                     ACTION_TOPIC: node.create_publisher(EefDeltaAction, ACTION_TOPIC, qos)}
+
+    def wait_matched(self, timeout: float = 20.0) -> None:
+        wait_for(lambda: all(p.get_subscription_count() > 0 for p in self.pubs.values()), timeout,
+                 "the recorder subscribing to state, image and action topics")
+
+    def message(self, topic: str, ns: int, kind: str, value: Any) -> Any:
+        from sensor_msgs.msg import Image
+
+        from amf_ros.data.ros_convert import fill_image
+
+        if kind == "state":
+            return make_state(value, ns, STATE_NAMES)
+        if kind == "action":
+            return make_action(value, ns)
+        msg = Image()
+        msg.header.stamp = stamp_msg(ns)
+        try:
+            return fill_image(msg, value, kind)
+        except ValueError:  # an encoding the converter does not know: raw bytes, for bad-input tests
+            h, w = value.shape[:2]
+            msg.height, msg.width, msg.encoding, msg.step = h, w, kind, w * 2
+            msg.data = bytes(np.ascontiguousarray(value[:, :, :2]).tobytes())
+            return msg
+
+    def publish(self, seq: Sequence[tuple[str, int, str, Any]], pause_s: float = 0.01) -> None:
+        for topic, ns, kind, value in seq:
+            self.pubs[topic].publish(self.message(topic, ns, kind, value))
+            time.sleep(pause_s)
+
+
+def write_bag(path: Any, seq: Sequence[tuple[str, int, str, Any]], storage: str = "sqlite3") -> None:
+    """Write the same sequence into a rosbag2 with rosbags (receive time = stamp)."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    from amf_ros.data.bag_types import make_typestore
+    from amf_ros.data.ros_convert import fill_image
+
+    ts = make_typestore()
+    T = ts.types
+    types = {STATE_TOPIC: "amf_ros/msg/StateVector", IMAGE_TOPIC: "sensor_msgs/msg/Image",
+             ACTION_TOPIC: "amf_ros/msg/EefDeltaAction"}
+
+    def header(ns: int) -> Any:
+        return T["std_msgs/msg/Header"](stamp=T["builtin_interfaces/msg/Time"](sec=ns // 10**9, nanosec=ns % 10**9),
+                                        frame_id="")
+
+    plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+    with Writer(path, version=9, storage_plugin=plugin) as writer:
+        conns = {t: writer.add_connection(t, ty, typestore=ts) for t, ty in types.items()}
+        for topic, ns, kind, value in seq:
+            if kind == "state":
+                msg = T[types[topic]](header=header(ns), names=list(STATE_NAMES), values=np.asarray(value, np.float64))
+            elif kind == "action":
+                a = np.asarray(value, dtype=np.float32)
+                msg = T[types[topic]](header=header(ns), translation=a[:3], rotation=a[3:6], gripper=float(a[6]))
+            else:
+                msg = T[types[topic]](header=header(ns), height=0, width=0, encoding="", is_bigendian=0, step=0,
+                                      data=np.zeros(0, np.uint8))
+                fill_image(msg, value, kind)
+            writer.write(conns[topic], ns, ts.serialize_cdr(msg, types[topic]))
+
+
+def assert_same_episode(a: Any, b: Any) -> None:
+    """Two loaded episodes hold identical step arrays and the same task/instruction/steps/state names."""
+    assert (a.meta.task, a.meta.instruction, a.meta.num_steps, a.meta.state_names) == \
+        (b.meta.task, b.meta.instruction, b.meta.num_steps, b.meta.state_names)
+    assert sorted(a.steps) == sorted(b.steps), (sorted(a.steps), sorted(b.steps))
+    for key in a.steps:
+        np.testing.assert_array_equal(a.steps[key], b.steps[key], err_msg=key)
+
+
+class StatusWatcher:
+    """Keeps the newest latched RecorderStatus."""
+
+    def __init__(self, node: Any, topic: str = "/amf/recorder/status") -> None:
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+        from amf_ros.msg import RecorderStatus
+
+        self.last: Any = None
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        node.create_subscription(RecorderStatus, topic, self._on, latched)
+
+    def _on(self, msg: Any) -> None:
+        self.last = msg
+
+    def topic_seen(self, topic: str) -> bool:
+        return self.last is not None and topic in self.last.topics and \
+            self.last.topic_age_s[list(self.last.topics).index(topic)] >= 0
+
+
+def warm_up(live: LivePublisher, status: StatusWatcher, timeout: float = 20.0) -> None:
+    """Publish old-stamped state + image until the recorder reports having received both (DDS discovery is
+    asymmetric: the first messages after matching can be missed)."""
+    live.wait_matched(timeout)
+    deadline = time.monotonic() + timeout
+    k = 0
+    while not (status.topic_seen(STATE_TOPIC) and status.topic_seen(IMAGE_TOPIC)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"recorder never reported state and image topics: {status.last}")
+        ns = live.node.get_clock().now().nanoseconds - 500_000_000
+        live.publish([(t, ns, kind, v) for t, _, kind, v in scripted_sequence(ns, frames=1, seed=k)[:2]], 0.0)
+        k += 1
+        time.sleep(0.1)

@@ -1,0 +1,83 @@
+"""A demo_recorder process killed with SIGKILL mid-episode leaves every earlier episode intact; on restart the
+partial episode is left alone while it may still belong to a live writer, then recovered (complete chunks
+only, marked recovered, success unknown), and the node says which it did.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from robot_testutil import IMAGE_TOPIC, LivePublisher, StatusWatcher, call, scripted_sequence, wait_for, warm_up
+
+pytestmark = pytest.mark.ros
+
+TASK, INSTRUCTION = "pour", "pour the cup"
+
+
+def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tmp_path):
+    from amf_ros.data.store import EpisodeStore
+    from amf_ros.srv import EndEpisode, StartEpisode
+
+    dataset = tmp_path / "ds"
+    params = {"dataset_dir": str(dataset), "sync_mode": "on_action", "image_topics": [IMAGE_TOPIC],
+              "chunk_steps": 4, "topic_timeout_s": 5.0, "status_period_s": 0.2}
+    procs = start_nodes({"demo_recorder": params}, name="first")
+    status = StatusWatcher(client_node)
+    live = LivePublisher(client_node)
+    warm_up(live, status)
+
+    def start():
+        res = call(client_node, StartEpisode, "/amf/recorder/start_episode",
+                   StartEpisode.Request(task=TASK, instruction=INSTRUCTION))
+        assert res.ok, res.message
+        return res.episode_id
+
+    first = start()
+    live.publish(scripted_sequence(client_node.get_clock().now().nanoseconds + 50_000_000, frames=12, seed=1))
+    done = call(client_node, EndEpisode, "/amf/recorder/end_episode", EndEpisode.Request(episode_id=first,
+                                                                                         success=True))
+    assert done.ok and done.num_steps == 6, done.message
+    store = EpisodeStore(dataset, create=False)
+    before = store.load(first)
+
+    second = start()
+    live.publish(scripted_sequence(client_node.get_clock().now().nanoseconds + 50_000_000, frames=20, seed=2))
+    # on_action: the 10th action waits for an observation stamped after it (or the end of the episode).
+    wait_for(lambda: status.last.num_steps >= 9, 10, "9 steps of the second episode")
+    wait_for(lambda: [p.complete_chunks for p in store.partial()] == [2], 10, "two complete chunks on disk")
+    recorder = procs.procs["demo_recorder"]
+    recorder.kill()
+    recorder.wait(timeout=10)
+
+    store = EpisodeStore(dataset, create=False)
+    assert store.episode_ids() == [first]
+    partial = store.partial()
+    assert [(p.episode_id, p.num_steps) for p in partial] == [(second, 8)]
+
+    def same_as_before(ep):
+        assert ep.meta.to_json() == before.meta.to_json()
+        for key in before.steps:
+            np.testing.assert_array_equal(ep.steps[key], before.steps[key], err_msg=key)
+
+    same_as_before(store.load(first))
+
+    # Restart with the default minimum age: a fresh partial may belong to a live writer, so it is left alone.
+    again = start_nodes({"demo_recorder": params}, name="second")
+    wait_for(lambda: f"partial episode {second}" in again.log_tail("demo_recorder"), 30, "the partial report")
+    assert "left as is" in again.log_tail("demo_recorder")
+    again.stop(timeout=5.0)
+    assert store.episode_ids() == [first]
+
+    # With recover_min_age_s 0 it is recovered: its complete chunks become an episode marked as recovered.
+    third = start_nodes({"demo_recorder": {**params, "recover_min_age_s": 0.0}}, name="third")
+    wait_for(lambda: f"partial episode {second}" in third.log_tail("demo_recorder"), 30, "the recovery report")
+    assert "recovered" in third.log_tail("demo_recorder")
+    time.sleep(0.2)
+    store = EpisodeStore(dataset, create=False)
+    assert store.episode_ids() == [first, second] and store.partial() == []
+    rec = store.load(second)
+    assert len(rec) == 8 and rec.meta.recovered and rec.meta.success is None and rec.meta.task == TASK
+    same_as_before(store.load(first))
+    assert third.dead() == {}
