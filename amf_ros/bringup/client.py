@@ -59,6 +59,7 @@ class AMFClient:
     def __init__(self, name: str = "amf_client", record_actions: bool = False) -> None:
         self.node = Node(name)
         self.seen = Observed()
+        self._fine_tune_handles: list[Any] = []
         self._lock = threading.Lock()
         n = self.node
         self.next_task_cli = n.create_client(NextTask, "/amf/next_task")
@@ -168,10 +169,29 @@ class AMFClient:
         return self._action(self.fine_tune_cli, FineTune.Goal(steps=steps, tasks=list(tasks or [])), timeout,
                             "/amf/fine_tune", feedback)
 
-    def send_fine_tune(self, steps: int = 0) -> Any:
-        """Start a fine-tune without waiting; returns the goal handle's result future (for background load)."""
-        handle = _wait(self.fine_tune_cli.send_goal_async(FineTune.Goal(steps=steps)), 30.0, "/amf/fine_tune goal")
+    def send_fine_tune(self, steps: int = 0, feedback: Callable[[Any], None] | None = None) -> Any:
+        """Start a fine-tune without waiting (e.g. as background load); returns its result future.
+
+        Cancel it with :meth:`cancel_fine_tunes`, wait for it with :meth:`wait_result`.
+        """
+        cb = (lambda fb: feedback(fb.feedback)) if feedback else None
+        handle = _wait(self.fine_tune_cli.send_goal_async(FineTune.Goal(steps=steps), feedback_callback=cb), 30.0,
+                       "/amf/fine_tune goal")
+        if not handle.accepted:
+            raise ROSCallError("/amf/fine_tune: goal rejected")
+        self._fine_tune_handles.append(handle)
         return handle.get_result_async()
+
+    def cancel_fine_tunes(self, timeout: float = 30.0) -> None:
+        """Request cancellation of every fine-tune started with :meth:`send_fine_tune`."""
+        for handle in self._fine_tune_handles:
+            _wait(handle.cancel_goal_async(), timeout, "/amf/fine_tune cancel")
+        self._fine_tune_handles.clear()
+
+    @staticmethod
+    def wait_result(future: Any, timeout: float) -> Any:
+        """The action result of a future from :meth:`send_fine_tune`."""
+        return _wait(future, timeout, "action result").result
 
     def run_policy(self, task: str, max_steps: int = 0, timeout: float = 300.0) -> Any:
         """Run /amf/run_policy to completion; returns RunPolicy.Result (check .ok, .success)."""

@@ -219,7 +219,7 @@ class PolicyRuntime:
         # A fresh copy of the acting checkpoint (sharing the frozen task encoder) is trained; the acting policy is
         # untouched until the new checkpoint is saved.
         student = load_policy(self.checkpoint, task_encoder=getattr(acting, "encoder", None))
-        every = max(1, steps // 20)
+        every = max(1, min(50, steps // 20))  # feedback about 20 times, at least every 50 steps
 
         def on_step(step: int, loss: float) -> bool:
             if feedback is not None and (step % every == 0 or step == steps):

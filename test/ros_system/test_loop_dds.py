@@ -1,0 +1,138 @@
+"""The AMF loop over real DDS, every node its own process (issue 5 acceptance), plus bad input and concurrency.
+
+One graph (the five nodes of launch/sim.launch.py, from the same YAML) is brought up per module; the tests run in
+file order against it: bad input on an empty store first, then 3 rounds of the loop, then run_policy during a
+fine-tune and cancellation.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ros_system_util import REPO, make_checkpoint
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+TASKS = ("reach", "push")
+RATE_HZ = 10.0  # policy_server.control_rate_hz in config/sim.yaml
+
+
+@pytest.fixture(scope="module")
+def graph_run(ros_env, rclpy_context, tmp_path_factory):
+    """The sim graph with a tiny checkpoint, this module's dataset/checkpoint dirs, and a client."""
+    from amf_ros.bringup import graph
+    from amf_ros.bringup.client import AMFClient
+    from amf_ros.bringup.loop import LoopConfig, node_overrides
+    from amf_ros.bringup.params import schema
+    from amf_ros.bringup.processes import NodeProcesses
+
+    run = tmp_path_factory.mktemp("loop")
+    ckpt = make_checkpoint(run / "pretrained", TASKS)
+    config = REPO / "config" / "sim.yaml"
+    assert {p.name for p in schema("policy_server")} >= {"control_rate_hz"}
+    extra = node_overrides(run, LoopConfig(selector="amf"))
+    extra["task_selector"] += ["-p", f"tasks:=[{', '.join(TASKS)}]"]
+    procs = NodeProcesses(graph.sim_plan(str(config), checkpoint=str(ckpt)), log_dir=run / "logs", env=ros_env,
+                          extra_args=extra).start()
+    client = AMFClient(f"amf_test_loop_{int(time.time() * 1e3) % 100000}", record_actions=True)
+    try:
+        client.wait_ready(timeout=120)
+        yield run, ckpt, client, procs
+    finally:
+        client.close()
+        codes = procs.stop()
+        print("node exit codes:", codes)
+
+
+def _alive(procs) -> None:
+    assert procs.dead() == {}, {n: procs.log_tail(n) for n in procs.dead()}
+
+
+def test_bad_input_gets_clear_errors_and_nodes_keep_running(graph_run) -> None:
+    run, _, client, procs = graph_run
+    resp = client.next_task(["reach", "fly-to-the-moon"], require_ok=False)
+    assert not resp.ok and "fly-to-the-moon" in resp.message
+    ft = client.fine_tune(steps=5, timeout=60)
+    assert not ft.ok and "no episodes" in ft.message
+    rp = client.run_policy("fly-to-the-moon", max_steps=3, timeout=60)
+    assert not rp.ok and "unknown task" in rp.message
+    assert client.next_task().ok  # still answering
+    _alive(procs)
+
+
+def test_three_rounds_of_the_loop(graph_run) -> None:
+    from amf_ros.data.store import EpisodeStore
+
+    run, ckpt, client, procs = graph_run
+    store = EpisodeStore(run / "dataset", create=False)
+    policy_seen = str(ckpt)
+    for r in range(1, 4):
+        d = client.next_task()
+        assert d.ok and d.task in TASKS and list(d.tasks) == list(TASKS) and len(d.scores) == len(TASKS)
+        assert d.warm_start == (r <= len(TASKS)), d.message
+        if not d.warm_start:
+            assert np.all(np.isfinite(d.scores)) and d.task == TASKS[int(np.argmin(d.scores))]
+            assert list(d.effective_sample_size) == [float(c) for c in d.demo_counts]
+        assert f"policy: {policy_seen}" in d.message, "task_selector did not reload the announced checkpoint"
+        assert sum(d.demo_counts) == r - 1
+
+        client.reset(d.task, seed=100 + r)
+        ep = client.start_episode(d.task, d.instruction)
+        info = client.wait_episode(ep.episode_id, timeout=120)
+        sim = client.success()  # nothing has stepped the arm since the operator ended the episode
+        episode = store.load(ep.episode_id, images=False)
+        assert episode.meta.task == d.task and info.task == d.task
+        assert len(episode) == info.num_steps == sim.steps > 5, (len(episode), info.num_steps, sim.steps)
+
+        before = {c.path for c in client.seen.checkpoints}
+        ft = client.fine_tune(steps=30, timeout=300)
+        assert ft.ok, ft.message
+        assert Path(ft.checkpoint).name == f"round_{r:04d}" and (Path(ft.checkpoint) / "meta.json").is_file()
+        client.wait_for(lambda: ft.checkpoint in {c.path for c in client.seen.checkpoints} - before, 30,
+                        "/amf/checkpoint announcing the new checkpoint")
+        policy_seen = ft.checkpoint
+
+        client.reset(d.task, seed=1000)
+        n0 = len(client.seen.actions)
+        res = client.run_policy(d.task, max_steps=25, timeout=120)
+        assert res.ok, res.message
+        stamps = np.array([t for t, _ in client.seen.actions[n0:]])
+        if res.success:  # the arm solved the task early: fewer steps, rate still measured
+            assert res.steps >= 1
+        assert len(stamps) == res.steps
+        if len(stamps) >= 5:
+            rate = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+            assert abs(rate - RATE_HZ) / RATE_HZ < 0.2, f"received {rate:.2f} Hz, configured {RATE_HZ} Hz"
+            assert abs(1.0 / res.mean_period_s - RATE_HZ) / RATE_HZ < 0.2
+    # task_selector reloads the last checkpoint as well
+    client.wait_for(lambda: f"policy: {policy_seen}" in client.next_task().message, 30, "task_selector reload")
+    _alive(procs)
+
+
+def test_run_policy_during_fine_tune_and_cancel(graph_run) -> None:
+    """run_policy keeps its rate while a fine-tune trains in the background; a second fine-tune is refused; a
+    cancelled fine-tune saves nothing."""
+    run, _, client, procs = graph_run
+    ckpts = sorted((run / "checkpoints").iterdir())
+    progress: list = []
+    pending = client.send_fine_tune(steps=200000, feedback=progress.append)
+    client.wait_for(lambda: len(progress) > 0, 60, "feedback of the background fine-tune")
+    second = client.fine_tune(steps=5, timeout=60)
+    assert not second.ok and "already running" in second.message
+    client.reset("reach", seed=2000)
+    n0 = len(client.seen.actions)
+    res = client.run_policy("reach", max_steps=30, timeout=120)
+    assert res.ok, res.message
+    stamps = np.array([t for t, _ in client.seen.actions[n0:]])
+    rate = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+    assert abs(rate - RATE_HZ) / RATE_HZ < 0.2, f"{rate:.2f} Hz during fine-tuning"
+    assert not pending.done(), "the background fine-tune finished too early to test concurrency"
+    client.cancel_fine_tunes()
+    result = client.wait_result(pending, timeout=60)
+    assert not result.ok and "cancelled" in result.message
+    assert sorted((run / "checkpoints").iterdir()) == ckpts
+    _alive(procs)
