@@ -35,7 +35,8 @@ def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tm
         return res.episode_id
 
     first = start()
-    live.publish(scripted_sequence(client_node.get_clock().now().nanoseconds + 50_000_000, frames=12, seed=1))
+    seq1 = scripted_sequence(client_node.get_clock().now().nanoseconds + 50_000_000, frames=12, seed=1)
+    live.publish(seq1)
     done = call(client_node, EndEpisode, "/amf/recorder/end_episode", EndEpisode.Request(episode_id=first,
                                                                                          success=True))
     assert done.ok and done.num_steps == 6, done.message
@@ -43,7 +44,9 @@ def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tm
     before = store.load(first)
 
     second = start()
-    live.publish(scripted_sequence(client_node.get_clock().now().nanoseconds + 50_000_000, frames=20, seed=2))
+    # Stamps of the second session follow the first one's (published faster than their stamps advance).
+    t2 = max(client_node.get_clock().now().nanoseconds, seq1[-1][1]) + 50_000_000
+    live.publish(scripted_sequence(t2, frames=20, seed=2))
     # on_action: the 10th action waits for an observation stamped after it (or the end of the episode).
     wait_for(lambda: status.last.num_steps >= 9, 10, "9 steps of the second episode")
     wait_for(lambda: [p.complete_chunks for p in store.partial()] == [2], 10, "two complete chunks on disk")
