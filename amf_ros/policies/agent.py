@@ -64,10 +64,13 @@ class TaskConditionedPolicy:
         self._encoder = task_encoder
         self.task_dim = task_encoder.dim if task_encoder is not None else (
             384 if config.task_encoder == "minilm" else config.task_embedding_dim)
-        torch.manual_seed(config.seed)
-        self.trunk = make_trunk(config.trunk, state_dim, config.image_feature_dim)
-        self.head_config = self._head_config(head_config)
-        self.head: nn.Module = self._make_head(self.head_config)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        with torch.random.fork_rng(devices=[]):  # seeded initialisation without touching the global RNG
+            torch.manual_seed(config.seed)
+            self.trunk = make_trunk(config.trunk, state_dim, config.image_feature_dim)
+            self.head_config = self._head_config(head_config)
+            self.head: nn.Module = self._make_head(self.head_config)
         self.prior: nn.Module | None = None
         self.instructions: dict[str, str] = {}
         self.task_embeddings: dict[str, np.ndarray] = {}
@@ -189,6 +192,10 @@ class TaskConditionedPolicy:
         ``cached=False`` runs the frozen trunk on every minibatch instead of using the per-frame cache (same result,
         slower: the reference side of ``amf bench perf-finetune``).
         """
+        for key in ("action", "episode_index", "step", "task"):
+            if key not in transitions:
+                raise ValueError(f"transitions need {key!r}, got keys {sorted(transitions)}")
+        self._frames(transitions)
         if self.action_normalizer is None:
             self.fit_normalizers(transitions)
         chunks, mask = self._chunks(transitions)

@@ -76,6 +76,9 @@ class PolicyConfig:
     """Frames at which both heads are sampled for one fit_alpha call."""
     seed: int = 0
     """Seed of initialisation, minibatches, noise, embeddings and acting."""
+    num_threads: int = 1
+    """torch intra-op threads, set PROCESS-WIDE when the policy is built (0 = leave torch's default). Small heads
+    run fastest on 1 thread; on a loaded machine torch's spinning thread pool made them ~10x slower."""
 
     def __post_init__(self) -> None:
         self.mlp_hidden_dims = tuple(int(h) for h in self.mlp_hidden_dims)
@@ -85,6 +88,8 @@ class PolicyConfig:
             raise ValueError(f"trunk must be 'state' or 'image', got {self.trunk=}")
         if self.task_encoder not in ("minilm", "hash"):
             raise ValueError(f"task_encoder must be 'minilm' or 'hash', got {self.task_encoder=}")
+        if self.num_threads < 0:
+            raise ValueError(f"num_threads must be >= 0, got {self.num_threads=}")
         if self.action_horizon < 1:
             raise ValueError(f"action_horizon must be >= 1, got {self.action_horizon=}")
         # build the sub-configs once so that their validation runs now

@@ -91,8 +91,9 @@ def loss_gradient_embeddings(head: nn.Module, emb: torch.Tensor, actions: torch.
             gw = torch.einsum("kbo,kbf->bof", g, h).reshape(g.shape[1], -1)
             return torch.cat([gw, g.sum(0)], dim=1)
         o, f = g.shape[2], h.shape[2]
-        r = projection.reshape(projection.shape[0], o, f + 1)
-        return torch.einsum("kbo,kbf,pof->bp", g, h, r[:, :, :f]) + torch.einsum("kbo,po->bp", g, r[:, :, f])
+        r_w = projection[:, :o * f].reshape(projection.shape[0], o, f)
+        r_b = projection[:, o * f:]
+        return torch.einsum("kbo,kbf,pof->bp", g, h, r_w) + torch.einsum("kbo,po->bp", g, r_b)
 
 
 def autograd_per_sample_gradients(head: nn.Module, emb: torch.Tensor, actions: torch.Tensor,
@@ -107,12 +108,17 @@ def autograd_per_sample_gradients(head: nn.Module, emb: torch.Tensor, actions: t
         mask = torch.ones_like(actions, dtype=torch.bool)
 
     wrapper = _PerSampleLoss(head)
+    fields = {k: v for k, v in vars(draws).items()} if draws is not None else {}
+    per_example = {k: v for k, v in fields.items() if v.shape[1] > 1}  # (K, B, ...) draws are vmapped over B
+    shared = {k: v for k, v in fields.items() if k not in per_example}
 
-    def one(p: dict[str, torch.Tensor], e: torch.Tensor, a: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    def one(p: dict[str, torch.Tensor], e: torch.Tensor, a: torch.Tensor, m: torch.Tensor,
+            mine: dict[str, torch.Tensor]) -> torch.Tensor:
+        d = None if draws is None else type(draws)(**shared, **{k: v.unsqueeze(1) for k, v in mine.items()})
         wrapped = {f"head.{k}": v for k, v in p.items()}
-        return functional_call(wrapper, wrapped, (e[None], a[None], m[None], draws), strict=False).squeeze(0)
+        return functional_call(wrapper, wrapped, (e[None], a[None], m[None], d), strict=False).squeeze(0)
 
-    grads = vmap(grad(one), in_dims=(None, 0, 0, 0))(params, emb, actions, mask)
+    grads = vmap(grad(one), in_dims=(None, 0, 0, 0, 1))(params, emb, actions, mask, per_example)
     return torch.cat([grads[f"{name}.weight"].reshape(emb.shape[0], -1), grads[f"{name}.bias"]], dim=1)
 
 

@@ -1,0 +1,76 @@
+"""TaskConditionedPolicy backends (diffusion/MLP heads, state/image trunks, MiniLM) under PolicyContract."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from amf_ros.policies.agent import PolicyConfig, TaskConditionedPolicy
+
+from .conftest import concat, make_demos
+from .contract import PolicyContract
+
+TASKS = {"a": "open the drawer", "b": "close the drawer"}
+
+
+def state_data() -> dict[str, np.ndarray]:
+    return concat(make_demos("a", 3, seed=1), make_demos("b", 3, sign=-1.0, seed=2, episode_offset=10))
+
+
+class TestDiffusionStatePolicy(PolicyContract):
+    def make_policy(self, seed=0):
+        cfg = PolicyConfig(head="diffusion", task_encoder="hash", action_horizon=3, diffusion_hidden_dim=32,
+                           batch_size=32, lr=1e-3, seed=seed)
+        return TaskConditionedPolicy(cfg, state_dim=5, action_dim=2, tasks=TASKS)
+
+    def transitions(self):
+        return state_data()
+
+
+class TestMLPStatePolicy(PolicyContract):
+    def make_policy(self, seed=0):
+        cfg = PolicyConfig(head="mlp", task_encoder="hash", action_horizon=1, mlp_hidden_dims=(32, 32),
+                           batch_size=32, lr=1e-3, seed=seed)
+        return TaskConditionedPolicy(cfg, state_dim=5, action_dim=2, tasks=TASKS)
+
+    def transitions(self):
+        return state_data()
+
+
+class TestDiffusionImagePolicy(PolicyContract):
+    fit_steps = 20
+
+    def make_policy(self, seed=0):
+        cfg = PolicyConfig(head="diffusion", trunk="image", task_encoder="hash", action_horizon=2,
+                           image_feature_dim=16, diffusion_hidden_dim=32, batch_size=16, lr=1e-3, seed=seed)
+        return TaskConditionedPolicy(cfg, action_dim=2, tasks=TASKS)
+
+    def transitions(self):
+        data = state_data()
+        rng = np.random.default_rng(0)
+        data["image"] = rng.integers(0, 255, size=(len(data["task"]), 24, 24, 3), dtype=np.uint8)
+        del data["state"]
+        return data
+
+
+class TestMiniLMPolicy(PolicyContract):
+    """The paper's task conditioning; the encoder is the session's single MiniLM instance."""
+
+    @pytest.fixture(autouse=True)
+    def _encoder(self, minilm_encoder):
+        self.encoder = minilm_encoder
+
+    def make_policy(self, seed=0):
+        cfg = PolicyConfig(head="mlp", task_encoder="minilm", action_horizon=1, mlp_hidden_dims=(32,),
+                           batch_size=32, lr=1e-3, seed=seed)
+        return TaskConditionedPolicy(cfg, state_dim=5, action_dim=2, tasks=TASKS, task_encoder=self.encoder)
+
+    def transitions(self):
+        return state_data()
+
+    @pytest.fixture(scope="class")
+    def fitted(self, minilm_encoder):
+        self.encoder = minilm_encoder
+        policy = self.make_policy(0)
+        data = self.transitions()
+        return policy, data, policy.fit(data, self.fit_steps)
