@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping
 
 from amf_ros._optional import require
 from amf_ros.data.bag_types import make_typestore
+from amf_ros.data.cdr_fixup import lenient_deserialize
 from amf_ros.data.recorder import DEFAULT_TOPICS, record_messages
 from amf_ros.data.ros_convert import stamp_ns as header_stamp_ns
 from amf_ros.data.store import EpisodeStore
@@ -112,8 +113,18 @@ def iter_bag_messages(bag: str | os.PathLike, topics: Mapping[str, str], stamp: 
     highlevel = require("rosbags.highlevel", "rosbag2 import")
     with highlevel.AnyReader([Path(bag)], default_typestore=make_typestore()) as reader:
         conns = [c for c in reader.connections if c.topic in topics]
+        lenient = 0
         for conn, t_receive, raw in reader.messages(connections=conns):
-            msg = reader.deserialize(raw, conn.msgtype)
+            try:
+                msg = reader.deserialize(raw, conn.msgtype)
+            except Exception as exc:  # rosbags' AnyReaderError; see amf_ros.data.cdr_fixup
+                if "size mismatch" not in str(exc):
+                    raise ValueError(f"{bag}: topic {conn.topic}: {exc}") from exc
+                msg = lenient_deserialize(raw, conn.msgtype, reader.typestore)
+                lenient += 1
+                if lenient == 1:
+                    log.info("%s: %s messages carry trailing bytes (rmw_fastrtps); read leniently",
+                             bag, conn.msgtype)
             t = header_stamp_ns(msg) if stamp == "header" else int(t_receive)
             if (start_ns is not None and t < start_ns) or (end_ns is not None and t > end_ns):
                 continue

@@ -106,7 +106,8 @@ class StreamSynchronizer:
         self.names: dict[str, list[str]] = {}  # stream -> entry names (state streams), from the first message
         self.stats: dict[str, int] = {"messages": 0, "steps": 0, "skipped_no_observation": 0,
                                       "skipped_stale_observation": 0, "skipped_no_new_action": 0,
-                                      "late_messages": 0, "ignored_before_start": 0, "unknown_topic": 0}
+                                      "skipped_duplicate_stamp": 0, "late_messages": 0, "ignored_before_start": 0,
+                                      "unknown_topic": 0}
         self._period = int(round(_S / self.config.rate_hz))
         self._max_age = int(self.config.max_obs_age_s * _S)
         self._max_delay = int(self.config.max_delay_s * _S)
@@ -114,7 +115,7 @@ class StreamSynchronizer:
         self._active = True
         self._start_ns: int | None = None
         self._next_tick: int | None = None  # tick mode: next tick time to decide
-        self._last_action_stamp = -1  # stamp of the last action used (tick interval start)
+        self._last_step_time = -1  # steps must have strictly increasing times
 
     # -- control -------------------------------------------------------------------------------------------
     def begin(self, start_ns: int | None = None) -> None:
@@ -122,7 +123,7 @@ class StreamSynchronizer:
         self._active = True
         self._start_ns = start_ns
         self._next_tick = None
-        self._last_action_stamp = -1
+        self._last_step_time = -1
         act = self._streams[ACTION_STREAM]
         act.latest = -1
         keep = [i for i, s in enumerate(act.stamps) if start_ns is None or s >= start_ns]
@@ -211,8 +212,12 @@ class StreamSynchronizer:
                 step_time = tick
                 self._advance_tick(None)
             act.decided_until = max(act.decided_until, a_stamp)
+            if step_time <= self._last_step_time:  # two actions with one stamp: keep the first
+                self.stats["skipped_duplicate_stamp"] += 1
+                continue
             step = self._make_step(step_time, a_stamp, msgs)
             if step is not None:
+                self._last_step_time = step_time
                 out.append(step)
         if final and self.config.mode == "tick" and not act.stamps:
             self._next_tick = None

@@ -7,10 +7,11 @@ import pytest
 
 rosbags = pytest.importorskip("rosbags")
 
-from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
+from rosbags.rosbag2 import StoragePlugin  # noqa: E402
 
 from amf_ros.data.bag_import import bag_topics, import_bag, resolve_topics  # noqa: E402
 from amf_ros.data.bag_types import make_typestore  # noqa: E402
+from amf_ros.data.bag_write import write_bag as _write_bag  # noqa: E402
 from amf_ros.data.codec import encode_image  # noqa: E402
 from amf_ros.data.recorder import record_messages  # noqa: E402
 from amf_ros.data.store import EpisodeStore  # noqa: E402
@@ -59,12 +60,7 @@ def session(n: int, state_topic: str, image_topic: str, compressed: bool = False
 
 
 def write_bag(path, messages, plugin):
-    with Writer(path, version=9, storage_plugin=plugin) as w:
-        conns = {}
-        for t, topic, msgtype, msg in messages:
-            if topic not in conns:
-                conns[topic] = w.add_connection(topic, msgtype, typestore=TS)
-            w.write(conns[topic], t, TS.serialize_cdr(msg, msgtype))
+    return _write_bag(path, messages, "mcap" if plugin == StoragePlugin.MCAP else "sqlite3", TS)
 
 
 @pytest.mark.parametrize("plugin", [StoragePlugin.SQLITE3, StoragePlugin.MCAP])
@@ -111,3 +107,43 @@ def test_resolve_topics_errors():
         resolve_topics(avail, state="/nope", images={})
     with pytest.raises(ValueError, match="no topic"):
         resolve_topics({"/cam1": "sensor_msgs/msg/Image"})
+
+
+@pytest.mark.skipif(not pytest.importorskip("amf_ros._optional").has("rclpy"), reason="rclpy not installed")
+def test_rclpy_serialized_messages_import(tmp_path):
+    """Live rclpy messages serialised by rclpy go into a bag as CDR bytes and import like the rest."""
+    try:
+        from rclpy.serialization import serialize_message
+        from sensor_msgs.msg import JointState
+
+        from amf_ros.msg import EefDeltaAction
+    except ImportError:
+        pytest.skip("ROS 2 messages or amf_ros interfaces not available")
+    msgs = []
+    for k in range(6):
+        js = JointState(name=["a"], position=[float(k)])
+        js.header.stamp.sec, js.header.stamp.nanosec = k, 0
+        act = EefDeltaAction(translation=[float(k), 0.0, 0.0], rotation=[0.0, 0.0, 0.0], gripper=1.0)
+        act.header.stamp.sec, act.header.stamp.nanosec = k, 100_000_000
+        msgs.append((k * 10**9 + 1, "/js", "sensor_msgs/msg/JointState", serialize_message(js)))
+        msgs.append((k * 10**9 + 100_000_001, "/amf/action", "amf_ros/msg/EefDeltaAction", serialize_message(act)))
+    bag = _write_bag(tmp_path / "bag", msgs, "sqlite3")
+    res = import_bag(bag, EpisodeStore(tmp_path / "ds"), "t", "i", topics={"/amf/action": "action", "/js": "state"},
+                     sync=__import__("amf_ros.data.sync", fromlist=["SyncConfig"]).SyncConfig(mode="on_action"))
+    ep = EpisodeStore(tmp_path / "ds").load(res.path.name)
+    assert ep.steps["action"][:, 0].tolist() == list(range(6))
+    assert ep.observation["state"][:, 0].tolist() == list(range(6))
+
+
+def test_lenient_deserialize_limits():
+    from amf_ros.data.cdr_fixup import lenient_deserialize
+
+    msg = T["amf_ros/msg/EefDeltaAction"](header=header(5), translation=np.array([1, 2, 3], np.float32),
+                                          rotation=np.zeros(3, np.float32), gripper=0.5)
+    raw = bytes(TS.serialize_cdr(msg, "amf_ros/msg/EefDeltaAction"))
+    got = lenient_deserialize(raw + bytes(8), "amf_ros/msg/EefDeltaAction", TS)
+    assert got.translation.tolist() == [1, 2, 3] and got.gripper == 0.5
+    with pytest.raises(ValueError, match="bytes left"):
+        lenient_deserialize(raw + bytes(12), "amf_ros/msg/EefDeltaAction", TS)
+    with pytest.raises(ValueError, match="encapsulation"):
+        lenient_deserialize(b"\x07\x07\x00\x00" + raw[4:], "amf_ros/msg/EefDeltaAction", TS)

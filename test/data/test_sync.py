@@ -173,3 +173,12 @@ def test_record_messages_equals_recorder(tmp_path):
     assert a.steps.keys() == b.steps.keys()
     for k in a.steps:
         np.testing.assert_array_equal(a.steps[k], b.steps[k])
+
+
+def test_duplicate_action_stamps_keep_the_first():
+    msgs = control_loop(4)
+    t = msgs[-1][1]
+    msgs.append(("/a", t, fake_action(t, 99.0)))  # same stamp as the last action
+    steps, rest, sync = run(msgs, mode="on_action")
+    assert [int(s.action[0]) for s in steps + rest] == [0, 1, 2, 3]
+    assert sync.stats["skipped_duplicate_stamp"] == 1
