@@ -129,3 +129,28 @@ class EvalPool:
             for env, a in zip(running, actions):
                 env.step(a)
             running = [e for e in running if not e.done]
+
+
+def demos_to_transitions(demos: Sequence[Demo], episode_offset: int = 0, task: str | None = None
+                         ) -> dict[str, np.ndarray]:
+    """Stack demonstrations into the policy's transition dict (see ``amf_ros.policies.base``).
+
+    Args:
+        demos: demonstrations to stack (at least one).
+        episode_offset: first ``episode_index`` (episodes are numbered in order).
+        task: relabel every row with this task key (the criterion's hallucinated demonstrations); default the
+            demonstrated task.
+    Returns:
+        ``state`` (N, 39) float32, ``task`` (N,) str, ``action`` (N, 4) float32 (noise-free expert labels),
+        ``episode_index`` (N,) int64, ``step`` (N,) int64.
+    """
+    if not demos:
+        raise ValueError("demos_to_transitions needs at least one demonstration")
+    return {
+        "state": np.concatenate([d.obs for d in demos]).astype(np.float32),
+        "task": np.concatenate([np.full(len(d), task or d.task, dtype=object) for d in demos]).astype(str),
+        "action": np.concatenate([d.expert_actions for d in demos]).astype(np.float32),
+        "episode_index": np.concatenate([np.full(len(d), episode_offset + i, dtype=np.int64)
+                                         for i, d in enumerate(demos)]),
+        "step": np.concatenate([np.arange(len(d), dtype=np.int64) for d in demos]),
+    }

@@ -1,0 +1,430 @@
+"""`amf bench metaworld`: AMF-NN vs baselines on the Metaworld suite (paper Sec. 5.3, Fig. 3, 11, 12; App. J).
+
+For each pre-training allocation (mismatched: demonstrations on half of the tasks; uniform) and seed, a policy is
+pre-trained once (:mod:`amf_ros.bench.pretrain`); then every method runs ``rounds`` rounds of Algorithm 1:
+select ``demos_per_round`` tasks, collect scripted demonstrations, fine-tune on all fine-tuning demonstrations so
+far (continuing from the previous round's weights), refit alpha(c) for methods with the adaptive prior, and
+evaluate success per task. Methods:
+
+* ``amf``: AMF-NN: warm start (every task once), then the argmin of the criterion (core/criterion.py, App. E)
+  over loss-gradient embeddings of a separate selection copy of the policy that is not trained on the warm-start
+  demonstrations (App. M.3.4); with the adaptive prior.
+* ``uniform``: tasks drawn uniformly; no prior (the fine-tuned head alone acts).
+* ``uniform+prior``: tasks drawn uniformly; with the adaptive prior.
+* ``rebalancing``: privileged (App. J): fewest pre-training + fine-tuning demonstrations; with the adaptive prior.
+
+Demonstration scenes are paired across methods: the k-th demonstration of task t uses the same scene and noise in
+every method of a seed; evaluation scenes are the same for every method and round of a seed.
+
+Outputs (``--out``): results.json (contract of bench/results.py, one setting per allocation, plus per-task
+success, demonstration counts, alpha(c) and the selection log), fig3_success.png, fig12_counts.png,
+fig11_alpha.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from amf_ros.bench.pretrain import ALLOCATIONS, DEFAULT_TASKS, PretrainConfig, allocation_counts
+
+log = logging.getLogger(__name__)
+
+METHODS: dict[str, tuple[str, bool]] = {
+    "amf": ("amf", True),
+    "uniform": ("uniform", False),
+    "uniform+prior": ("uniform", True),
+    "rebalancing": ("rebalancing", True),
+}
+"""Method name -> (selector name in core/selectors.py, uses the adaptive prior)."""
+
+
+@dataclass
+class MetaworldBenchConfig:
+    """The whole experiment; written verbatim into results.json."""
+
+    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
+    """Task keys (config/tasks/metaworld.yaml); mismatched pre-training covers the first half."""
+    allocations: list[str] = field(default_factory=lambda: list(ALLOCATIONS))
+    """Pre-training allocations, one results setting each."""
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    """Methods to compare (keys of METHODS)."""
+    seeds: int = 5
+    """Independent seeds (pre-training, demonstrations, selection, fine-tuning)."""
+    rounds: int = 12
+    """Selection + fine-tuning rounds."""
+    demos_per_round: int = 1
+    """Demonstrations collected per round (batch size B of Algorithm 1)."""
+    pretrain_demos: int = 16
+    """Total pre-training demonstrations ([8, 8, 0, 0] mismatched, [4, 4, 4, 4] uniform for 4 tasks)."""
+    pretrain_steps: int = 1500
+    """Gradient steps of pre-training."""
+    finetune_steps: int = 300
+    """Gradient steps per fine-tuning round (paper: 3000 on GPU)."""
+    batch_size: int = 256
+    """Batch size of pre-training and fine-tuning (paper: 256)."""
+    lr: float = 1e-3
+    """AdamW learning rate (pre-training and fine-tuning)."""
+    noise_std: float = 0.1
+    """Noise on the executed expert actions (native units); labels are the noise-free expert actions."""
+    head: str = "mlp"
+    """Action head: "mlp" (paper's state-based policy) or "diffusion"."""
+    alpha_steps: int = 100
+    """Gradient steps of the alpha(c) fit per round (methods with the adaptive prior)."""
+    alpha_lr: float = 1.0
+    """Learning rate of the alpha logits (paper: 1.0)."""
+    alpha_beta: float = 0.01
+    """Conservative penalty beta * mean(alpha) (paper: 0.01)."""
+    criterion_form: str = "log_variance"
+    """AMF criterion form: "log_variance" (entropy, eq. 3) or "variance"."""
+    noise_var: float = 1.0
+    """Observation noise sigma^2 of the linear-Gaussian model over embeddings."""
+    frames_per_demo: int = 16
+    """States per demonstration used for the criterion (evenly spaced; fewer = faster)."""
+    eval_episodes: int = 10
+    """Evaluation episodes per task and round (paper: 50)."""
+    eval_slots: int = 5
+    """Environments per task stepped in lockstep during evaluation."""
+
+    def __post_init__(self) -> None:
+        self.tasks, self.allocations, self.methods = list(self.tasks), list(self.allocations), list(self.methods)
+        bad = [m for m in self.methods if m not in METHODS]
+        if bad or not self.methods:
+            raise ValueError(f"unknown methods {bad}; choose from {list(METHODS)}")
+        bad = [a for a in self.allocations if a not in ALLOCATIONS]
+        if bad or not self.allocations:
+            raise ValueError(f"unknown allocations {bad}; choose from {list(ALLOCATIONS)}")
+        for name in ("seeds", "rounds", "demos_per_round", "pretrain_steps", "finetune_steps", "batch_size",
+                     "frames_per_demo", "eval_episodes", "eval_slots"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)=}")
+        if self.alpha_steps < 0 or self.noise_var <= 0 or self.lr <= 0:
+            raise ValueError(f"need alpha_steps >= 0, noise_var > 0, lr > 0, got {self.alpha_steps=} "
+                             f"{self.noise_var=} {self.lr=}")
+
+    def pretrain_config(self, allocation: str, seed: int) -> PretrainConfig:
+        """The pre-training config of one (allocation, seed)."""
+        return PretrainConfig(tasks=self.tasks, allocation=allocation, demos=self.pretrain_demos,
+                              noise_std=self.noise_std, head=self.head, steps=self.pretrain_steps,
+                              batch_size=self.batch_size, lr=self.lr, seed=seed)
+
+
+# ----------------------------------------------------------------------------------------------- one run
+
+
+def demo_scene(seed: int, task_index: int, k: int) -> tuple[int, np.random.Generator]:
+    """Scene seed and noise generator of the k-th fine-tuning demonstration of a task (paired across methods)."""
+    rng = np.random.default_rng([seed, 1, task_index, k])
+    return int(rng.integers(0, 1_000_000)), rng
+
+
+def pretrain_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, ckpt: str) -> dict[str, Any]:
+    """Pre-train one (allocation, seed), save it to ``ckpt`` and evaluate it (round 0 of every method)."""
+    from amf_ros.bench import pretrain as pt
+    from amf_ros.envs.metaworld_rollouts import EvalPool
+    from amf_ros.envs.metaworld_suite import load_tasks
+
+    _single_thread()
+    t0 = time.perf_counter()
+    res = pt.pretrain(cfg.pretrain_config(allocation, seed))
+    pt.save_pretrained(res.policy, ckpt)
+    pool = EvalPool(load_tasks(keys=cfg.tasks), slots=cfg.eval_slots)
+    success = pool.evaluate(pt.act_fn(res.policy), cfg.eval_episodes, seed=seed)
+    return {"allocation": allocation, "seed": seed, "counts": res.counts, "success": success,
+            "loss_last": res.loss_curve[-1], "time_s": time.perf_counter() - t0}
+
+
+def load_for_method(ckpt: str, use_prior: bool, cfg: MetaworldBenchConfig) -> Any:
+    """The pre-trained policy of ``ckpt`` with the adaptive prior on or off and the bench's alpha settings."""
+    from amf_ros.policies.agent import TaskConditionedPolicy
+
+    policy = TaskConditionedPolicy.load(ckpt)
+    policy.config = dataclasses.replace(policy.config, use_prior=use_prior, alpha_lr=cfg.alpha_lr,
+                                        alpha_beta=cfg.alpha_beta, alpha_steps=cfg.alpha_steps)
+    if use_prior and policy.prior is None:
+        policy.freeze_prior()
+    return policy
+
+
+def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: str, ckpt: str) -> dict[str, Any]:
+    """Rounds 1..R of one method from the pre-trained checkpoint; per-round success, counts, alpha, selections."""
+    from amf_ros.bench import pretrain as pt
+    from amf_ros.core.selectors import make_selector
+    from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo, demos_to_transitions
+    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks
+
+    _single_thread()
+    t0 = time.perf_counter()
+    specs = load_tasks(keys=cfg.tasks)
+    envs = {s.key: MetaworldTaskEnv(s) for s in specs}
+    pool = EvalPool(specs, slots=cfg.eval_slots)
+    selector_name, use_prior = METHODS[method]
+    policy = load_for_method(ckpt, use_prior, cfg)
+    selection_copy = load_for_method(ckpt, False, cfg) if selector_name == "amf" else None
+    selector = make_selector(selector_name, tasks=cfg.tasks)
+    pre_counts = allocation_counts(cfg.tasks, allocation, cfg.pretrain_demos)
+    rng = np.random.default_rng([seed, 2, list(METHODS).index(method)])
+    demos: list[Any] = []
+    warm: list[bool] = []
+    counts = {t: 0 for t in cfg.tasks}
+    rows: list[dict[str, Any]] = []
+    timing = {"select": 0.0, "finetune": 0.0, "evaluate": 0.0}
+    for rnd in range(1, cfg.rounds + 1):
+        t1 = time.perf_counter()
+        score_fn = None
+        if selection_copy is not None and all(counts.values()):
+            score_fn = amf_score_fn(selection_copy, demos, cfg)
+        sel = selector.select(list(cfg.tasks), counts, rng, batch_size=cfg.demos_per_round, score_fn=score_fn,
+                              pretrain_counts=pre_counts)
+        timing["select"] += time.perf_counter() - t1
+        for task in sel.tasks:
+            scene, demo_rng = demo_scene(seed, cfg.tasks.index(task), counts[task])
+            demos.append(collect_demo(envs[task], scene, cfg.noise_std, demo_rng))
+            warm.append(bool(sel.warm_start) and counts[task] == 0)
+            counts[task] += 1
+        t1 = time.perf_counter()
+        data = demos_to_transitions(demos)
+        fit = policy.fit(data, cfg.finetune_steps, lr=cfg.lr, batch_size=cfg.batch_size)
+        alphas = policy.fit_alpha(data) if use_prior and cfg.alpha_steps > 0 else {}
+        if selection_copy is not None:
+            holdout = [d for d, w in zip(demos, warm) if not w]
+            if holdout:
+                selection_copy.fit(demos_to_transitions(holdout), cfg.finetune_steps, lr=cfg.lr,
+                                   batch_size=cfg.batch_size)
+        timing["finetune"] += time.perf_counter() - t1
+        t1 = time.perf_counter()
+        success = pool.evaluate(pt.act_fn(policy), cfg.eval_episodes, seed=seed)
+        timing["evaluate"] += time.perf_counter() - t1
+        rows.append({"round": rnd, "selected": list(sel.tasks), "warm_start": bool(sel.warm_start),
+                     "scores": {k: float(v) for k, v in sel.scores.items()}, "counts": dict(counts),
+                     "alpha": {k: float(alphas[k]) for k in cfg.tasks if k in alphas}, "success": success,
+                     "loss_last": fit.final_loss})
+    return {"allocation": allocation, "seed": seed, "method": method, "rounds": rows, "timing_s": timing,
+            "time_s": time.perf_counter() - t0}
+
+
+def amf_score_fn(policy: Any, demos: Sequence[Any], cfg: MetaworldBenchConfig) -> Any:
+    """The criterion's ScoreFn from loss-gradient embeddings of ``policy`` (App. E with indicator weights).
+
+    Data: every fine-tuning demonstration (its own task). Targets: the states of every demonstration paired with
+    the task it was demonstrated for (w = 1, deterministic policy, App. M.3.3), each task weighted equally
+    (mu_c uniform). Candidate c': its demonstrations relabelled c' (J alternatives, equal weights).
+    """
+    from amf_ros.core.criterion import feature_score_fn
+    from amf_ros.envs.metaworld_rollouts import demos_to_transitions
+
+    phi = [policy.embed(demos_to_transitions([d]))[_spaced(len(d), cfg.frames_per_demo)] for d in demos]
+    data_phi = np.concatenate(phi)
+    per_task = {t: [i for i, d in enumerate(demos) if d.task == t] for t in cfg.tasks}
+    weights = np.concatenate([np.full(len(phi[i]), 1.0 / (len(per_task[d.task]) * len(phi[i])))
+                              for i, d in enumerate(demos)])
+
+    def candidate(task: str) -> tuple[list[np.ndarray], np.ndarray]:
+        idx = per_task[task]
+        return [phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
+
+    return feature_score_fn(data_phi, candidate, data_phi, weights,
+                            noise_var=cfg.noise_var, form=cfg.criterion_form)
+
+
+def _spaced(length: int, n: int) -> np.ndarray:
+    """Up to ``n`` evenly spaced row indices of a demonstration of ``length`` frames."""
+    return np.unique(np.linspace(0, length - 1, num=min(n, length)).round().astype(int))
+
+
+def _single_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+# ----------------------------------------------------------------------------------------------- experiment
+
+
+def run(cfg: MetaworldBenchConfig, jobs: int = 1, work_dir: str | os.PathLike | None = None,
+        progress: bool = True) -> dict[str, Any]:
+    """Pre-train every (allocation, seed), run every method on it; returns the raw per-job records.
+
+    Jobs run in ``jobs`` worker processes (spawned, one torch thread each); the pre-trained checkpoints live in
+    ``work_dir`` (a temporary directory by default, removed afterwards).
+    """
+    from tqdm import tqdm
+
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs=}")
+    tmp = Path(tempfile.mkdtemp(prefix="amf_mw_", dir=work_dir))
+    pre_jobs = [(a, s, str(tmp / f"pretrained_{a}_{s}")) for a in cfg.allocations for s in range(cfg.seeds)]
+    meth_jobs = [(a, s, m, ck) for a, s, ck in pre_jobs for m in cfg.methods]
+    bar = tqdm(total=len(pre_jobs) + len(meth_jobs), desc="metaworld", unit="run", disable=not progress)
+    try:
+        if jobs == 1:
+            pre = [pretrain_job(cfg, *j) for j in _ticking(pre_jobs, bar)]
+            runs = [method_job(cfg, *j) for j in _ticking(meth_jobs, bar)]
+        else:
+            import concurrent.futures as cf
+            import multiprocessing as mpc
+
+            with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mpc.get_context("spawn")) as ex:
+                pre = _gather(ex, pretrain_job, cfg, pre_jobs, bar)
+                runs = _gather(ex, method_job, cfg, meth_jobs, bar)
+    finally:
+        bar.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"pretrain": pre, "runs": runs}
+
+
+def _ticking(items: list, bar: Any) -> Any:
+    for item in items:
+        yield item
+        bar.update(1)
+
+
+def _gather(ex: Any, fn: Any, cfg: MetaworldBenchConfig, jobs: list, bar: Any) -> list:
+    futures = [ex.submit(fn, cfg, *j) for j in jobs]
+    out = []
+    for fut in futures:  # in submission order: results stay deterministic
+        out.append(fut.result())
+        bar.update(1)
+    return out
+
+
+def summarize_runs(cfg: MetaworldBenchConfig, raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """One results "setting" per allocation: overall success per method (round 0 = pre-trained) and extras."""
+    from amf_ros.bench.results import summarize
+
+    rounds = list(range(cfg.rounds + 1))
+    settings = []
+    for alloc in cfg.allocations:
+        pre = {p["seed"]: p for p in raw["pretrain"] if p["allocation"] == alloc}
+        pre_counts = allocation_counts(cfg.tasks, alloc, cfg.pretrain_demos)
+        seen = [t for t in cfg.tasks if pre_counts[t] > 0]
+        methods, per_task, counts, alphas, pre_task_success, log_ = {}, {}, {}, {}, {}, {}
+        for m in cfg.methods:
+            runs = sorted((r for r in raw["runs"] if r["allocation"] == alloc and r["method"] == m),
+                          key=lambda r: r["seed"])
+            succ = np.array([[[pre[r["seed"]]["success"][t] for t in cfg.tasks]]  # (S, R+1, T), round 0 shared
+                             + [[row["success"][t] for t in cfg.tasks] for row in r["rounds"]] for r in runs])
+            methods[m] = summarize(rounds, succ.mean(axis=2))
+            per_task[m] = {t: summarize(rounds, succ[:, :, i]) for i, t in enumerate(cfg.tasks)}
+            pre_task_success[m] = summarize(rounds, succ[:, :, [cfg.tasks.index(t) for t in seen]].mean(axis=2))
+            cnt = np.array([[[0] * len(cfg.tasks)] + [[row["counts"][t] for t in cfg.tasks] for row in r["rounds"]]
+                            for r in runs], dtype=float)
+            counts[m] = {t: summarize(rounds, cnt[:, :, i]) for i, t in enumerate(cfg.tasks)}
+            if METHODS[m][1]:
+                al = np.array([[[0.0] * len(cfg.tasks)] + [[row["alpha"].get(t, np.nan) for t in cfg.tasks]
+                                                           for row in r["rounds"]] for r in runs])
+                alphas[m] = {t: summarize(rounds[1:], al[:, 1:, i]) for i, t in enumerate(cfg.tasks)}
+            log_[m] = [[{"round": row["round"], "selected": row["selected"], "warm_start": row["warm_start"],
+                         "scores": row["scores"]} for row in r["rounds"]] for r in runs]
+        settings.append({"name": alloc, "methods": methods, "pretrain_counts": pre_counts,
+                         "pretrained_tasks": seen, "per_task_success": per_task, "demo_counts": counts,
+                         "alpha": alphas, "pretrained_task_success": pre_task_success, "selections": log_,
+                         "job_time_s": {"pretrain": [p["time_s"] for p in pre.values()],
+                                        **{m: [r["time_s"] for r in raw["runs"] if r["allocation"] == alloc
+                                               and r["method"] == m] for m in cfg.methods}}})
+    return settings
+
+
+# ----------------------------------------------------------------------------------------------- outputs
+
+
+def plot_all(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], out: Path) -> list[Path]:
+    """Fig. 3 (overall success per allocation), Fig. 12 (per-task success and counts), Fig. 11 (alpha(c))."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from amf_ros.bench.results import plot_methods, save_figure
+
+    paths = []
+    fig, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 3.6), squeeze=False)
+    for ax, st in zip(axes[0], settings):
+        plot_methods(ax, st["methods"], ylabel="success rate (all tasks)",
+                     title=f"{st['name']} pre-training {list(st['pretrain_counts'].values())}")
+    axes[0][0].legend(fontsize=8)
+    paths.append(save_figure(fig, out / "fig3_success.png"))
+    plt.close(fig)
+
+    for st in settings:
+        fig, axes = plt.subplots(2, len(cfg.tasks), figsize=(3.2 * len(cfg.tasks), 5.6), squeeze=False,
+                                 sharex=True)
+        for i, t in enumerate(cfg.tasks):
+            plot_methods(axes[0][i], {m: st["per_task_success"][m][t] for m in cfg.methods},
+                         title=f"{t} (pre-train {st['pretrain_counts'][t]})")
+            plot_methods(axes[1][i], {m: st["demo_counts"][m][t] for m in cfg.methods})
+        axes[0][0].set_ylabel("success rate")
+        axes[1][0].set_ylabel("fine-tuning demos")
+        axes[0][0].legend(fontsize=7)
+        paths.append(save_figure(fig, out / f"fig12_per_task_{st['name']}.png"))
+        plt.close(fig)
+
+    with_alpha = [m for m in cfg.methods if METHODS[m][1]]
+    if with_alpha:
+        fig, axes = plt.subplots(len(settings), len(with_alpha), figsize=(3.6 * len(with_alpha),
+                                                                         3.0 * len(settings)), squeeze=False)
+        for r, st in enumerate(settings):
+            for c, m in enumerate(with_alpha):
+                plot_methods(axes[r][c], st["alpha"][m], ylabel="alpha(c)" if c == 0 else "",
+                             title=f"{m}, {st['name']}")
+                axes[r][c].set_ylim(-0.02, 1.02)
+        axes[0][0].legend(fontsize=7)
+        paths.append(save_figure(fig, out / "fig11_alpha.png"))
+        plt.close(fig)
+    return paths
+
+
+def table(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]]) -> str:
+    """Final-round success (overall and on pre-trained tasks) and final demo counts, per allocation and method."""
+    from amf_ros.bench.results import format_table
+
+    rows = []
+    for st in settings:
+        for m in cfg.methods:
+            o, p = st["methods"][m], st["pretrained_task_success"][m]
+            counts = "/".join(f"{st['demo_counts'][m][t]['mean'][-1]:.1f}" for t in cfg.tasks)
+            rows.append([st["name"], m, o["mean"][0], o["mean"][-1], f"[{o['ci_low'][-1]:.2f}, {o['ci_high'][-1]:.2f}]",
+                         p["mean"][0], p["mean"][-1], counts])
+    return format_table(["pre-training", "method", "success r0", "success final", "90% CI",
+                         "pretrained-tasks r0", "pretrained-tasks final", "demos " + "/".join(cfg.tasks)], rows)
+
+
+def main(argv: Sequence[str]) -> int:
+    """`amf bench metaworld` entry point."""
+    from amf_ros.bench.results import add_common_args, config_dict, load_config, write_results
+
+    parser = argparse.ArgumentParser(prog="amf bench metaworld", description=__doc__.split("\n\n")[0])
+    add_common_args(parser, out="docs/results/metaworld")
+    parser.add_argument("--methods", nargs="+", default=None, help=f"subset of {list(METHODS)}")
+    parser.add_argument("--allocations", nargs="+", default=None, help=f"subset of {list(ALLOCATIONS)}")
+    parser.add_argument("--eval-episodes", type=int, default=None, help="evaluation episodes per task and round")
+    parser.add_argument("--work-dir", default=None, help="where pre-trained checkpoints live during the run")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(list(argv))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = load_config(MetaworldBenchConfig, args.config, seeds=args.seeds, rounds=args.rounds,
+                      methods=args.methods, allocations=args.allocations, eval_episodes=args.eval_episodes)
+    jobs = args.jobs or os.cpu_count() or 1
+    t0 = time.perf_counter()
+    raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress)
+    wall = time.perf_counter() - t0
+    settings = summarize_runs(cfg, raw)
+    out = Path(args.out)
+    results = {"benchmark": "metaworld", "config": {**config_dict(cfg), "jobs": jobs},
+               "metric": "success rate over all tasks (mean of per-task success over eval_episodes episodes)",
+               "wall_time_s": wall, "settings": settings}
+    path = write_results(out, results)
+    plots = plot_all(cfg, settings, out)
+    print(table(cfg, settings))
+    print(f"wall time {wall:.0f} s; wrote {path} and {', '.join(p.name for p in plots)}")
+    return 0
