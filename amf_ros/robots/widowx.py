@@ -213,3 +213,30 @@ class WidowXAdapter:
         self._last_cmd = q_cmd
         return JointCommand(arm=q_cmd.copy(), gripper_open=open_, gripper_pwm=pwm,
                             workspace_clipped=workspace_clipped, speed_limited=speed_limited)
+
+
+def limits_from_params(p: dict) -> WidowXLimits:
+    """WidowXLimits from widowx_driver's parameters (amf_ros/bringup/params/widowx_driver.py)."""
+    low, high = tuple(float(v) for v in p["workspace_low"]), tuple(float(v) for v in p["workspace_high"])
+    workspace = WorkspaceBounds(low=low, high=high, max_translation=float(p["max_translation"]),
+                                max_rotation=float(p["max_rotation"]))
+    if p["gripper_pwm_low"] > p["gripper_pwm_high"]:
+        raise ValueError(f"gripper_pwm_low must be <= gripper_pwm_high, got {p['gripper_pwm_low']=} "
+                         f"{p['gripper_pwm_high']=}")
+    return WidowXLimits(workspace=workspace, max_joint_speed=float(p["max_joint_speed"]),
+                        period_s=float(p["control_period_s"]), gripper_pressure=float(p["gripper_pressure"]),
+                        gripper_pwm_limits=(float(p["gripper_pwm_low"]), float(p["gripper_pwm_high"])))
+
+
+def gripper_at_limit(opening: bool, gripper: float, margin: float = 0.02) -> bool:
+    """True when a PWM-driven gripper reached the end it is driven to (measured opening ``gripper`` in [0, 1]):
+    the driver then sends PWM 0, as Interbotix's gripper interface does, so the motor does not stall at the stop."""
+    return gripper >= 1.0 - margin if opening else gripper <= margin
+
+
+def action_is_stale(stamp_ns: int, now_ns: int, timeout_s: float) -> bool:
+    """True if an action stamped ``stamp_ns`` is older than ``timeout_s`` at ``now_ns`` (0 = never stale;
+    an unstamped action, stamp 0, is accepted)."""
+    if timeout_s <= 0 or stamp_ns == 0:
+        return False
+    return (now_ns - stamp_ns) > timeout_s * 1e9

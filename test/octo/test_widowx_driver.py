@@ -1,0 +1,59 @@
+"""widowx_driver's logic through the library: parameters -> limits, stale actions, gripper stop, install hint."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from amf_ros._optional import HAS_RCLPY, has
+from amf_ros.bringup.params import defaults, validate
+from amf_ros.robots import widowx, wx250s
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_schema_defaults_and_yaml_build_valid_limits():
+    lim = widowx.limits_from_params(defaults("widowx_driver"))
+    assert lim.workspace.low == (0.1, -0.15, -0.01) and lim.period_s == 0.2
+    assert lim.gripper_pwm == pytest.approx(250.0)
+    section = yaml.safe_load((REPO / "config" / "widowx.yaml").read_text())["widowx_driver"]["ros__parameters"]
+    assert validate("widowx_driver", section) == []
+    p = {**defaults("widowx_driver"), **section}
+    assert widowx.limits_from_params(p).max_joint_speed == section["max_joint_speed"]
+    with pytest.raises(ValueError, match="low < high"):
+        widowx.limits_from_params({**p, "workspace_low": [0.5, 0.0, 0.0], "workspace_high": [0.4, 1.0, 1.0]})
+    with pytest.raises(ValueError, match="gripper_pwm_low"):
+        widowx.limits_from_params({**p, "gripper_pwm_low": 400.0})
+    assert validate("widowx_driver", {"max_joint_speed": 9.0})  # out of range is reported
+
+
+def test_stale_actions_and_gripper_limits():
+    assert widowx.action_is_stale(stamp_ns=1_000_000_000, now_ns=1_600_000_000, timeout_s=0.5)
+    assert not widowx.action_is_stale(stamp_ns=1_000_000_000, now_ns=1_400_000_000, timeout_s=0.5)
+    assert not widowx.action_is_stale(stamp_ns=0, now_ns=10**12, timeout_s=0.5)  # unstamped
+    assert not widowx.action_is_stale(stamp_ns=1, now_ns=10**12, timeout_s=0.0)  # disabled
+    assert widowx.gripper_at_limit(True, 0.99) and not widowx.gripper_at_limit(True, 0.5)
+    assert widowx.gripper_at_limit(False, 0.01) and not widowx.gripper_at_limit(False, 0.3)
+
+
+def test_joint_state_stream_to_commands_like_the_node():
+    """What the node does per message: observe joint states -> proprio; action -> JointGroupCommand values."""
+    ad = widowx.WidowXAdapter(widowx.limits_from_params(defaults("widowx_driver")))
+    assert ad.apply(np.zeros(7)) is None  # before the first joint state: nothing is sent
+    q = wx250s.ik(widowx.state_to_pose([0.3, 0.0, 0.15, 0, 0, 0]), guess=wx250s.NEUTRAL_JOINTS).q
+    names = ["waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate", "gripper",
+             "left_finger", "right_finger"]
+    proprio = ad.observe(names, [*q, 0.0, 0.037, -0.037])
+    np.testing.assert_allclose(proprio, [0.3, 0.0, 0.15, 0, 0, 0, 0, 1.0], atol=2e-3)  # IK tol 1e-3
+    cmd = ad.apply([0.0, 0.01, 0.0, 0, 0, 0, 1.0])
+    assert len(cmd.arm) == 6 and cmd.gripper_pwm == pytest.approx(250.0)
+    np.testing.assert_allclose(wx250s.fk(cmd.arm)[:3, 3], [0.3, 0.01, 0.15], atol=2e-3)
+
+
+@pytest.mark.skipif(not HAS_RCLPY or has("interbotix_xs_msgs"), reason="needs rclpy and no interbotix_xs_msgs")
+def test_node_says_how_to_get_interbotix_messages():
+    from amf_ros.nodes import widowx_driver
+
+    with pytest.raises(ImportError, match="interbotix_ros_core"):
+        widowx_driver._interbotix_msgs()
