@@ -1,0 +1,86 @@
+"""An Octo-initialised TaskConditionedPolicy: Octo's pretrained diffusion head on cached Octo embeddings.
+
+Why: DESIGN.md fine-tunes only Octo's action head, on trunk embeddings computed once per recorded frame, and mixes
+it with a frozen copy of the pretrained head (adaptive prior). The package's ``TaskConditionedPolicy`` already does
+fine-tuning, loss-gradient embeddings, alpha fitting and checkpoints; this module configures it for Octo:
+
+- frames are Octo readout embeddings (N, E) under the transition key ``"state"`` (E = 384 Small / 768 Base),
+  computed by :meth:`OctoTrunk.embed_episode` (history window + instruction, so they already carry the task);
+- the task embedding is zero-wide (:class:`NoTaskEncoder`), so the head's input is exactly Octo's embedding;
+- the state "normaliser" is the identity and does not clip, so the pretrained head sees what Octo feeds it;
+- the action normaliser is Octo's dataset statistics with the mask (gripper raw), not refit on demonstrations;
+- head and prior both start from Octo's ``heads_action/diffusion_model`` weights (``convert.py``).
+
+    trunk = OctoTrunk(ckpt)                                     # GPU machine
+    policy = octo_policy(trunk.head_params(), trunk.action_statistics(), tasks={"carrot_on_plate": "..."})
+    emb = trunk.embed_episode(images, "put carrot on plate")    # (T, E), cache it with the episode
+    policy.fit({"state": emb, "action": a, "task": ..., "episode_index": ..., "step": ...}, steps=200)
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from amf_ros.policies.octo.convert import convert_head_params, infer_head_config
+
+OCTO_FRAME_KEY = "state"
+"""Transition key holding Octo embeddings (the state trunk of TaskConditionedPolicy passes them through)."""
+
+
+class NoTaskEncoder:
+    """A zero-width task encoder: Octo's embedding is already conditioned on the instruction."""
+
+    name = "octo-readout"
+    dim = 0
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return np.zeros((len(texts), 0), dtype=np.float32)
+
+
+def _unclipped(policy: Any) -> Any:
+    policy.trunk.clip = math.inf  # identity statistics (mean 0, std 1) and no clipping
+    policy.cache.clear()
+    return policy
+
+
+def octo_policy(head_params: Mapping[str, Any], action_stats: Mapping[str, Any], tasks: Mapping[str, str],
+                config: Any = None, action_horizon: int = 4, action_dim: int = 7) -> Any:
+    """A TaskConditionedPolicy whose head and frozen prior are Octo's pretrained head (see module doc).
+
+    Args:
+        head_params: Octo params (full tree, head tree or flat npz dict; see ``convert.head_params``).
+        action_stats: the dataset's action statistics (mean, std, optional mask), e.g. Bridge's.
+        tasks: {task key: instruction}.
+        config: PolicyConfig (trunk must be "state", head "diffusion"); default: PolicyConfig with Octo's horizon.
+    """
+    from amf_ros.policies.agent import TaskConditionedPolicy
+    from amf_ros.policies.config import PolicyConfig
+    from amf_ros.policies.normalizer import Normalizer
+
+    head_cfg = infer_head_config(head_params, action_horizon, action_dim)
+    cfg = config or PolicyConfig(head="diffusion", trunk="state", action_horizon=action_horizon)
+    if cfg.trunk != "state" or cfg.head != "diffusion" or cfg.action_horizon != action_horizon:
+        raise ValueError(f"an Octo policy needs trunk='state', head='diffusion', action_horizon={action_horizon}; "
+                         f"got {cfg.trunk=} {cfg.head=} {cfg.action_horizon=}")
+    policy = TaskConditionedPolicy(cfg, action_dim=action_dim, tasks=tasks, state_dim=head_cfg.embedding_dim,
+                                   task_encoder=NoTaskEncoder(), head_config=head_cfg)
+    state, _ = convert_head_params(head_params, policy.head_config)
+    policy.head.load_state_dict(state, strict=True)
+    mean = np.asarray(action_stats["mean"], dtype=np.float64)
+    if mean.shape != (action_dim,):
+        raise ValueError(f"action statistics must have {action_dim} dims, got {mean.shape}")
+    policy.action_normalizer = Normalizer(mean, np.asarray(action_stats["std"]), action_stats.get("mask"),
+                                          min_std=1e-6)
+    policy.freeze_prior()
+    return _unclipped(policy)
+
+
+def load_octo_policy(path: str | Path) -> Any:
+    """Load a checkpoint written by ``policy.save`` of an :func:`octo_policy` (restores the no-clip setting)."""
+    from amf_ros.policies.agent import TaskConditionedPolicy
+
+    return _unclipped(TaskConditionedPolicy.load(path, task_encoder=NoTaskEncoder()))
