@@ -75,7 +75,7 @@ class AdaptivePrior(nn.Module):
 
     def alphas(self) -> dict[str, float]:
         """{task: alpha} for reporting and plotting (paper Fig. 11)."""
-        return {t: float(a) for t, a in zip(self.tasks, self.alpha().detach())}
+        return {t: float(a) for t, a in zip(self.tasks, self.alpha().detach(), strict=True)}
 
     def mix(self, a_finetuned: torch.Tensor, a_prior: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """(N, H, A) alpha * a_finetuned + (1 - alpha) * a_prior, alpha per row from task indices (N,)."""
@@ -102,9 +102,13 @@ def fit_alpha(prior: AdaptivePrior, a_finetuned: torch.Tensor, a_prior: torch.Te
     """Train the logits of the tasks present in ``tasks`` (others are untouched); returns the loss curve.
 
     Args:
-        a_finetuned, a_prior: (N, H, A) normalized actions sampled from the fine-tuned head and the prior.
-        target: (N, H, A) demonstrated normalized chunks; mask (N, H, A) their validity (None = all valid).
+        prior: the per-task logits to train.
+        a_finetuned: (N, H, A) normalized actions sampled from the fine-tuned head.
+        a_prior: (N, H, A) normalized actions sampled from the prior.
+        target: (N, H, A) demonstrated normalized chunks.
+        mask: (N, H, A) validity of ``target`` (None = all valid).
         tasks: (N,) task keys of the rows.
+        config: lr, beta and steps.
     """
     if not (a_finetuned.shape == a_prior.shape == target.shape) or target.shape[0] != len(tasks):
         raise ValueError(f"shape mismatch: {tuple(a_finetuned.shape)=} {tuple(a_prior.shape)=} "

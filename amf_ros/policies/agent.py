@@ -121,7 +121,7 @@ class TaskConditionedPolicy:
             vecs = self.encoder.encode([tasks[k] for k in changed])
             if vecs.shape[1] != self.task_dim:
                 raise ValueError(f"task encoder gives width {vecs.shape[1]}, the policy was built for {self.task_dim}")
-            for k, v in zip(changed, vecs):
+            for k, v in zip(changed, vecs, strict=True):
                 self.task_embeddings[k] = np.asarray(v, dtype=np.float32)
                 self.instructions[k] = str(tasks[k])
         self.adaptive.add_tasks(list(tasks))
@@ -151,7 +151,8 @@ class TaskConditionedPolicy:
     def _frames(self, transitions: Transitions) -> dict[str, np.ndarray]:
         key = self.trunk.frame_key
         if key not in transitions:
-            raise ValueError(f"transitions need {key!r} for a {self.config.trunk} trunk, got keys {sorted(transitions)}")
+            raise ValueError(f"transitions need {key!r} for a {self.config.trunk} trunk, "
+                             f"got keys {sorted(transitions)}")
         return {key: np.asarray(transitions[key])}
 
     def _embeddings(self, transitions: Transitions, cached: bool = True) -> torch.Tensor:
@@ -311,8 +312,10 @@ class TaskConditionedPolicy:
         return out.numpy().astype(np.float32, copy=False)
 
     def log_prob(self, transitions: Transitions) -> np.ndarray:
-        """(N,) log-likelihood of the recorded chunks (Gaussian MLP head only; diffusion heads are treated as
-        deterministic by the importance weights, App. M.3.3)."""
+        """(N,) log-likelihood of the recorded chunks (Gaussian MLP head only).
+
+        Diffusion heads are treated as deterministic by the importance weights (w = 1 or 0, App. M.3.3).
+        """
         if not isinstance(self.head, GaussianMLPHead):
             raise ValueError("log_prob needs head='mlp'; diffusion policies use deterministic weights (w = 1 or 0)")
         chunks, mask = self._chunks(transitions)

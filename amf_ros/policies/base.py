@@ -14,7 +14,7 @@ ActionHead (``DiffusionActionHead``, ``GaussianMLPHead``), all in normalized act
     ``sample(emb (B, E), generator) -> (B, H, A)``
     ``last_layer_terms(emb, actions, mask, draws) -> (h (K, B, F'), g (K, B, O))``: the penultimate features feeding
     the last Linear layer and dLoss/d(output) for each of K fixed draws; the loss gradient w.r.t. that layer is
-    ``mean_k g_k (x) [h_k, 1]`` (closed form, see ``policies/embeddings.py``).
+    ``sum_k g_k (x) [h_k, 1]`` (g carries the 1/K of the mean over draws; closed form in ``policies/embeddings.py``).
 
 Policy (``policies/agent.py: TaskConditionedPolicy``; what selectors and nodes use)
     ``act(obs, task) -> (H, A)`` un-normalized action chunk;
@@ -90,6 +90,6 @@ def check_shape(name: str, shape: Sequence[int], expected: Sequence[int | None])
 
     Why: shape mistakes at the seams must say what was expected and what arrived.
     """
-    if len(shape) != len(expected) or any(e is not None and s != e for s, e in zip(shape, expected)):
+    if len(shape) != len(expected) or any(e is not None and s != e for s, e in zip(shape, expected, strict=True)):
         want = "(" + ", ".join("*" if e is None else str(e) for e in expected) + ")"
         raise ValueError(f"{name}: expected shape {want}, got {tuple(shape)}")

@@ -134,6 +134,7 @@ class FourierFeatures(nn.Module):
         self.kernel = nn.Parameter(torch.randn(time_dim // 2, 1) * 0.2)
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
+        """(..., 1) integer steps as float -> (..., time_dim) [cos, sin]."""
         f = 2 * math.pi * t @ self.kernel.T
         return torch.cat([torch.cos(f), torch.sin(f)], dim=-1)
 
@@ -147,6 +148,7 @@ class CondEncoder(nn.Module):
         self.dense1 = _xavier(nn.Linear(2 * time_dim, time_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., time_dim) -> (..., time_dim)."""
         return self.dense1(F.silu(self.dense0(x)))
 
 
@@ -161,6 +163,7 @@ class MLPResNetBlock(nn.Module):
         self.dense1 = _lecun(nn.Linear(4 * hidden_dim, hidden_dim))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., hidden) -> (..., hidden)."""
         y = F.dropout(h, self.dropout_rate, self.training) if self.dropout_rate > 0 else h
         if self.norm is not None:
             y = self.norm(y)
@@ -185,6 +188,7 @@ class MLPResNet(nn.Module):
         return F.silu(h)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
+        """(..., in) -> (..., out)."""
         return self.dense1(self.features(u))
 
 
@@ -209,6 +213,7 @@ class ScoreActor(nn.Module):
         return self.reverse_network.features(self._inputs(obs_enc, actions, time))
 
     def forward(self, obs_enc: torch.Tensor, actions: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
+        """(..., H*A) predicted noise."""
         return self.reverse_network(self._inputs(obs_enc, actions, time))
 
 
@@ -287,6 +292,7 @@ class DiffusionActionHead(nn.Module):
             actions: (B, H, A) normalized action chunks.
             mask: (B, H, A) bool, False for padding (timestep pad AND action pad), or None = all valid.
             draws: fixed (time, noise); None draws ``n_diffusion_samples`` per example from ``generator``.
+            generator: torch RNG used when ``draws`` is None.
         """
         flat, m = self._flatten(emb, actions, mask)
         if draws is None:

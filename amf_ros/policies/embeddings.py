@@ -164,6 +164,7 @@ def compute_embeddings(head: nn.Module, emb: torch.Tensor, actions: torch.Tensor
         emb: (B, E) trunk embeddings.
         actions: (B, H, A) normalized demonstrated chunks; ignored (may be None) when ``config.label == "sample"``.
         mask: (B, H, A) validity of ``actions`` (None = all valid; forced to all valid for sampled labels).
+        config: kind, draws, label, projection and seed.
         sample_fn: ``(emb, seed) -> (B, H, A)`` labels for ``label="sample"`` (default: :func:`sampled_labels`,
             i.e. from ``head`` itself; the policy passes its mixed prior/fine-tuned sampler).
     """

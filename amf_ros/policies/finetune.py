@@ -77,10 +77,14 @@ def train_head(head: nn.Module, batch_embeddings: Callable[[np.ndarray], torch.T
     Args:
         head: an action head with ``loss(emb, actions, mask, generator=...)``.
         batch_embeddings: maps (B,) int row indices to (B, E) trunk embeddings (cache lookup or trunk forward).
-        chunks: (N, H, A) normalized action chunks; mask (N, H, A) bool validity or None.
+        chunks: (N, H, A) normalized action chunks.
+        mask: (N, H, A) bool validity of ``chunks``, or None (all valid).
         steps: gradient steps (0 is allowed and does nothing).
+        config: optimiser settings and seed.
         extra_params: further parameters to train (e.g. the trunk's, during joint pre-training).
-        progress: show a tqdm bar; callback: called after every step, may cancel.
+        progress: show a tqdm bar.
+        callback: called after every step with (step, loss); returning False cancels.
+        desc: label of the progress bar.
     """
     from tqdm.auto import tqdm
 

@@ -68,7 +68,7 @@ class MiniLMEncoder:
         if missing:
             vecs = load_minilm().encode(missing, convert_to_numpy=True, normalize_embeddings=True,
                                         show_progress_bar=False)
-            self._cache.update({t: np.asarray(v, dtype=np.float32) for t, v in zip(missing, vecs)})
+            self._cache.update({t: np.asarray(v, dtype=np.float32) for t, v in zip(missing, vecs, strict=True)})
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([self._cache[t] for t in texts])

@@ -101,7 +101,7 @@ def policy_from_state(cls: type, tensors: dict[str, torch.Tensor], meta: dict[st
                  task_encoder=encoder, head_config=head_cfg)
     if policy.task_dim != task_dim:
         raise CheckpointError(f"{where}: task encoder width {policy.task_dim} != stored {task_dim}")
-    for t, ins, v in zip(meta["tasks"], meta["instructions"], emb):
+    for t, ins, v in zip(meta["tasks"], meta["instructions"], emb, strict=True):
         policy.task_embeddings[t] = np.array(v, dtype=np.float32)
         policy.instructions[t] = ins
 

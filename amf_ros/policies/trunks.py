@@ -158,7 +158,7 @@ class FrameCache:
                 for j in range(0, len(todo), self.batch_size):
                     idx = todo[j:j + self.batch_size]
                     feats = self.trunk.encode_frames({key: data[idx]})
-                    for i, f in zip(idx, feats):
+                    for i, f in zip(idx, feats, strict=True):
                         self._index[keys[i]] = len(self._rows)
                         self._rows.append(f)
             self.trunk.train(was_training)

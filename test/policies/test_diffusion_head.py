@@ -8,7 +8,6 @@ import torch
 
 from amf_ros.policies.diffusion_head import (
     DiffusionActionHead,
-    DiffusionDraws,
     DiffusionHeadConfig,
     cosine_beta_schedule,
     octo_param_map,
