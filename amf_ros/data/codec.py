@@ -7,6 +7,8 @@ N+1 offsets.
 
 from __future__ import annotations
 
+from typing import Callable, Iterable
+
 import numpy as np
 
 from amf_ros._optional import require
@@ -58,12 +60,15 @@ def unpack(data: np.ndarray, offsets: np.ndarray) -> list[bytes]:
     return [raw[int(a):int(b)] for a, b in zip(offsets[:-1], offsets[1:])]
 
 
-def encode_stack(images: np.ndarray, codec: str, jpeg_quality: int = 95,
-                 png_level: int = 1) -> dict[str, np.ndarray]:
-    """Encode (n, H, W, 3) images; returns the arrays to store under suffixes ``""`` (raw) or ``@data/@offsets``."""
+def encode_stack(images: np.ndarray, codec: str, jpeg_quality: int = 95, png_level: int = 1,
+                 map_fn: Callable[..., Iterable[bytes]] = map) -> dict[str, np.ndarray]:
+    """Encode (n, H, W, 3) images; returns the arrays to store under suffixes ``""`` (raw) or ``@data/@offsets``.
+
+    ``map_fn`` may be a thread pool's ``map``: opencv releases the GIL while encoding.
+    """
     if codec == "raw":
         return {"": np.ascontiguousarray(images, dtype=np.uint8)}
-    data, offsets = pack([encode_image(im, codec, jpeg_quality, png_level) for im in images])
+    data, offsets = pack(list(map_fn(lambda im: encode_image(im, codec, jpeg_quality, png_level), images)))
     return {"@data": data, "@offsets": offsets}
 
 

@@ -145,12 +145,12 @@ def decode_example(data: bytes) -> dict[str, Feature]:
                     key = bytes(v).decode("utf-8")  # type: ignore[arg-type]
                 elif n == 2:
                     value = v  # type: ignore[assignment]
-            for kind_no, wire, lst in _fields(value):
+            for kind_no, _, lst in _fields(value):
                 if kind_no == 1:
                     out[key] = ("bytes", [bytes(v) for _, _, v in _fields(lst)])  # type: ignore[arg-type]
                 elif kind_no == 2:
                     vals: list[float] = []
-                    for _, w, v in _fields(lst):  # type: ignore[arg-type]
+                    for _, _, v in _fields(lst):  # type: ignore[arg-type]
                         vals.extend(np.frombuffer(v, "<f4").tolist())  # type: ignore[arg-type]
                     out[key] = ("float", np.asarray(vals, dtype=np.float32))
                 elif kind_no == 3:

@@ -26,7 +26,8 @@ def test_round_trip(tmp_path, codec, threaded):
     assert [c["num_steps"] for c in ep.meta.chunks] == [4, 4, 3]
     np.testing.assert_array_equal(ep.steps["action"], np.stack([s["action"] for s in steps]))
     np.testing.assert_array_equal(ep.observation["state"], np.stack([s["observation"]["state"] for s in steps]))
-    np.testing.assert_array_equal(ep.steps["stamp/observation/state"], [s["stamps"]["observation/state"] for s in steps])
+    np.testing.assert_array_equal(ep.steps["stamp/observation/state"],
+                                  [s["stamps"]["observation/state"] for s in steps])
     imgs = np.stack([s["observation"]["image_primary"] for s in steps])
     err = np.abs(ep.observation["image_primary"].astype(int) - imgs).max()
     assert err == 0 if codec != "jpeg" else err > 0  # jpeg is lossy (on noise), the others exact
