@@ -70,6 +70,7 @@ class LoopConfig:
 
 def node_overrides(run_dir: Path, cfg: LoopConfig) -> dict[str, list[str]]:
     """Per-node `-p` overrides: this run's dataset/checkpoint dirs, selector and seed (only declared names)."""
+    run_dir = run_dir.resolve()
     values = {"dataset_dir": str(run_dir / "dataset"), "checkpoint_dir": str(run_dir / "checkpoints"),
               "selector": cfg.selector, "seed": cfg.seed}
     out: dict[str, list[str]] = {}
@@ -91,7 +92,7 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     from amf_ros.bringup.loop_report import evaluate, print_round, write_outputs
     from amf_ros.bringup.pretrained import ensure_pretrained
     from amf_ros.bringup.processes import NodeProcesses
-    from amf_ros.bringup.tasks import read_instructions, read_max_steps
+    from amf_ros.bringup.tasks import checkpoint_tasks, read_max_steps
 
     t_start = time.monotonic()
     checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else ensure_pretrained(Path(cfg.cache), seed=cfg.seed)
@@ -99,7 +100,7 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=False)
     specs = graph.sim_plan(cfg.config, checkpoint=str(checkpoint.resolve()))
     tasks_file = _yaml_value(specs[0].params_file, "task_selector", "tasks_file") or "config/tasks/metaworld.yaml"
-    instructions = read_instructions(tasks_file)
+    instructions = checkpoint_tasks(checkpoint)  # the tasks the policy knows = the candidates of task_selector
     max_steps = read_max_steps(tasks_file)
     env = _ros_env()
     log.info("run dir %s, ROS_DOMAIN_ID=%s, pre-trained checkpoint %s", run_dir, env["ROS_DOMAIN_ID"], checkpoint)

@@ -1,7 +1,8 @@
 """The embedded simulation's pre-trained policy: made by `amf pretrain` on first use, then cached.
 
-Why cached: pre-training on scripted demonstrations takes minutes; the cache key holds every argument, so a
-changed recipe makes a new checkpoint instead of silently reusing an old one. The command that reproduces a
+Why cached: pre-training on scripted demonstrations takes a while; the cache key hashes every argument and the
+source of the code that makes the checkpoint, so a changed recipe makes a new checkpoint instead of silently
+reusing an old one. The command that reproduces a
 cached checkpoint is written inside it (``pretrain.json``, key ``command``).
 """
 
@@ -23,6 +24,18 @@ def pretrain_args(seed: int) -> list[str]:
     return ["--allocation", "mismatched", "--seed", str(seed)]
 
 
+def recipe_key(args: Sequence[str]) -> str:
+    """Hash of the pretrain arguments and of the code that makes the checkpoint (pretraining, policies, suite)."""
+    root = Path(__file__).resolve().parents[1]
+    sources = sorted([root / "bench" / "pretrain.py", *(root / "policies").glob("*.py"),
+                      *(root / "envs").glob("metaworld*.py"), root.parent / "config" / "tasks" / "metaworld.yaml"])
+    h = hashlib.sha256(json.dumps(list(args)).encode())
+    for path in sources:
+        if path.is_file():
+            h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()[:10]
+
+
 def ensure_pretrained(cache: Path, seed: int = 0, extra: Sequence[str] = ()) -> Path:
     """Path of the cached pre-trained checkpoint for these arguments; runs `amf pretrain` if it is missing.
 
@@ -31,7 +44,7 @@ def ensure_pretrained(cache: Path, seed: int = 0, extra: Sequence[str] = ()) -> 
     from amf_ros.cli import _load
 
     args = [*pretrain_args(seed), *extra]
-    key = hashlib.sha256(json.dumps(args).encode()).hexdigest()[:10]
+    key = recipe_key(args)
     final = cache / f"pretrained_{key}"
     if (final / "pretrain.json").is_file():
         log.info("using cached pre-trained checkpoint %s", final)

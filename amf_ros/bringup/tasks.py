@@ -38,6 +38,17 @@ def read_max_steps(path: str | Path) -> dict[str, int]:
             and "key" in e and "max_steps" in e}
 
 
+def checkpoint_tasks(path: str | Path) -> dict[str, str]:
+    """``{key: instruction}`` a policy checkpoint was built for (read from its metadata, no model loaded)."""
+    from amf_ros.policies.checkpoint import read_meta
+
+    meta = read_meta(path).get("meta", {})
+    keys, texts = list(meta.get("tasks", [])), list(meta.get("instructions", []))
+    if not keys or len(keys) != len(texts):
+        raise ValueError(f"{path}: checkpoint metadata lists no tasks/instructions")
+    return dict(zip(keys, texts))
+
+
 def task_set(tasks_file: str, policy: Any = None, keys: Sequence[str] = ()) -> dict[str, str]:
     """The candidate task set ``{key: instruction}``.
 

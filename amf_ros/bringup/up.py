@@ -1,6 +1,7 @@
 """`amf up CONFIG`: start the nodes of a bring-up as processes, as `ros2 launch` would (no launch needed).
 
-    amf up config/sim.yaml                       # the embedded simulation (same nodes as sim.launch.py)
+    amf up config/sim.yaml                       # the embedded simulation (same nodes as sim.launch.py); without a
+                                                 # checkpoint, the cached pre-trained one (`amf run` makes it)
     amf up config/widowx.yaml --robot real --checkpoint runs/cache/pretrained --tasks a,b
 
 Runs until Ctrl-C (or until a node dies), then stops every node (SIGINT, then SIGKILL).
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from pathlib import Path
 from typing import Sequence
 
 from amf_ros.bringup.graph import ROBOTS, plan
@@ -30,12 +32,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _sim_checkpoint(config: str) -> str:
+    """For the embedded simulation without any checkpoint yet: the cached pre-trained one (made on first use)."""
+    import yaml
+
+    from amf_ros.bringup.graph import resolve_config
+    from amf_ros.bringup.policy_runtime import newest_checkpoint
+    from amf_ros.bringup.pretrained import ensure_pretrained
+
+    with open(resolve_config(config), encoding="utf-8") as fh:
+        params = ((yaml.safe_load(fh) or {}).get("policy_server") or {}).get("ros__parameters") or {}
+    if params.get("checkpoint") or newest_checkpoint(params.get("checkpoint_dir", "runs/checkpoints")):
+        return ""
+    return str(ensure_pretrained(Path("runs/cache")).resolve())
+
+
 def main(argv: Sequence[str]) -> int:
     """Entry point of `amf up`."""
     args = build_parser().parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="[amf up] %(message)s")
     robot = args.robot or ("sim" if args.config.rsplit("/", 1)[-1].startswith("sim") else "real")
-    specs = plan(robot, config=args.config, checkpoint=args.checkpoint, tasks=args.tasks)
+    checkpoint = args.checkpoint or (_sim_checkpoint(args.config) if robot == "sim" and not args.dry_run else "")
+    specs = plan(robot, config=args.config, checkpoint=checkpoint, tasks=args.tasks)
     nodes = NodeProcesses(specs, log_dir=args.log_dir)
     if args.dry_run:
         for spec in specs:

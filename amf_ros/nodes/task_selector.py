@@ -53,7 +53,7 @@ class TaskSelectorNode(Node):
             if self.p["selector"] == "amf":
                 self.get_logger().warn(f"no policy yet ({exc}); AMF scores need one after the warm start")
             return None, ""
-        return policy_runtime.load_policy(path), str(path)
+        return policy_runtime.load_policy(path), str(path.resolve())
 
     def _pretrain_counts(self, checkpoint: str) -> dict | None:
         """Pre-training demonstrations per task from ``<checkpoint>/pretrain.json`` (written by `amf pretrain`)."""
@@ -64,7 +64,8 @@ class TaskSelectorNode(Node):
         if msg.path == self.selection.checkpoint:
             return
         try:
-            policy = policy_runtime.load_policy(msg.path)
+            current = self.selection.policy  # share its language model instead of loading another copy
+            policy = policy_runtime.load_policy(msg.path, task_encoder=getattr(current, "encoder", None))
         except Exception as exc:  # a bad checkpoint must not kill the node
             self.get_logger().error(f"cannot load announced checkpoint {msg.path!r}: {exc}")
             return

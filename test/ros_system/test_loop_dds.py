@@ -18,7 +18,15 @@ from ros_system_util import REPO, make_checkpoint
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 TASKS = ("reach", "push")
-RATE_HZ = 10.0  # policy_server.control_rate_hz in config/sim.yaml
+
+def _configured_rate() -> float:
+    import yaml
+
+    doc = yaml.safe_load((REPO / "config" / "sim.yaml").read_text())
+    return float(doc["policy_server"]["ros__parameters"]["control_rate_hz"])
+
+
+RATE_HZ = _configured_rate()
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,12 @@ PARAMS = (
     Param("checkpoint_dir", "runs/checkpoints", "Directory where fine-tuned checkpoints are written "
           "(round_NNNN/, each written atomically)."),
     Param("dataset_dir", "runs/dataset", "Episode store that /amf/fine_tune trains on."),
-    Param("tasks_file", "", "Task set YAML (keys and instructions); empty = the checkpoint's own task list."),
     Param("control_rate_hz", 5.0, "Rate of the run_policy control loop, Hz (BridgeData: 5).", range=(0.1, 200.0)),
     Param("max_steps", 150, "Default step limit of a run_policy goal (goal.max_steps = 0).", range=(1, 100000)),
-    Param("fine_tune_steps", 200, "Default gradient steps of a fine_tune goal (goal.steps = 0).", range=(1, 1000000)),
-    Param("fine_tune_batch_size", 64, "Minibatch size of fine-tuning.", range=(1, 65536)),
+    Param("fine_tune_steps", 300, "Default gradient steps of a fine_tune goal (goal.steps = 0).", range=(1, 1000000)),
+    Param("fine_tune_batch_size", 256, "Minibatch size of fine-tuning.", range=(1, 65536)),
     Param("fine_tune_lr", 1e-3, "Learning rate of the action head during fine-tuning.", range=(1e-7, 1.0)),
-    Param("alpha_steps", 50, "Gradient steps of the adaptive-prior alpha(c) fit after each fine-tune "
+    Param("alpha_steps", 100, "Gradient steps of the adaptive-prior alpha(c) fit after each fine-tune "
           "(0 = keep alpha).", range=(0, 100000)),
     Param("seed", 0, "Random seed of fine-tuning and action sampling.", range=(0, 2**31 - 1)),
     Param("ensemble_horizon", 4, "Action chunks averaged by temporal ensembling (Octo/SimplerEnv: 4; "

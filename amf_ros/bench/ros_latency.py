@@ -1,0 +1,264 @@
+"""`amf bench ros-latency`: /amf/next_task round-trip latency and run_policy control-loop jitter, over real DDS.
+
+    amf bench ros-latency [--out runs/bench/ros-latency] [--calls 30] [--episodes 10,100,400]
+
+1. next_task: task_selector runs as its own process on an episode store with 10, 100 and 400 synthetic episodes
+   (written through the store, ``--steps-per-episode`` steps each); this process calls /amf/next_task ``--calls``
+   times per setting and records the round trip (client side) and the selector's own compute_time (server side),
+   for the AMF selector (loss-gradient embeddings + criterion) and for round_robin (ROS + store overhead only).
+2. jitter: policy_server runs run_policy at ``--rate`` Hz on observations published by this process, once idle and
+   once while a fine-tune runs in the background; the period between consecutive /amf/action messages as received
+   here is the control period the arm sees.
+Every node runs as its own process with its own ROS_DOMAIN_ID, loopback only. Output: results.json + a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from amf_ros.bench.results import format_table, load_config, write_results
+
+log = logging.getLogger("amf.bench.ros_latency")
+
+
+@dataclass
+class LatencyConfig:
+    """Settings of the benchmark (recorded in results.json)."""
+
+    episodes: list[int] = field(default_factory=lambda: [10, 100, 400])
+    """Store sizes (recorded episodes) at which next_task is timed."""
+    steps_per_episode: int = 50
+    """Steps of each synthetic episode (Metaworld-sized: 39-D state, 7-D action)."""
+    calls: int = 30
+    """Timed next_task calls per setting (after 2 warm-up calls)."""
+    selectors: list[str] = field(default_factory=lambda: ["amf", "round_robin"])
+    """Selectors to time."""
+    rate: float = 10.0
+    """run_policy control rate for the jitter measurement, Hz."""
+    jitter_steps: int = 100
+    """Control steps per jitter run (idle, and during a fine-tune)."""
+    checkpoint: str = ""
+    """Policy checkpoint to serve (empty = a fresh Metaworld-sized policy, as `amf pretrain` builds it)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.episodes or min(self.episodes) < 1 or self.calls < 1 or self.rate <= 0 or self.jitter_steps < 3:
+            raise ValueError(f"invalid LatencyConfig: {self.episodes=} {self.calls=} {self.rate=} "
+                             f"{self.jitter_steps=}")
+
+
+def _make_checkpoint(path: Path, seed: int) -> Path:
+    """A Metaworld-sized policy (MiniLM task encoder, MLP head) fitted briefly on synthetic data, with a prior."""
+    from amf_ros.bench.pretrain import DEFAULT_TASKS, make_policy
+    from amf_ros.envs.metaworld_suite import load_tasks
+
+    specs = load_tasks(keys=list(DEFAULT_TASKS))
+    policy = make_policy(specs, seed=seed)
+    rng = np.random.default_rng(seed)
+    n = 200
+    policy.fit({"state": rng.normal(size=(n, 39)).astype(np.float32),
+                "action": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
+                "task": np.array([specs[i % len(specs)].key for i in range(n)]),
+                "episode_index": np.repeat(np.arange(n // 20), 20), "step": np.tile(np.arange(20), n // 20)}, 20)
+    policy.freeze_prior()
+    return Path(policy.save(path))
+
+
+def _write_store(root: Path, n: int, steps: int, instructions: dict[str, str], seed: int) -> None:
+    """``n`` synthetic episodes (random Metaworld-like states, in-range 7-D actions), tasks in turn."""
+    from amf_ros.data.store import EpisodeStore
+
+    store = EpisodeStore(root)
+    rng = np.random.default_rng(seed)
+    keys = list(instructions)
+    for i in range(len(store), n):
+        task = keys[i % len(keys)]
+        states = rng.normal(size=(steps, 39)).astype(np.float32)
+        actions = np.concatenate([rng.uniform(-0.01, 0.01, (steps, 3)), np.zeros((steps, 3)),
+                                  rng.uniform(0, 1, (steps, 1))], axis=1).astype(np.float32)
+        t0 = time.time_ns()
+        store.write_episode(task, instructions[task], [{"observation": {"state": s}, "action": a,
+                                                        "stamp_ns": t0 + k * 100_000_000}
+                                                       for k, (s, a) in enumerate(zip(states, actions))],
+                            robot="synthetic", control_rate_hz=10.0)
+
+
+def _stats_ms(x: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(x, dtype=np.float64) * 1e3
+    return {"n": int(a.size), "mean_ms": float(a.mean()), "p50_ms": float(np.percentile(a, 50)),
+            "p99_ms": float(np.percentile(a, 99)), "max_ms": float(a.max()), "std_ms": float(a.std())}
+
+
+def _params_file(path: Path, node: str, values: dict[str, Any]) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump({node: {"ros__parameters": values}}))
+    return path
+
+
+def _node(name: str, params: Path, log_dir: Path, env: dict[str, str]) -> Any:
+    from amf_ros.bringup.graph import NodeSpec
+    from amf_ros.bringup.processes import NodeProcesses
+
+    return NodeProcesses([NodeSpec(name, name, str(params))], log_dir=log_dir, env=env).start()
+
+
+def time_next_task(cfg: LatencyConfig, work: Path, ckpt: Path, instructions: dict[str, str], env: dict[str, str],
+                   client: Any) -> list[dict[str, Any]]:
+    """next_task round trips per (selector, store size)."""
+    settings = []
+    for n in sorted(cfg.episodes):
+        store = work / f"store_{n}"
+        _write_store(store, n, cfg.steps_per_episode, instructions, cfg.seed)
+        for selector in cfg.selectors:
+            params = _params_file(work / f"ts_{selector}_{n}.yaml", "task_selector", {
+                "selector": selector, "checkpoint": str(ckpt), "dataset_dir": str(store), "seed": cfg.seed,
+                "tasks": list(instructions), "checkpoint_topic": "/amf/bench_checkpoint_unused"})
+            procs = _node("task_selector", params, work / "logs" / f"{selector}_{n}", env)
+            try:
+                client.next_task_cli.wait_for_service(timeout_sec=120)
+                rtt, server = [], []
+                for i in range(cfg.calls + 2):
+                    t0 = time.perf_counter()
+                    resp = client.next_task(timeout=300)
+                    dt = time.perf_counter() - t0
+                    if i >= 2:
+                        rtt.append(dt)
+                        server.append(resp.compute_time)
+                row = {"name": f"next_task {selector} {n} episodes", "selector": selector, "episodes": n,
+                       "round_trip": _stats_ms(rtt), "compute_time": _stats_ms(server),
+                       "warm_start": bool(resp.warm_start)}
+                log.info("%s: p50 %.1f ms, p99 %.1f ms", row["name"], row["round_trip"]["p50_ms"],
+                         row["round_trip"]["p99_ms"])
+                settings.append(row)
+            finally:
+                procs.stop()
+    return settings
+
+
+def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str], client: Any) -> list[dict]:
+    """Control periods of run_policy, idle and during a background fine-tune."""
+    from amf_ros.msg import StateVector
+
+    dataset = work / f"store_{min(cfg.episodes)}"
+    params = _params_file(work / "ps.yaml", "policy_server", {
+        "checkpoint": str(ckpt), "checkpoint_dir": str(work / "checkpoints"), "dataset_dir": str(dataset),
+        "control_rate_hz": float(cfg.rate), "success_service": "", "seed": cfg.seed,
+        "checkpoint_topic": "/amf/bench_checkpoint_unused"})
+    procs = _node("policy_server", params, work / "logs" / "policy_server", env)
+    pub = client.node.create_publisher(StateVector, "/amf/observation/state", 10)
+    stop = threading.Event()
+
+    def publish() -> None:  # a 50 Hz "arm" publishing observations
+        rng = np.random.default_rng(cfg.seed)
+        while not stop.is_set():
+            pub.publish(StateVector(values=rng.normal(size=39).tolist()))
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    settings = []
+    try:
+        client.run_cli.wait_for_server(timeout_sec=120)
+        task = "faucet-open"
+        for label in ("idle", "during fine-tune"):
+            pending = None
+            if label != "idle":
+                fb: list = []
+                pending = client.send_fine_tune(steps=10_000_000, feedback=fb.append)
+                client.wait_for(lambda: len(fb) > 0, 120, "fine-tune feedback")
+            n0 = len(client.seen.actions)
+            res = client.run_policy(task, max_steps=cfg.jitter_steps, timeout=600)
+            if not res.ok:
+                raise RuntimeError(f"run_policy failed: {res.message}")
+            stamps = np.array([t for t, _ in client.seen.actions[n0:]])
+            periods = np.diff(stamps)
+            row = {"name": f"run_policy period {label}", "rate_hz": cfg.rate, "steps": int(res.steps),
+                   "period": _stats_ms(periods), "server_mean_period_ms": float(res.mean_period_s * 1e3),
+                   "abs_deviation": _stats_ms(np.abs(periods - 1.0 / cfg.rate))}
+            if pending is not None:
+                row["fine_tune_still_running"] = not pending.done()
+                client.cancel_fine_tunes()
+                client.wait_result(pending, timeout=120)
+            log.info("%s: period p50 %.1f ms, p99 %.1f ms, max %.1f ms", row["name"], row["period"]["p50_ms"],
+                     row["period"]["p99_ms"], row["period"]["max_ms"])
+            settings.append(row)
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        procs.stop()
+    return settings
+
+
+def run(cfg: LatencyConfig, out: Path) -> dict[str, Any]:
+    """Run both measurements; returns the results dict (also written to ``out/results.json``)."""
+    import tempfile
+
+    import rclpy
+
+    from amf_ros.bringup.client import AMFClient
+    from amf_ros.bringup.policy_runtime import load_policy
+
+    t0 = time.monotonic()
+    os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    env = {"ROS_DOMAIN_ID": os.environ["ROS_DOMAIN_ID"], "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+    with tempfile.TemporaryDirectory(prefix="amf_ros_latency_") as tmp:
+        work = Path(tmp)
+        ckpt = Path(cfg.checkpoint) if cfg.checkpoint else _make_checkpoint(work / "policy", cfg.seed)
+        instructions = dict(load_policy(ckpt).instructions)
+        rclpy.init()
+        client = AMFClient("amf_bench_latency", record_actions=True)
+        try:
+            settings = time_next_task(cfg, work, ckpt, instructions, env, client)
+            settings += time_jitter(cfg, work, ckpt, env, client)
+        finally:
+            client.close()
+            rclpy.try_shutdown()
+    results = {"benchmark": "ros-latency", "config": dataclasses.asdict(cfg), "metric": "milliseconds",
+               "wall_time_s": time.monotonic() - t0, "machine": {"cpus": os.cpu_count()}, "settings": settings}
+    write_results(out, results)
+    return results
+
+
+def table(results: dict[str, Any]) -> str:
+    """The results as a text table."""
+    rows = []
+    for s in results["settings"]:
+        st = s.get("round_trip") or s.get("period")
+        extra = (f"server {s['compute_time']['p50_ms']:.1f} ms p50" if "compute_time" in s
+                 else f"|dev| p99 {s['abs_deviation']['p99_ms']:.1f} ms")
+        rows.append([s["name"], st["n"], st["mean_ms"], st["p50_ms"], st["p99_ms"], st["max_ms"], extra])
+    return format_table(["setting", "n", "mean ms", "p50 ms", "p99 ms", "max ms", "note"], rows, floatfmt=".1f")
+
+
+def main(argv: Sequence[str]) -> int:
+    """Entry point of `amf bench ros-latency`."""
+    p = argparse.ArgumentParser(prog="amf bench ros-latency", description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="runs/bench/ros-latency", help="output directory")
+    p.add_argument("--config", default=None, help="YAML with LatencyConfig fields")
+    p.add_argument("--calls", type=int, default=None, help="timed next_task calls per setting (default 30)")
+    p.add_argument("--episodes", default=None, help="comma-separated store sizes (default 10,100,400)")
+    p.add_argument("--rate", type=float, default=None, help="run_policy control rate, Hz (default 10)")
+    p.add_argument("--jitter-steps", type=int, default=None, help="control steps per jitter run (default 100)")
+    p.add_argument("--checkpoint", default=None, help="serve this checkpoint instead of a fresh policy")
+    args = p.parse_args(list(argv))
+    logging.basicConfig(level=logging.INFO, format="[ros-latency] %(message)s")
+    episodes = [int(x) for x in args.episodes.split(",")] if args.episodes else None
+    cfg = load_config(LatencyConfig, args.config, calls=args.calls, episodes=episodes, rate=args.rate,
+                      jitter_steps=args.jitter_steps, checkpoint=args.checkpoint)
+    results = run(cfg, Path(args.out))
+    print(table(results))
+    print(f"\nwrote {Path(args.out) / 'results.json'} in {results['wall_time_s']:.0f} s")
+    return 0
