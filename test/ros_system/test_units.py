@@ -1,0 +1,107 @@
+"""Unit tests of the ROS-free pieces behind policy_server / task_selector / bring-up (no DDS)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from amf_ros.bringup import graph
+from amf_ros.bringup.control_loop import EpisodeRun
+from amf_ros.bringup.params import Param, schema, validate
+from amf_ros.bringup.policy_runtime import newest_checkpoint, resolve_checkpoint, round_of
+
+
+class _Done:
+    def __init__(self) -> None:
+        self.value = None
+
+    def done(self) -> bool:
+        return self.value is not None
+
+    def set_result(self, v) -> None:
+        self.value = v
+
+
+class _Policy:
+    tasks = ["reach", "push"]
+
+    def act(self, obs, task):
+        return np.tile(np.array([[1.0, -0.5, 0.25, 1.0]]), (4, 1))  # native Metaworld action chunk (H=4, A=4)
+
+
+def _run(**kw) -> EpisodeRun:
+    args = dict(goal=SimpleNamespace(is_cancel_requested=False), policy=_Policy(), task="reach", max_steps=3,
+                action_space="metaworld", horizon=4, exp_weight=0.0, obs_timeout_s=1.0, now=0.0, done=_Done())
+    args.update(kw)
+    return EpisodeRun(**args)
+
+
+def test_schema_param_checks() -> None:
+    p = Param("rate", 5.0, "Hz.", range=(0.1, 10.0))
+    assert p.check(5.0) == "" and "outside" in p.check(50.0) and "expected double" in p.check(5)
+    with pytest.raises(ValueError, match="description"):
+        Param("x", 1, " ")
+    with pytest.raises(ValueError, match="not one of"):
+        Param("mode", "c", "mode.", choices=("a", "b"))
+    problems = validate("task_selector", {"selector": "greedy", "nosuch": 1, "noise_var": 1})
+    assert len(problems) == 3, problems
+    assert validate("policy_server", {"control_rate_hz": 20.0, "ensemble_horizon": 4}) == []
+    for node in ("policy_server", "task_selector"):
+        assert all(p.description for p in schema(node))
+
+
+def test_episode_run_steps_converts_and_stops() -> None:
+    run = _run()
+    actions = [run.tick((np.zeros(39, np.float32), t), t) for t in (0.1, 0.2, 0.3)]
+    assert run.finished and run.ok and run.steps == 3
+    # native [1, -0.5, 0.25, grab 1] -> metres 0.01 per unit, gripper (1 - 1) / 2 = 0 (closed)
+    np.testing.assert_allclose(actions[0], [0.01, -0.005, 0.0025, 0, 0, 0, 0.0])
+    assert run.tick((np.zeros(39), 0.4), 0.4) is None
+    run.complete(True)
+    assert run.done.value and run.success and "success=True" in run.message
+
+
+def test_episode_run_errors() -> None:
+    unknown = _run(task="fly")
+    assert unknown.finished and not unknown.ok and "unknown task" in unknown.message
+    starved = _run()
+    assert starved.tick(None, 0.5) is None and not starved.finished
+    assert starved.tick(None, 1.5) is None and starved.finished and "no observation" in starved.message
+    cancelled = _run(goal=SimpleNamespace(is_cancel_requested=True))
+    assert cancelled.tick((np.zeros(39), 0.1), 0.1) is None and cancelled.cancelled
+    solved = _run(max_steps=100)
+    solved.tick((np.zeros(39), 0.1), 0.1)
+    solved.on_success_reply(SimpleNamespace(ok=True, success=True, task="reach"))
+    assert solved.finished and solved.ok and solved.success
+
+
+def test_checkpoint_discovery(tmp_path: Path) -> None:
+    assert newest_checkpoint(tmp_path) is None
+    with pytest.raises(ValueError, match="no checkpoint"):
+        resolve_checkpoint("", str(tmp_path))
+    for r in (2, 10, 9):
+        (tmp_path / f"round_{r:04d}").mkdir()
+    (tmp_path / "round_x").mkdir()
+    assert newest_checkpoint(tmp_path).name == "round_0010" and round_of("round_0010") == 10
+    assert round_of(tmp_path / "pretrained") == 0
+
+
+def test_plan_overrides_and_ros_args() -> None:
+    specs = {s.name: s for s in graph.plan("real", checkpoint="/c k", tasks=["a", "b"])}
+    args = specs["task_selector"].ros_args()
+    assert args[:4] == ["--ros-args", "-r", "__node:=task_selector", "--params-file"]
+    assert "tasks:=['a', 'b']" in args and "checkpoint:='/c k'" in args
+    with pytest.raises(ValueError, match="config file not found"):
+        graph.plan("sim", config="nope.yaml")
+
+
+def test_policy_runtime_without_data_says_so(tmp_path: Path) -> None:
+    from amf_ros.bringup.policy_runtime import PolicyRuntime
+
+    rt = PolicyRuntime(_Policy(), tmp_path / "ck", tmp_path / "out", tmp_path / "no_dataset")
+    with pytest.raises(ValueError, match="no episodes"):
+        rt.fine_tune(steps=3)
+    assert not rt.fine_tuning  # the busy flag is released after an error
