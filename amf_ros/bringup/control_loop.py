@@ -55,8 +55,14 @@ class EpisodeRun:
         p = self.periods
         return float(p.mean()) if p.size else 0.0
 
-    def tick(self, obs: tuple[np.ndarray, float] | None, now: float) -> np.ndarray | None:
-        """One control step: the 7-D action to publish, or None (finished, or still waiting for an observation)."""
+    def tick(self, obs: tuple[dict, float] | None, now: float) -> np.ndarray | None:
+        """One control step: the 7-D action to publish, or None (finished, or still waiting for an observation).
+
+        Args:
+            obs: the newest observation ``({"state": (S,), "image": (H, W, 3) uint8 if a camera is configured},
+                receive time s)``, or None before the first one.
+            now: current time, s.
+        """
         if self.finished:
             return None
         self.elapsed = now - self.start
@@ -69,7 +75,7 @@ class EpisodeRun:
                 self._stop(False, f"no observation for {self.obs_timeout_s} s (is the arm/sim_bridge running?)")
             return None
         try:
-            chunk = self.policy.act({"state": obs[0]}, self.task)
+            chunk = self.policy.act(obs[0], self.task)
             action = self.adapter(chunk)
         except Exception as exc:  # a policy error ends the goal with ok=false; the node keeps running
             self._stop(False, f"policy failed at step {self.steps}: {exc}")

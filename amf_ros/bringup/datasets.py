@@ -1,8 +1,8 @@
 """Glue between the episode store, the transitions dict and the policy, shared by policy_server and task_selector.
 
 ``transitions`` = dict of numpy arrays with N rows (policies/base.py): ``state`` (N, S), ``task`` (N,) task keys,
-``action`` (N, A), ``episode_index`` (N,), ``step`` (N,). The action is the simulator's native action for a Metaworld policy (trained
-in its native 4-D space) and the 7-D wire action otherwise.
+``action`` (N, A), ``episode_index`` (N,), ``step`` (N,). The action is the simulator's native action for a
+Metaworld policy (trained in its native 4-D space) and the 7-D wire action otherwise.
 """
 
 from __future__ import annotations

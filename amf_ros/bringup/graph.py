@@ -102,6 +102,7 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "")
     if robot == "simpler":
         out["sim_bridge"]["backend"] = "simpler"
         out["policy_server"]["action_space"] = "eef7"
+        out["policy_server"]["success_service"] = "/amf/sim/success"  # SIMPLER reports success; a real arm cannot
         out["task_selector"]["action_space"] = "eef7"
     elif robot == "sim":
         out["sim_bridge"]["backend"] = "metaworld"

@@ -129,7 +129,8 @@ class ActionAdapter:
     def __call__(self, chunk: np.ndarray) -> np.ndarray:
         chunk = np.asarray(chunk, dtype=np.float64)
         if chunk.ndim != 2 or not np.all(np.isfinite(chunk)):
-            raise ValueError(f"policy returned a bad action chunk, shape {chunk.shape}, finite={np.isfinite(chunk).all()}")
+            raise ValueError(f"policy returned a bad action chunk: shape {chunk.shape}, "
+                             f"finite={bool(np.isfinite(chunk).all())}")
         if self.ensembler is None:
             self.ensembler = self._make(max(1, min(self.horizon, chunk.shape[0])))
         action = self.ensembler.add(chunk)
@@ -215,7 +216,8 @@ class PolicyRuntime:
         known = set(getattr(acting, "tasks", []) or [])
         unknown = sorted({str(t) for t in transitions["task"]} - known) if known else []
         if unknown:
-            raise ValueError(f"the dataset has episodes of task(s) {unknown} the policy does not know ({sorted(known)})")
+            raise ValueError(f"the dataset has episodes of task(s) {unknown} the policy does not know "
+                             f"({sorted(known)})")
         # A fresh copy of the acting checkpoint (sharing the frozen task encoder) is trained; the acting policy is
         # untouched until the new checkpoint is saved.
         student = load_policy(self.checkpoint, task_encoder=getattr(acting, "encoder", None))

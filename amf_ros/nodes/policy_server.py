@@ -18,10 +18,12 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
+from sensor_msgs.msg import Image
 
 from amf_ros.action import FineTune, RunPolicy
 from amf_ros.bringup import policy_runtime
 from amf_ros.bringup.control_loop import EpisodeRun
+from amf_ros.data.ros_convert import image_to_rgb
 from amf_ros.msg import CheckpointInfo, EefDeltaAction, StateVector
 from amf_ros.nodes._params import declare
 from amf_ros.srv import TaskSuccess
@@ -42,20 +44,24 @@ class PolicyServerNode(Node):
             policy_runtime.load_policy(path), path, p["checkpoint_dir"], p["dataset_dir"], steps=p["fine_tune_steps"],
             batch_size=p["fine_tune_batch_size"], lr=p["fine_tune_lr"], alpha_steps=p["alpha_steps"], seed=p["seed"],
             action_space=p["action_space"])
-        self.obs: tuple[np.ndarray, float] | None = None  # latest (state, receive time)
+        self.obs: tuple[dict, float] | None = None  # latest ({"state": (S,), "image": (H, W, 3)}, receive time)
+        self.image: np.ndarray | None = None
         self.run: EpisodeRun | None = None
         self.run_lock = threading.Lock()
         self.pub = self.create_publisher(EefDeltaAction, p["action_topic"], RELIABLE)
         self.ckpt_pub = self.create_publisher(CheckpointInfo, p["checkpoint_topic"], LATCHED)
         self.create_subscription(StateVector, p["state_topic"], self.on_state, RELIABLE,
                                  callback_group=MutuallyExclusiveCallbackGroup())
+        if p["image_topic"]:  # latest frame only (the policy acts on the newest image)
+            self.create_subscription(Image, p["image_topic"], self.on_image, QoSProfile(
+                depth=1, reliability=ReliabilityPolicy.BEST_EFFORT), callback_group=MutuallyExclusiveCallbackGroup())
         self.success_client = (self.create_client(TaskSuccess, p["success_service"],
                                                   callback_group=ReentrantCallbackGroup())
                                if p["success_service"] else None)
         self.timer = self.create_timer(1.0 / p["control_rate_hz"], self.on_tick,
                                        callback_group=MutuallyExclusiveCallbackGroup())
-        ActionServer(self, RunPolicy, "/amf/run_policy", self.execute_run, cancel_callback=lambda _g: CancelResponse.ACCEPT,
-                     callback_group=ReentrantCallbackGroup())
+        ActionServer(self, RunPolicy, "/amf/run_policy", self.execute_run,
+                     cancel_callback=lambda _g: CancelResponse.ACCEPT, callback_group=ReentrantCallbackGroup())
         ActionServer(self, FineTune, "/amf/fine_tune", self.execute_fine_tune,
                      cancel_callback=lambda _g: CancelResponse.ACCEPT, callback_group=ReentrantCallbackGroup())
         self.announce()
@@ -70,7 +76,16 @@ class PolicyServerNode(Node):
         self.ckpt_pub.publish(msg)
 
     def on_state(self, msg: StateVector) -> None:
-        self.obs = (np.asarray(msg.values, dtype=np.float32), self.get_clock().now().nanoseconds * 1e-9)
+        obs = {"state": np.asarray(msg.values, dtype=np.float32)}
+        if self.image is not None:
+            obs["image"] = self.image
+        self.obs = (obs, self.get_clock().now().nanoseconds * 1e-9)
+
+    def on_image(self, msg: Image) -> None:
+        try:
+            self.image = image_to_rgb(msg)
+        except ValueError as exc:  # unsupported encoding: say so, keep running on the last good frame
+            self.get_logger().error(f"{self.p['image_topic']}: {exc}", throttle_duration_sec=5.0)
 
     def on_tick(self) -> None:
         """Control timer: one step of the active run_policy goal (if any)."""

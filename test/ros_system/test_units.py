@@ -55,11 +55,11 @@ def test_schema_param_checks() -> None:
 
 def test_episode_run_steps_converts_and_stops() -> None:
     run = _run()
-    actions = [run.tick((np.zeros(39, np.float32), t), t) for t in (0.1, 0.2, 0.3)]
+    actions = [run.tick(({"state": np.zeros(39, np.float32)}, t), t) for t in (0.1, 0.2, 0.3)]
     assert run.finished and run.ok and run.steps == 3
     # native [1, -0.5, 0.25, grab 1] -> metres 0.01 per unit, gripper (1 - 1) / 2 = 0 (closed)
     np.testing.assert_allclose(actions[0], [0.01, -0.005, 0.0025, 0, 0, 0, 0.0])
-    assert run.tick((np.zeros(39), 0.4), 0.4) is None
+    assert run.tick(({"state": np.zeros(39)}, 0.4), 0.4) is None
     run.complete(True)
     assert run.done.value and run.success and "success=True" in run.message
 
@@ -71,9 +71,9 @@ def test_episode_run_errors() -> None:
     assert starved.tick(None, 0.5) is None and not starved.finished
     assert starved.tick(None, 1.5) is None and starved.finished and "no observation" in starved.message
     cancelled = _run(goal=SimpleNamespace(is_cancel_requested=True))
-    assert cancelled.tick((np.zeros(39), 0.1), 0.1) is None and cancelled.cancelled
+    assert cancelled.tick(({"state": np.zeros(39)}, 0.1), 0.1) is None and cancelled.cancelled
     solved = _run(max_steps=100)
-    solved.tick((np.zeros(39), 0.1), 0.1)
+    solved.tick(({"state": np.zeros(39)}, 0.1), 0.1)
     solved.on_success_reply(SimpleNamespace(ok=True, success=True, task="reach"))
     assert solved.finished and solved.ok and solved.success
 

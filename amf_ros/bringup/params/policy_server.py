@@ -20,6 +20,8 @@ PARAMS = (
     Param("ensemble_exp_weight", 0.0, "Exponential weight of temporal ensembling (SimplerEnv: 0 = uniform).",
           range=(-10.0, 10.0)),
     Param("state_topic", "/amf/observation/state", "Observation topic (amf_ros/StateVector) the policy acts on."),
+    Param("image_topic", "", "Camera topic (sensor_msgs/Image) for image-based policies, given to the policy as "
+          "obs['image'] (RGB uint8); empty = state only."),
     Param("action_topic", "/amf/action", "Topic on which actions (amf_ros/EefDeltaAction) are published."),
     Param("action_space", "metaworld", "How policy actions map to EefDeltaAction: 'metaworld' = the policy "
           "acts in the native 4-D Metaworld space (converted with native_to_eef7), 'eef7' = already 7-D.",

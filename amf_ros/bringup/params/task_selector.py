@@ -22,9 +22,10 @@ PARAMS = (
           "points of the criterion (the Metaworld benchmark's frames_per_demo; bounds the cost).",
           range=(1, 100000)),
     Param("action_space", "metaworld", "Which recorded action labels the loss-gradient embeddings: 'metaworld' = "
-          "the native 4-D action (converted back from the recorded EefDeltaAction), 'eef7' = the 7-D EefDeltaAction.", choices=("metaworld", "eef7")),
-    Param("pretrain_counts", True, "Count the checkpoint's pre-training demonstrations in demo_counts "
-          "(only the rebalancing selector uses them)."),
+          "the native 4-D action (converted back from the recorded EefDeltaAction), 'eef7' = the 7-D "
+          "EefDeltaAction.", choices=("metaworld", "eef7")),
+    Param("pretrain_counts", True, "Pass the checkpoint's pre-training demonstration counts (its pretrain.json) "
+          "to the selector; only the privileged rebalancing baseline uses them."),
     Param("torch_threads", 1, "torch intra-op threads of this process (0 = torch's default). 1 keeps several "
           "nodes on a 2-core machine from oversubscribing the CPU.", range=(0, 256)),
 )
