@@ -77,7 +77,7 @@ class PolicyConfig:
     seed: int = 0
     """Seed of initialisation, minibatches, noise, embeddings and acting."""
     num_threads: int = 1
-    """torch intra-op threads, set PROCESS-WIDE when the policy is built (0 = leave torch's default). Small heads
+    """torch intra-op threads, set PROCESS-WIDE when a policy is built (not when loaded; 0 = leave as is). Small heads
     run fastest on 1 thread; on a loaded machine torch's spinning thread pool made them ~10x slower."""
 
     def __post_init__(self) -> None:

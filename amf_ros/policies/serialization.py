@@ -97,8 +97,10 @@ def policy_from_state(cls: type, tensors: dict[str, torch.Tensor], meta: dict[st
         raise CheckpointError(f"{where}: task_embeddings has shape {emb.shape}, expected "
                               f"({len(meta['tasks'])}, {task_dim})")
     # Build with no tasks, then install the stored embeddings (no encoder call needed).
-    policy = cls(config, action_dim=int(meta["action_dim"]), state_dim=int(meta["state_dim"]), tasks={},
-                 task_encoder=encoder, head_config=head_cfg)
+    # num_threads=0 while building: loading must not override the thread count the loading process chose.
+    policy = cls(dataclasses.replace(config, num_threads=0), action_dim=int(meta["action_dim"]),
+                 state_dim=int(meta["state_dim"]), tasks={}, task_encoder=encoder, head_config=head_cfg)
+    policy.config = config
     if policy.task_dim != task_dim:
         raise CheckpointError(f"{where}: task encoder width {policy.task_dim} != stored {task_dim}")
     for t, ins, v in zip(meta["tasks"], meta["instructions"], emb, strict=True):

@@ -102,3 +102,15 @@ def test_untrained_policy_cannot_be_saved(tmp_path):
     policy = TaskConditionedPolicy(CFG, state_dim=5, action_dim=2, tasks={"a": "task a"})
     with pytest.raises(ValueError, match="untrained"):
         policy.save(tmp_path / "x")
+
+
+def test_loading_keeps_the_callers_thread_count(trained):
+    _, _, path = trained
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        loaded = TaskConditionedPolicy.load(path)
+        assert torch.get_num_threads() == 2
+        assert loaded.config == CFG  # the stored config is kept as is
+    finally:
+        torch.set_num_threads(before)
