@@ -114,3 +114,9 @@ def test_resize_image_with_centre_crop():
     assert resize_image(img, (256, 256), crop_scale=0.9)[:3].max() == 0
     with pytest.raises(ValueError, match="uint8"):
         resize_image(img.astype(np.float32), (8, 8))
+
+
+def test_home_relative_paths(tmp_path, monkeypatch):
+    make_checkpoint(tmp_path / "octo_ckpt")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert read_checkpoint("~/octo_ckpt").path == tmp_path / "octo_ckpt"

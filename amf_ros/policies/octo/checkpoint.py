@@ -226,7 +226,7 @@ def read_checkpoint(path: str | os.PathLike) -> OctoCheckpointInfo:
     Raises:
         ValueError: a required file is missing or malformed (the message names it).
     """
-    p = Path(path)
+    p = Path(path).expanduser()
     if str(path).startswith(("hf://", "gs://")):
         raise ValueError(f"give a local checkpoint directory, got {path!s}; download it first (see docs/octo.md)")
     if not p.is_dir():
@@ -273,7 +273,7 @@ def prepare_offline_checkpoint(path: str | os.PathLike, t5_path: str | os.PathLi
 
     Every entry except config.json is a symlink to the original (no weights are copied).
     """
-    src, t5 = Path(path).resolve(), Path(t5_path).resolve()
+    src, t5 = Path(path).expanduser().resolve(), Path(t5_path).expanduser().resolve()
     if not (t5 / "config.json").is_file():
         raise ValueError(f"{t5} must hold the t5-base tokenizer and config (config.json, spiece.model, ...)")
     read_checkpoint(src)  # validates the directory before anything is written

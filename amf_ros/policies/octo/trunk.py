@@ -74,7 +74,7 @@ class OctoTrunk:
         import jax
         from octo.model.octo_model import OctoModel
 
-        path = checkpoint
+        path = str(self.info.path)
         if t5_path is not None:
             path = prepare_offline_checkpoint(checkpoint, t5_path, workdir or tempfile.mkdtemp(prefix="amf-octo-"))
         log.info("loading Octo %s checkpoint %s (step %s)", self.info.version, path, step or "latest")
