@@ -66,3 +66,33 @@ def test_fine_tuning_moves_head_not_prior_and_roundtrips(tmp_path):
 def test_rejects_mismatched_statistics():
     with pytest.raises(ValueError, match="7 dims"):
         octo_policy(synthetic_octo_params(384), {"mean": [0.0] * 6, "std": [1.0] * 6}, TASKS)
+
+
+def test_image_actor_windows_frames_and_uses_the_instruction():
+    from amf_ros.policies.octo.observation import ObservationWindow
+    from amf_ros.policies.octo.policy import OctoImageActor
+
+    class FakeTrunk:  # OctoTrunk's surface: new_window(mode, crop_scale), embed(obs, instructions) -> (B, E)
+        def __init__(self):
+            self.seen = []
+
+        def new_window(self, mode="octo", crop_scale=None):
+            return ObservationWindow(window=2, mode=mode, crop_scale=crop_scale)
+
+        def embed(self, obs, instructions):
+            self.seen.append((obs["timestep_pad_mask"].tolist(), list(instructions)))
+            return np.full((1, 384), obs["image_primary"][0, -1].mean() / 255.0, np.float32)
+
+    policy = octo_policy(synthetic_octo_params(384), BRIDGE_STATS, TASKS)
+    trunk = FakeTrunk()
+    actor = OctoImageActor(trunk, policy)
+    with pytest.raises(RuntimeError, match="reset"):
+        actor.act(np.zeros((48, 64, 3), np.uint8))
+    with pytest.raises(ValueError, match="unknown task"):
+        actor.reset("nope")
+    actor.reset("carrot_on_plate")
+    a = actor.act(np.zeros((48, 64, 3), np.uint8), seed=0)
+    b = actor.act(np.full((48, 64, 3), 255, np.uint8), seed=0)
+    assert a.shape == b.shape == (4, 7) and not np.allclose(a, b)
+    assert trunk.seen == [([[False, True]], ["put carrot on plate"]), ([[True, True]], ["put carrot on plate"])]
+    np.testing.assert_allclose(b, policy.act({"state": np.ones(384, np.float32)}, "carrot_on_plate", seed=0))

@@ -180,10 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from amf_ros.policies.octo.checkpoint import read_checkpoint
 
-    info = read_checkpoint(args.checkpoint)
-    head = read_orbax_head(args.checkpoint, args.step)
-    cfg = infer_head_config(head, info.action_horizon, info.action_dim)
-    convert_head_params(head, cfg)  # validate before writing
+    try:
+        info = read_checkpoint(args.checkpoint)
+        head = read_orbax_head(args.checkpoint, args.step)
+        cfg = infer_head_config(head, info.action_horizon, info.action_dim)
+        convert_head_params(head, cfg)  # validate before writing
+    except (ImportError, ValueError) as exc:
+        print(f"convert: {exc}")
+        return 2
     save_head_npz(head, args.out)
     print(f"wrote {args.out}: {len(head)} leaves, embedding_dim={cfg.embedding_dim}, Octo {info.version}")
     return 0

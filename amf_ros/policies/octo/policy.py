@@ -79,6 +79,35 @@ def octo_policy(head_params: Mapping[str, Any], action_stats: Mapping[str, Any],
     return _unclipped(policy)
 
 
+class OctoImageActor:
+    """Camera frames + task -> action chunks with an Octo policy: what a node serving Octo calls per control tick.
+
+    Keeps one observation window per episode (Octo's HistoryWrapper convention), embeds it with the frozen trunk
+    and acts with the (mixed) head of ``policy``; the chunk then goes through ``postprocess.ActionPostprocessor``.
+    """
+
+    def __init__(self, trunk: Any, policy: Any, crop_scale: float | None = None) -> None:
+        self.trunk = trunk
+        self.policy = policy
+        self.window = trunk.new_window(mode="octo", crop_scale=crop_scale)
+        self.task: str | None = None
+
+    def reset(self, task: str) -> None:
+        """New episode of ``task`` (a key known to the policy)."""
+        if task not in self.policy.instructions:
+            raise ValueError(f"unknown task {task!r}; the policy knows {self.policy.tasks}")
+        self.task = task
+        self.window.reset()
+
+    def act(self, image: np.ndarray, wrist: np.ndarray | None = None, seed: int | None = None) -> np.ndarray:
+        """(H, A) un-normalised chunk for the newest camera frame (H x W x 3 uint8, any size)."""
+        if self.task is None:
+            raise RuntimeError("call reset(task) first")
+        obs = self.window.add(image, wrist)
+        emb = self.trunk.embed(obs, [self.policy.instructions[self.task]])
+        return self.policy.act({OCTO_FRAME_KEY: emb[0]}, self.task, seed=seed)
+
+
 def load_octo_policy(path: str | Path) -> Any:
     """Load a checkpoint written by ``policy.save`` of an :func:`octo_policy` (restores the no-clip setting)."""
     from amf_ros.policies.agent import TaskConditionedPolicy
