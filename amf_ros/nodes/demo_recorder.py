@@ -115,9 +115,9 @@ class DemoRecorder(Node):
             sub(TwistStamped, p["action_topic"], _twist_to_eef7(1.0 / p["control_rate_hz"], p["twist_gripper"]), 100)
         if p["state_topic"]:
             state_msg, state_convert = STATE_TYPES[p["state_type"]]
-            sub(state_msg, p["state_topic"], state_convert, 50)
+            sub(state_msg, p["state_topic"], state_convert, 100)
         for topic in p["image_topics"]:
-            sub(Image, topic, ros_convert.image_to_rgb, 10)
+            sub(Image, topic, ros_convert.image_to_rgb, p["image_queue_depth"])
         self.create_service(StartEpisode, p["start_service"], self._on_start, callback_group=group)
         self.create_service(EndEpisode, p["end_service"], self._on_end, callback_group=group)
         self.create_timer(p["status_period_s"], self._publish_status, callback_group=group)
@@ -145,6 +145,8 @@ class DemoRecorder(Node):
             self.rec.feed(topic, ros_convert.stamp_ns(msg), data)
         except ValueError as exc:
             self._error(f"topic {topic}: {exc}; message refused", topic)
+        except Exception as exc:  # noqa: BLE001 - e.g. StoreWriteError (disk full): report, keep the node alive
+            self._error(f"topic {topic}: recording failed: {type(exc).__name__}: {exc}", topic)
 
     def _error(self, text: str, topic: str = "") -> None:
         """Log a refused message: at most once per second per topic (a broken camera sends 30 per second)."""
@@ -200,8 +202,8 @@ class DemoRecorder(Node):
             episode_id = self.rec.episode_id
             try:
                 path = self.rec.end(success=req.success, discard=req.discard)
-            except (ValueError, OSError) as exc:
-                res.message = f"episode {episode_id} not saved: {exc}"
+            except Exception as exc:  # noqa: BLE001 - ValueError (no steps), StoreWriteError (disk), anything else
+                res.message = f"episode {episode_id} not saved: {type(exc).__name__}: {exc}"
             else:
                 res.ok = True
                 res.num_steps = 0 if path is None else self.store.meta(episode_id).num_steps

@@ -90,10 +90,11 @@ def start_nodes(ros_env, tmp_path) -> Iterator[Any]:
 
     started: list[NodeProcesses] = []
 
-    def start(sections: dict[str, dict[str, Any]], name: str = "nodes") -> NodeProcesses:
+    def start(sections: dict[str, dict[str, Any]], name: str = "nodes",
+              env: dict[str, str] | None = None) -> NodeProcesses:
         params = write_params(tmp_path / f"{name}.yaml", sections)
         specs = [NodeSpec(name=n, executable=n, params_file=str(params)) for n in sections]
-        procs = NodeProcesses(specs, log_dir=tmp_path / f"logs_{name}", env=ros_env)
+        procs = NodeProcesses(specs, log_dir=tmp_path / f"logs_{name}", env={**ros_env, **(env or {})})
         started.append(procs)
         return procs.start()
 

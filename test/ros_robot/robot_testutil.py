@@ -216,3 +216,13 @@ def warm_up(live: LivePublisher, status: StatusWatcher, timeout: float = 20.0) -
         live.publish([(t, ns, kind, v) for t, _, kind, v in scripted_sequence(ns, frames=1, seed=k)[:2]], 0.0)
         k += 1
         time.sleep(0.1)
+
+
+def steps_decided_live(live: LivePublisher, seq: Sequence[tuple[str, int, str, Any]], **sync: Any) -> int:
+    """How many steps a recorder has decided once every message of ``seq`` arrived (before EndEpisode flushes
+    the rest): the same synchroniser fed offline. Lets a test end an episode only after delivery completed."""
+    from amf_ros.data.sync import StreamSynchronizer, SyncConfig
+
+    sync_ = StreamSynchronizer({ACTION_TOPIC: "action", STATE_TOPIC: "state", IMAGE_TOPIC: "image_primary"},
+                               SyncConfig(**sync))
+    return sum(len(sync_.feed(t, ns, live.message(t, ns, k, v))) for t, ns, k, v in seq)

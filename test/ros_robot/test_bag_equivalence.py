@@ -9,7 +9,7 @@ import threading
 
 import pytest
 from robot_testutil import (IMAGE_TOPIC, LivePublisher, StatusWatcher, assert_same_episode, call, scripted_sequence,
-                            wait_for, warm_up, write_bag)
+                            steps_decided_live, wait_for, warm_up, write_bag)
 
 pytestmark = pytest.mark.ros
 
@@ -26,9 +26,8 @@ def recorder_params(dataset, **over):
 
 @pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
 def test_bag_import_equals_live_recording(start_nodes, client_node, tmp_path, storage):
-    from amf_ros.data.bag_import import import_bag
+    from amf_ros.cli import main as amf_main
     from amf_ros.data.store import EpisodeStore
-    from amf_ros.data.sync import SyncConfig
     from amf_ros.msg import EpisodeInfo
     from amf_ros.srv import EndEpisode, StartEpisode
 
@@ -36,12 +35,17 @@ def test_bag_import_equals_live_recording(start_nodes, client_node, tmp_path, st
     announced: list = []
     client_node.create_subscription(EpisodeInfo, "/amf/episodes", announced.append, 50)
     live = LivePublisher(client_node)
-    warm_up(live, StatusWatcher(client_node))  # topics alive before the start
+    status = StatusWatcher(client_node)
+    warm_up(live, status)  # topics alive before the start
     res = call(client_node, StartEpisode, "/amf/recorder/start_episode",
                StartEpisode.Request(task=TASK, instruction=INSTRUCTION))
     assert res.ok, res.message
     seq = scripted_sequence(client_node.get_clock().now().nanoseconds + 100_000_000, frames=40, seed=1)
     live.publish(seq)
+    # Messages of different topics arrive in any order; end only once all of them are in (the last step stays
+    # pending until EndEpisode flushes it, exactly as in the import).
+    decided = steps_decided_live(live, seq, rate_hz=5.0, mode="tick", max_delay_s=5.0)
+    wait_for(lambda: status.last.num_steps >= decided, 20, f"{decided} steps decided by the recorder")
     end = call(client_node, EndEpisode, "/amf/recorder/end_episode",
                EndEpisode.Request(episode_id=res.episode_id, success=True))
     assert end.ok and end.num_steps > 0, end.message
@@ -49,12 +53,15 @@ def test_bag_import_equals_live_recording(start_nodes, client_node, tmp_path, st
 
     bag = tmp_path / f"session_{storage}"
     write_bag(bag, seq, storage=storage)
-    imported_store = EpisodeStore(tmp_path / "imported")
-    result = import_bag(bag, imported_store, TASK, INSTRUCTION, robot="test",
-                       sync=SyncConfig(rate_hz=5.0, mode="tick", max_delay_s=5.0))
+    # `amf import bag` (the CLI), with the recorder's sampling settings.
+    rc = amf_main(["import", "bag", str(bag), "--task", TASK, "--instruction", INSTRUCTION, "--dataset",
+                   str(tmp_path / "imported"), "--robot", "test", "--rate", "5", "--mode", "tick"])
+    assert rc == 0
+    imported_store = EpisodeStore(tmp_path / "imported", create=False)
+    assert len(imported_store.episode_ids()) == 1
 
     live_ep = EpisodeStore(tmp_path / "live", create=False).load(res.episode_id)
-    bag_ep = imported_store.load(result.path.name)
+    bag_ep = imported_store.load(imported_store.episode_ids()[0])
     # 40 frames at 20 Hz with an action every 2nd frame (10 Hz), sampled at 5 Hz: one step per 2 actions.
     assert 9 <= len(live_ep) <= 11, len(live_ep)
     assert live_ep.steps["observation/image_primary"].shape[1:] == (24, 32, 3)

@@ -133,3 +133,45 @@ def test_scripted_teleop_demonstrates_with_the_experts_own_actions(start_nodes, 
     # A status for the same episode again does not restart it; a recording=false status is ignored.
     status_pub.publish(status)
     assert procs.dead() == {}
+
+
+def test_sim_bridge_hosts_simpler_backend_with_camera(start_nodes, client_node):
+    """backend 'simpler' (amf_ros.envs.simpler) behind the same topics, with the Octo engineer's stand-in for
+    simpler_env (test/octo/standin, same interface) on the node's PYTHONPATH; rendering on."""
+    import os
+    from pathlib import Path
+
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import Image
+
+    from amf_ros.envs.simpler import STATE_NAMES
+    from amf_ros.msg import EefDeltaAction, StateVector
+    from amf_ros.srv import ResetTask, TaskSuccess
+
+    standin = Path(__file__).resolve().parents[1] / "octo" / "standin"
+    if not (standin / "simpler_env" / "__init__.py").is_file():
+        pytest.fail(f"the simpler_env stand-in is missing at {standin}")
+    path = os.pathsep.join([str(standin), os.environ.get("PYTHONPATH", "")])
+    procs = start_nodes({"sim_bridge": {"backend": "simpler", "initial_task": "carrot_on_plate",
+                                        "render": True, "image_width": 64, "image_height": 48,
+                                        "idle_publish_period_s": 0.0}}, name="simpler", env={"PYTHONPATH": path})
+    states, images = [], []
+    qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+    client_node.create_subscription(StateVector, "/amf/observation/state", states.append, qos)
+    client_node.create_subscription(Image, "/amf/camera/image_raw", images.append, qos)
+    pub = client_node.create_publisher(EefDeltaAction, "/amf/action", qos)
+    res = call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task="carrot_on_plate", seed=1),
+               timeout=30)
+    assert res.ok and res.instruction == "put carrot on plate", res
+    wait_for(lambda: states and images, 10, "state and image after reset")
+    s0, img = states[-1], images[-1]
+    assert list(s0.names) == list(STATE_NAMES) and len(s0.values) == 8
+    assert (img.height, img.width, img.encoding) == (48, 64, "rgb8") and len(img.data) == 48 * 64 * 3
+    assert stamp_ns(img.header.stamp) == stamp_ns(s0.header.stamp), "image and state of one step share a stamp"
+    wait_for(lambda: pub.get_subscription_count() > 0, 10, "sim_bridge subscribing to /amf/action")
+    pub.publish(make_action([0.02, 0.0, 0.0, 0, 0, 0, 1.0], client_node.get_clock().now().nanoseconds))
+    wait_for(lambda: len(states) >= 2, 10, "the observation after one step")
+    assert states[-1].values[0] == pytest.approx(s0.values[0] + 0.02, abs=1e-6)
+    ok = call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
+    assert ok.task == "carrot_on_plate" and ok.steps == 1 and not ok.success
+    assert procs.dead() == {}

@@ -37,6 +37,8 @@ PARAMS = (
           type="string_array"),
     Param("image_keys", [], "Observation key of each camera topic, e.g. image_primary, image_wrist (empty = "
           "image_primary, image_1, ...).", type="string_array"),
+    Param("image_queue_depth", 30, "Subscription queue of each camera (reliable, keep-last): images the node "
+          "may fall behind by before the oldest is dropped (30 = 1 s of a 30 Hz camera).", range=(1, 1000)),
     Param("image_codec", "png", "How images are stored: png (lossless), jpeg or raw.",
           choices=("png", "jpeg", "raw")),
     Param("jpeg_quality", 95, "JPEG quality when image_codec is jpeg.", range=(1, 100)),
