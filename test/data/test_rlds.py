@@ -111,6 +111,16 @@ READER = textwrap.dedent("""
         out[f"{i}/image"] = np.stack([s["observation"]["image_primary"] for s in steps])
         out[f"{i}/instruction"] = np.frombuffer(steps[0]["language_instruction"], np.uint8)
     out["num_examples"] = np.asarray(builder.info.splits["train"].num_examples)
+    # The read of dlimp's DLataset.from_rlds (Octo's loader): whole trajectories, images still encoded.
+    import tensorflow as tf
+    raw = builder.as_dataset(split="train", shuffle_files=False, decoders={"steps": tfds.decode.SkipDecoding()})
+    lengths = []
+    for traj in raw:
+        steps = traj["steps"]
+        img = tf.io.decode_image(steps["observation"]["image_primary"][0], expand_animations=False)
+        assert img.dtype == tf.uint8 and img.shape[-1] == 3
+        lengths.append(int(tf.shape(steps["action"])[0]))
+    out["skipdecoding_lengths"] = np.asarray(lengths)
     np.savez(sys.argv[3], **out)
 """)
 
@@ -127,6 +137,7 @@ def test_tfds_reads_the_export(store, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = np.load(dump)
     assert int(got["num_examples"]) == 5 == res.episodes
+    assert got["skipdecoding_lengths"].tolist() == [len(store.load(e, images=False)) for e in store.episode_ids()]
     for i, eid in enumerate(store.episode_ids()):
         ep = store.load(eid)
         assert got[f"{i}/id"].tobytes().decode() == eid
