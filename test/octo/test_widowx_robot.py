@@ -5,7 +5,7 @@ import pytest
 
 from amf_ros.policies.postprocess import WorkspaceBounds
 from amf_ros.robots import widowx, wx250s
-from amf_ros.robots.kinematics import fk_space, jacobian_space, log6, exp6, trans_inv
+from amf_ros.robots.kinematics import exp6, jacobian_space, log6, trans_inv
 
 NAMES = [*wx250s.ARM_JOINTS, "gripper", "left_finger", "right_finger"]
 

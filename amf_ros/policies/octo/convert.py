@@ -52,9 +52,8 @@ def head_params(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
     for prefix in ("params/" + HEAD_PREFIX, HEAD_PREFIX, ""):
         sub = {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix + SCORE_NET)}
         if sub:
-            extra = sorted(k for k in flat if k.startswith(prefix) and not k.startswith(prefix + SCORE_NET)
-                           and prefix)
-            if extra:
+            extra = sorted(k for k in flat if prefix and k.startswith(prefix) and not k.startswith(prefix + SCORE_NET))
+            if extra:  # e.g. a MAP head's leaves: not part of the diffusion score network
                 log.info("ignoring %d non-diffusion leaves under %s (e.g. %s)", len(extra), prefix, extra[0])
             return sub
     raise ValueError("no 'heads_action/diffusion_model' (or 'diffusion_model') parameters found; "

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from amf_ros.policies.octo.observation import ObservationWindow
-from amf_ros.policies.postprocess import ActionPostprocessor, PostprocessConfig
+from amf_ros.policies.postprocess import ActionPostprocessor, PostprocessConfig, eef7_to_simpler
 
 ChunkFn = Callable[[Mapping[str, np.ndarray], str], np.ndarray]
 
@@ -71,8 +71,6 @@ class ChunkSimplerPolicy:
             chunk = chunk[0]
         raw = self.post.robot_action(chunk)
         self.last_raw_action = raw
-        from amf_ros.policies.postprocess import eef7_to_simpler
-
         return eef7_to_simpler(raw, self.post.config.action_scale)
 
 
