@@ -128,6 +128,28 @@ def act_fn(policy: Any) -> Any:
     return act
 
 
+STATE_MIN_STD = 0.05
+"""Floor of the per-dimension state std (metres / quaternion units): a dimension that is constant in the fitting
+data must not turn a 1 cm difference in another task into a saturated input."""
+
+
+def set_normalizers(policy: Any, demo_states: np.ndarray, explore_states: np.ndarray) -> None:
+    """Fix the policy's normalization before pre-training (the frozen statistics every later round shares).
+
+    Actions: identity, because native Metaworld actions are already in [-1, 1] and a std fitted on half of the
+    tasks can be ~0 in a dimension (e.g. the grab effort of the faucet expert is constant), which would blow up
+    the loss of the other tasks. States: mean/std of the demonstration states plus random-exploration states of
+    every task (:func:`~amf_ros.envs.metaworld_rollouts.exploration_states`), std floored at STATE_MIN_STD.
+    """
+    from amf_ros.envs.metaworld_suite import NATIVE_ACTION_DIM
+    from amf_ros.policies.normalizer import Normalizer
+
+    x = np.concatenate([demo_states, explore_states]).astype(np.float64)
+    policy.action_normalizer = Normalizer.identity(NATIVE_ACTION_DIM)
+    policy.trunk.set_normalizer(Normalizer(x.mean(0), x.std(0), min_std=STATE_MIN_STD))
+    policy.cache.clear()
+
+
 def pretrain(config: PretrainConfig, specs: Sequence[Any] | None = None, freeze_prior: bool = True
              ) -> PretrainResult:
     """Collect the allocation's scripted demonstrations and pre-train a fresh policy on them (deterministic).
@@ -135,7 +157,7 @@ def pretrain(config: PretrainConfig, specs: Sequence[Any] | None = None, freeze_
     With ``freeze_prior`` the pre-trained head is also kept as the frozen prior of the adaptive prior, so that
     fine-tuning from the checkpoint (bench, ROS policy_server) can fit alpha(c).
     """
-    from amf_ros.envs.metaworld_rollouts import collect_demos, demos_to_transitions
+    from amf_ros.envs.metaworld_rollouts import collect_demos, demos_to_transitions, exploration_states
     from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks
 
     specs = list(specs) if specs is not None else load_tasks(keys=config.tasks)
@@ -149,6 +171,8 @@ def pretrain(config: PretrainConfig, specs: Sequence[Any] | None = None, freeze_
     if failed:
         log.warning("%d of %d scripted pre-training demonstrations did not reach success", failed, len(demos))
     policy = make_policy(specs, head=config.head, seed=config.seed, lr=config.lr, batch_size=config.batch_size)
+    all_envs = {s.key: envs.get(s.key) or MetaworldTaskEnv(s) for s in specs}
+    set_normalizers(policy, demos_to_transitions(demos)["state"], exploration_states(all_envs, config.seed))
     t0 = time.perf_counter()
     result = policy.fit(demos_to_transitions(demos), config.steps)
     if freeze_prior:

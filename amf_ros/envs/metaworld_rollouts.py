@@ -154,3 +154,26 @@ def demos_to_transitions(demos: Sequence[Demo], episode_offset: int = 0, task: s
                                          for i, d in enumerate(demos)]),
         "step": np.concatenate([np.arange(len(d), dtype=np.int64) for d in demos]),
     }
+
+
+def exploration_states(envs: Mapping[str, MetaworldTaskEnv], seed: int, episodes: int = 2, steps: int = 50
+                       ) -> np.ndarray:
+    """States (N, 39) visited by uniformly random actions in every task's scene (no expert, no labels).
+
+    Why: state normalization statistics fitted on demonstrations of half of the tasks leave the other tasks'
+    object dimensions (constant in that data) with a near-zero std, so their states saturate; statistics of
+    random exploration in every scene describe the observation space without demonstrating anything.
+    """
+    if episodes < 1 or steps < 1:
+        raise ValueError(f"episodes and steps must be >= 1, got {episodes=} {steps=}")
+    rng = np.random.default_rng([seed, 3])
+    out = []
+    for env in envs.values():
+        for _ in range(episodes):
+            out.append(env.reset(int(rng.integers(0, EVAL_SEED_OFFSET))))
+            for _ in range(min(steps, env.spec.max_steps)):
+                obs, _, done = env.step(rng.uniform(-1.0, 1.0, size=4))
+                out.append(obs)
+                if done:
+                    break
+    return np.stack(out).astype(np.float32)
