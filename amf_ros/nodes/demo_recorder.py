@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-import numpy as np
 import rclpy
 from geometry_msgs.msg import TwistStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -27,45 +26,14 @@ from amf_ros.data.recorder import EpisodeRecorder
 from amf_ros.data.store import EpisodeStore, StoreConfig
 from amf_ros.data.sync import SyncConfig
 from amf_ros.msg import EefDeltaAction, EpisodeInfo, RecorderStatus, StateVector
+from amf_ros.nodes import _recorder_inputs as inputs
 from amf_ros.nodes._params import declare
 from amf_ros.srv import EndEpisode, StartEpisode
 
 
-def _finite(kind: str, arr: np.ndarray) -> np.ndarray:
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{kind} has NaN/inf values: {np.asarray(arr).tolist()}")
-    return arr
-
-
-def _checked(kind: str, to_array: Callable[[Any], np.ndarray]) -> Callable[[Any], Any]:
-    """Validate a message (conversion + finite values) but feed the message itself (keeps state names)."""
-    return lambda m: (_finite(kind, to_array(m)), m)[1]
-
-
-def _widowx_proprio(msg: Any) -> np.ndarray:
-    """sensor_msgs/JointState of a wx250s -> Octo's 8-D proprio (amf_ros.robots.widowx), float32."""
-    from amf_ros.robots import widowx, wx250s
-
-    q, grip = widowx.parse_joint_state(list(msg.name), list(msg.position))
-    return _finite("proprio", widowx.proprio(wx250s.fk(q), grip).astype(np.float32))
-
-
-def _twist_to_eef7(period_s: float, gripper: float) -> Callable[[Any], np.ndarray]:
-    """geometry_msgs/TwistStamped velocities over one control period -> 7-D EefDeltaAction vector."""
-    def convert(m: Any) -> np.ndarray:
-        lin, ang = m.twist.linear, m.twist.angular
-        a7 = np.array([lin.x, lin.y, lin.z, ang.x, ang.y, ang.z, 0.0]) * period_s
-        a7[6] = gripper
-        return _finite("action", a7.astype(np.float32))
-    return convert
-
-
-# state_type -> (message type, converter); action_type likewise (see the parameter schema).
-STATE_TYPES: dict[str, tuple[Any, Callable[[Any], Any]]] = {
-    "state_vector": (StateVector, _checked("state", lambda m: ros_convert.state_vector_to_array(m)[1])),
-    "joint_state": (JointState, _checked("joint state", lambda m: ros_convert.joint_state_to_array(m)[1])),
-    "widowx_proprio": (JointState, _widowx_proprio),
-}
+# Message type of each action_type / state_type parameter value (converters: amf_ros.nodes._recorder_inputs).
+ACTION_MSGS = {"eef_delta": EefDeltaAction, "twist_stamped": TwistStamped}
+STATE_MSGS = {"state_vector": StateVector, "joint_state": JointState, "widowx_proprio": JointState}
 
 
 class DemoRecorder(Node):
@@ -109,15 +77,12 @@ class DemoRecorder(Node):
             self.create_subscription(msg_type, topic, lambda m: self._on_msg(topic, m, convert), qos,
                                      callback_group=group)
 
-        if p["action_type"] == "eef_delta":
-            sub(EefDeltaAction, p["action_topic"], _checked("action", ros_convert.action_to_array), 100)
-        else:
-            sub(TwistStamped, p["action_topic"], _twist_to_eef7(1.0 / p["control_rate_hz"], p["twist_gripper"]), 100)
+        action_convert = inputs.ACTION_CONVERTERS[p["action_type"]](1.0 / p["control_rate_hz"], p["twist_gripper"])
+        sub(ACTION_MSGS[p["action_type"]], p["action_topic"], action_convert, 100)
         if p["state_topic"]:
-            state_msg, state_convert = STATE_TYPES[p["state_type"]]
-            sub(state_msg, p["state_topic"], state_convert, 100)
+            sub(STATE_MSGS[p["state_type"]], p["state_topic"], inputs.STATE_CONVERTERS[p["state_type"]], 100)
         for topic in p["image_topics"]:
-            sub(Image, topic, ros_convert.image_to_rgb, p["image_queue_depth"])
+            sub(Image, topic, inputs.image, p["image_queue_depth"])
         self.create_service(StartEpisode, p["start_service"], self._on_start, callback_group=group)
         self.create_service(EndEpisode, p["end_service"], self._on_end, callback_group=group)
         self.create_timer(p["status_period_s"], self._publish_status, callback_group=group)

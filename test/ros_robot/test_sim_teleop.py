@@ -9,6 +9,7 @@ that observation), and ends the episode with the simulator's success.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -130,8 +131,10 @@ def test_scripted_teleop_demonstrates_with_the_experts_own_actions(start_nodes, 
         used = [v for s, v in obs if start < s <= a_ns][-1]
         want = native_to_eef7(expert.expert_action(used)).astype(np.float32)
         np.testing.assert_array_equal(a7.astype(np.float32), want)
-    # A status for the same episode again does not restart it; a recording=false status is ignored.
+    # A status for the same episode again does not restart it.
     status_pub.publish(status)
+    time.sleep(0.5)
+    assert len(actions) == len(acts) and len(ended) == 1
     assert procs.dead() == {}
 
 
