@@ -94,6 +94,14 @@ def _case(name: str, cfg_dict: dict[str, Any]) -> dict[str, Any]:
             res = train_head(head, lambda idx: emb[idx], chunks, None, cfg.steps,
                              TrainConfig(batch_size=cfg.batch_size, seed=r))
             rates.append(res.steps_per_s)
+        from amf_ros.policies.embeddings import EmbeddingConfig, compute_embeddings
+
+        ecfg = EmbeddingConfig(draws=cfg.embedding_draws)
+        compute_embeddings(head, emb[:8], chunks[:8], None, ecfg)  # warm-up
+        t0 = time.perf_counter()
+        phi = compute_embeddings(head, emb, chunks, None, ecfg)
+        out["embed_warm_s"] = time.perf_counter() - t0  # readouts are the cache here: no trunk to run
+        out["embedding_dim"] = int(phi.shape[1])
         out.update(cached=rates, params=sum(p.numel() for p in head.parameters()))
         out["peak_rss_mb"] = _peak_mb()
         return out
