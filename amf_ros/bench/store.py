@@ -4,12 +4,12 @@ What is measured, per image codec (raw, png, jpeg):
 
 * **paced write**: a 640x480x3 camera at 30 Hz for ``duration_s`` (wall-clock paced). The camera has a
   queue of depth 1: a frame still waiting when the next one arrives is dropped. ``dropped_frames`` counts
-  them all; ``dropped_by_store`` those lost because ``add_step`` held the producer past the next frame (the
-  acceptance number is 0), the rest are late wake-ups of the producer on a busy CPU. Each step also carries a
-  state and a 7-D action, as the recorder writes them. Reported: achieved rate, add_step latency (mean, p99,
-  max), time blocked on the writer thread, commit time.
+  them all; ``dropped_by_store`` those lost right after an ``add_step`` that took longer than a frame
+  period (the acceptance number is 0); the rest are the producer being scheduled late on a busy CPU.
+  Each step also carries a state and a 7-D action, as the recorder writes them. Reported: achieved rate,
+  add_step latency (mean, p99, max), time blocked on the writer thread, commit time.
 * **max write**: the same frames unpaced, as fast as the store takes them, commit included (the headroom
-  over 30 Hz). ``sustains_rate`` = no drops and max write >= the camera rate: a short paced run can show
+  over 30 Hz). ``sustains_rate`` = no store drops and max write >= the camera rate: a short paced run can show
   zero drops while a backlog grows in the writer queue (then ``commit_s`` is long).
 * **bytes per step**: episode directory size / steps.
 * **read**: ``load_transitions`` of the episode with images (decode time, steps/s), then random
@@ -104,7 +104,7 @@ def paced_write(store: EpisodeStore, frames: list[np.ndarray], cfg: StoreBenchCo
     writer = store.begin("bench", "benchmark episode", control_rate_hz=cfg.rate_hz)
     latencies, dropped, by_store, written = [], 0, 0, 0
     t0 = time.perf_counter() + 0.05
-    last_return = t0
+    prev_latency = 0.0
     for k in range(n):
         target = t0 + k * dt
         now = time.perf_counter()
@@ -112,15 +112,15 @@ def paced_write(store: EpisodeStore, frames: list[np.ndarray], cfg: StoreBenchCo
             time.sleep(target - now)
         elif now >= target + dt:  # frame k+1 has arrived: frame k was overwritten in the depth-1 queue
             dropped += 1
-            # The store is to blame if it held the producer past the next frame; otherwise the producer
-            # itself woke up late (a busy, shared CPU).
-            by_store += int(last_return >= target + dt)
+            # The store is to blame if the last add_step took longer than a frame period; otherwise the
+            # producer itself was scheduled late (a busy, shared CPU).
+            by_store += int(prev_latency >= dt)
             continue
         obs, act = _step(k, frames[k % len(frames)])
         a = time.perf_counter()
         writer.add_step(obs, act, stamp_ns=int((t0 + k * dt) * 1e9))
-        last_return = time.perf_counter()
-        latencies.append(last_return - a)
+        prev_latency = time.perf_counter() - a
+        latencies.append(prev_latency)
         written += 1
     span = time.perf_counter() - t0
     c0 = time.perf_counter()
@@ -128,7 +128,7 @@ def paced_write(store: EpisodeStore, frames: list[np.ndarray], cfg: StoreBenchCo
     commit_s = time.perf_counter() - c0
     lat = np.asarray(latencies) * 1e3
     return {"episode_id": path.name, "frames_offered": n, "frames_written": written, "dropped_frames": dropped,
-            "dropped_by_store": by_store, "dropped_by_late_wakeup": dropped - by_store,
+            "dropped_by_store": by_store, "dropped_by_scheduling": dropped - by_store,
             "achieved_hz": written / span, "add_step_ms_mean": float(lat.mean()),
             "add_step_ms_p99": float(np.percentile(lat, 99)), "add_step_ms_max": float(lat.max()),
             "blocked_on_writer_s": writer.blocked_s, "commit_s": commit_s,

@@ -96,7 +96,11 @@ class EpisodeRecorder:
         except ValueError as exc:
             self.last_error = f"topic {topic}: {exc}"
             raise
-        self._write(steps)
+        try:
+            self._write(steps)
+        except (ValueError, OSError) as exc:  # OSError: StoreWriteError (disk full) - the episode stays partial
+            self.last_error = str(exc)
+            raise
         return self.num_steps
 
     def end(self, success: bool | None, discard: bool = False, operator_note: str | None = None) -> Path | None:

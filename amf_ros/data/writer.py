@@ -110,8 +110,12 @@ class EpisodeWriter:
         self.meta = meta
         self.path = store.root / f"{PARTIAL_PREFIX}{meta.episode_id}"
         self.path.mkdir(parents=False, exist_ok=False)
-        fsync_dir(store.root)
-        atomic_write_json(self.path / "start.json", meta.to_json())
+        try:
+            fsync_dir(store.root)
+            atomic_write_json(self.path / "start.json", meta.to_json())
+        except OSError as exc:  # e.g. the disk is already full: leave nothing behind
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise StoreWriteError(exc.errno, f"episode {meta.episode_id}: cannot start: {exc.strerror or exc}") from exc
         self._keys: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None
         self._lowdim: dict[str, list[np.ndarray]] = {}
         self._pending: list[dict[str, np.ndarray]] = []
@@ -266,7 +270,7 @@ class EpisodeWriter:
             if isinstance(err, OSError):
                 raise StoreWriteError(err.errno, f"episode {self.episode_id}: writing a chunk failed: "
                                       f"{err.strerror or err}") from err
-            raise StoreWriteError(None, f"episode {self.episode_id}: writing a chunk failed: {err!r}") from err
+            raise StoreWriteError(f"episode {self.episode_id}: writing a chunk failed: {err!r}") from err
 
     def _check_consistent(self, step: Mapping[str, np.ndarray]) -> None:
         if self._keys is None:
