@@ -106,8 +106,11 @@ class DemoRecorder(Node):
     def _on_msg(self, topic: str, msg: Any, convert: Callable[[Any], Any]) -> None:
         self.received[topic] = time.monotonic()
         try:
-            data = convert(msg)
-            self.rec.feed(topic, ros_convert.stamp_ns(msg), data)
+            stamp = ros_convert.stamp_ns(msg)
+            if stamp <= 0:
+                raise ValueError("header.stamp is zero: the publisher must stamp its messages (the recorder "
+                                 "pairs streams by their own stamps)")
+            self.rec.feed(topic, stamp, convert(msg))
         except ValueError as exc:
             self._error(f"topic {topic}: {exc}; message refused", topic)
         except Exception as exc:  # noqa: BLE001 - e.g. StoreWriteError (disk full): report, keep the node alive
@@ -121,9 +124,9 @@ class DemoRecorder(Node):
             more = f" ({suppressed} similar messages not logged)" if suppressed else ""
             self.get_logger().error(text + more)
             self._logged[topic] = (time.monotonic(), 0)
+            self._publish_status()
         else:
             self._logged[topic] = (last, suppressed + 1)
-        self._publish_status()
 
     def _report(self, ok: bool, text: str) -> None:
         """Log a service outcome (rclpy wants one severity per call site) and keep the last error."""
@@ -149,10 +152,13 @@ class DemoRecorder(Node):
         elif stale:
             res.message = "; ".join(stale)
         else:
-            res.episode_id = self.rec.start(req.task, instruction, start_ns=self.get_clock().now().nanoseconds,
-                                            operator_note=req.note)
-            res.ok, res.message = True, f"recording {req.task!r}"
-            self._episode_meta = (req.task, instruction)
+            try:
+                res.episode_id = self.rec.start(req.task, instruction, start_ns=self.get_clock().now().nanoseconds,
+                                                operator_note=req.note)
+                res.ok, res.message = True, f"recording {req.task!r}"
+                self._episode_meta = (req.task, instruction)
+            except (ValueError, OSError) as exc:  # e.g. the dataset directory is not writable
+                res.message = f"cannot start an episode: {type(exc).__name__}: {exc}"
         self._report(res.ok, f"StartEpisode: {res.message}")
         self._publish_status()
         return res

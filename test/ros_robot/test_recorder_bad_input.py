@@ -3,7 +3,7 @@ running, and nothing already recorded is lost.
 
 Cases: StartEpisode with missing topics, without an instruction, and while recording; EndEpisode with a wrong
 id, when idle, and for an episode without steps; an image with an unsupported encoding; a state and an action
-with NaN.
+with NaN; an unstamped action.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def test_recorder_refuses_bad_input_and_keeps_what_it_recorded(start_nodes, clie
     bad = [(STATE_TOPIC, tb, "state", nan_state),
            (IMAGE_TOPIC, tb, "yuv422", np.zeros((24, 32, 3), np.uint8)),
            (ACTION_TOPIC, tb + 3_000_000, "action", np.array([np.nan, 0, 0, 0, 0, 0, 1.0])),
+           (ACTION_TOPIC, 0, "action", np.array([0.02, 0, 0, 0, 0, 0, 1.0])),  # unstamped
            (ACTION_TOPIC, tb + 10_000_000, "action", np.array([0.01, 0, 0, 0, 0, 0, 1.0]))]  # valid
     part2 = scripted_sequence(tb + PERIOD, frames=10, seed=2)
     live.publish(part1 + bad + part2)
@@ -73,7 +74,7 @@ def test_recorder_refuses_bad_input_and_keeps_what_it_recorded(start_nodes, clie
 
     log = procs.log_tail("demo_recorder", 20000)
     assert "unsupported" in log or "not supported" in log, log
-    assert "'yuv422'" in log and "NaN" in log
+    assert "'yuv422'" in log and "NaN" in log and "header.stamp is zero" in log
 
     store = EpisodeStore(tmp_path / "ds", create=False)
     ep = store.load(res.episode_id)
