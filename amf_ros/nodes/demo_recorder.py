@@ -61,7 +61,7 @@ class DemoRecorder(Node):
         self.rec = EpisodeRecorder(self.store, topics, sync, robot=p["robot"])
         self.received: dict[str, float] = {t: -1.0 for t in topics}  # topic -> monotonic receive time
         self.last_error = ""
-        self._logged: dict[str, tuple[float, int]] = {}  # topic -> (time of last error log, suppressed since)
+        self._logged: dict[tuple[str, str], tuple[float, int]] = {}  # (topic, problem) -> (last log, suppressed)
         self.episodes_in_store = len(self.store)
         self._episode_meta = ("", "")  # (task, instruction) of the current episode
 
@@ -112,21 +112,22 @@ class DemoRecorder(Node):
                                  "pairs streams by their own stamps)")
             self.rec.feed(topic, stamp, convert(msg))
         except ValueError as exc:
-            self._error(f"topic {topic}: {exc}; message refused", topic)
+            self._error(f"topic {topic}: {exc}; message refused", (topic, str(exc).split(":")[0]))
         except Exception as exc:  # noqa: BLE001 - e.g. StoreWriteError (disk full): report, keep the node alive
-            self._error(f"topic {topic}: recording failed: {type(exc).__name__}: {exc}", topic)
+            self._error(f"topic {topic}: recording failed: {type(exc).__name__}: {exc}", (topic, type(exc).__name__))
 
-    def _error(self, text: str, topic: str = "") -> None:
-        """Log a refused message: at most once per second per topic (a broken camera sends 30 per second)."""
+    def _error(self, text: str, kind: tuple[str, str]) -> None:
+        """Log a refused message: at most once per second per (topic, kind of problem), since a broken camera
+        sends 30 per second; the suppressed ones are counted in the next log line."""
         self.last_error = text
-        last, suppressed = self._logged.get(topic, (-1e9, 0))
+        last, suppressed = self._logged.get(kind, (-1e9, 0))
         if time.monotonic() - last >= 1.0:
             more = f" ({suppressed} similar messages not logged)" if suppressed else ""
             self.get_logger().error(text + more)
-            self._logged[topic] = (time.monotonic(), 0)
+            self._logged[kind] = (time.monotonic(), 0)
             self._publish_status()
         else:
-            self._logged[topic] = (last, suppressed + 1)
+            self._logged[kind] = (last, suppressed + 1)
 
     def _report(self, ok: bool, text: str) -> None:
         """Log a service outcome (rclpy wants one severity per call site) and keep the last error."""
