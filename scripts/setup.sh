@@ -32,7 +32,8 @@ have=$(cat "$VENV/.amf-deps" 2>/dev/null || true)
 if [ "$want" != "$have" ]; then
   log "creating/updating $VENV (first run: several minutes)"
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-  "$VENV/bin/pip" install -q -U pip setuptools wheel
+  # colcon-core wants setuptools<80
+  "$VENV/bin/pip" install -q -U pip "setuptools<80" wheel
   # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
   "$VENV/bin/pip" install -q torch==2.13.0
   "$VENV/bin/pip" install -q -r requirements/ros.txt -r requirements/base.txt
@@ -41,7 +42,7 @@ if [ "$want" != "$have" ]; then
   NPINC=$("$VENV/bin/python" -c "import numpy; print(numpy.get_include())")
   grep -rl /opt/python/cp311-cp311 "$VENV/share" --include='*.cmake' 2>/dev/null | xargs -r sed -i \
     -e "s#/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include#$NPINC#g" \
-    -e "s#/opt/python/cp311-cp311/include/python3.11#$PYINC#g"
+    -e "s#/opt/python/cp311-cp311/include/python3.11#$PYINC#g" || true  # nothing left to patch on re-runs
   echo "$want" > "$VENV/.amf-deps"
 fi
 
