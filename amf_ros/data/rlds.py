@@ -12,7 +12,7 @@ Open it with ``tfds.builder("<name>", data_dir="OUT")`` or ``tfds.builder_from_d
 proprio_obs_key="state", language_key="language_instruction"), ...)``.
 
 Each episode: ``steps`` (a TFDS ``Dataset``) with ``observation`` (``image_*``: Image (H, W, 3) uint8,
-``state``: float32 (S,)), ``action`` float32 (A,), ``reward`` (1.0 on the last step of a successful
+``state``: float32 (S,), when recorded), ``action`` float32 (A,), ``reward`` (1.0 on the last step of a successful
 demonstration, else 0), ``discount`` 1.0, ``is_first``, ``is_last``, ``is_terminal``,
 ``language_instruction``; and ``episode_metadata`` (``file_path``, ``episode_id``, ``task``, ``success``).
 """
@@ -95,10 +95,10 @@ def _dict(features: dict[str, Any]) -> dict[str, Any]:
     return {"featuresDict": {"features": features}, "pythonClassName": _FD}
 
 
-def features_json(state_dim: int, action_dim: int, images: dict[str, tuple[int, int, int]],
+def features_json(state_dim: int | None, action_dim: int, images: dict[str, tuple[int, int, int]],
                   image_format: str) -> dict[str, Any]:
-    """TFDS FeaturesDict of the RLDS episode, as TFDS writes it to features.json."""
-    obs = {"state": _tensor([state_dim], "float32")}
+    """TFDS FeaturesDict of the RLDS episode, as TFDS writes it to features.json (no state if state_dim is None)."""
+    obs: dict[str, Any] = {} if state_dim is None else {"state": _tensor([state_dim], "float32")}
     for key, shape in images.items():
         obs[key] = {"image": {"dtype": "uint8", "encodingFormat": image_format,
                               "shape": {"dimensions": [str(d) for d in shape]}}, "pythonClassName": _IMAGE}
@@ -129,7 +129,6 @@ def episode_example(ep: Episode, image_keys: Sequence[str], image_size: tuple[in
     reward[-1] = 1.0 if success else 0.0
     feats: dict[str, Feature] = {
         "steps/action": ("float", ep.steps[ACTION]),
-        "steps/observation/state": ("float", ep.steps[STATE]),
         "steps/reward": ("float", reward),
         "steps/discount": ("float", np.ones(n, np.float32)),
         "steps/is_first": ("int64", ep.steps["is_first"].astype(np.int64)),
@@ -141,6 +140,8 @@ def episode_example(ep: Episode, image_keys: Sequence[str], image_size: tuple[in
         "episode_metadata/task": ("bytes", [ep.meta.task.encode("utf-8")]),
         "episode_metadata/success": ("int64", np.asarray([int(success)], np.int64)),
     }
+    if STATE in ep.steps:
+        feats["steps/observation/state"] = ("float", ep.steps[STATE])
     for key in image_keys:
         imgs = ep.steps[OBS_PREFIX + key]
         if image_size is not None:
@@ -222,8 +223,6 @@ def export_rlds(store: EpisodeStore | str | os.PathLike, out_dir: str | os.PathL
 def _check_consistent(ep: Episode, spec: dict[str, Any], image_keys: Sequence[str],
                       image_size: tuple[int, int] | None) -> None:
     """All episodes of one TFDS dataset must share feature shapes; record them from the first."""
-    if STATE not in ep.steps:
-        raise ValueError(f"episode {ep.episode_id!r}: no observation/state (RLDS export needs one)")
     keys = sorted(k[len(OBS_PREFIX):] for k in ep.steps if is_image_key(k))
     if keys != sorted(image_keys):
         raise ValueError(f"episode {ep.episode_id!r}: image keys {keys} differ from the first episode's "
@@ -232,7 +231,8 @@ def _check_consistent(ep: Episode, spec: dict[str, Any], image_keys: Sequence[st
     for k in image_keys:
         h, w, c = ep.steps[OBS_PREFIX + k].shape[1:]
         images[k] = (image_size[0], image_size[1], c) if image_size else (h, w, c)
-    cur = {"state": ep.steps[STATE].shape[1], "action": ep.steps[ACTION].shape[1], "images": images}
+    state = ep.steps[STATE].shape[1] if STATE in ep.steps else None
+    cur = {"state": state, "action": ep.steps[ACTION].shape[1], "images": images}
     if not spec:
         spec.update(cur)
     elif cur != spec:

@@ -149,3 +149,18 @@ def test_tfds_reads_the_export(store, tmp_path):
         assert got[f"{i}/reward"][-1] == (1.0 if ep.meta.success else 0.0) and got[f"{i}/discount"].min() == 1.0
         np.testing.assert_array_equal(got[f"{i}/image"], resize_images(ep.observation["image_primary"], (16, 20)))
         assert got[f"{i}/instruction"].tobytes().decode() == ep.meta.instruction
+
+
+def test_export_without_state(tmp_path):
+    """Episodes recorded without a state topic (images only) export without the state feature."""
+    s = EpisodeStore(tmp_path / "s")
+    steps = synthetic_steps(3)
+    for st in steps:
+        del st["observation"]["state"]
+    s.write_episode("t", "i", steps)
+    res = export_rlds(s, tmp_path / "o", RldsExportConfig(image_size=None))
+    feats = json.loads((res.path / "features.json").read_text())
+    obs = feats["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]["features"]["observation"]
+    assert set(obs["featuresDict"]["features"]) == {"image_primary"}
+    [ex] = [decode_example(r) for r in read_records(str(next(res.path.glob("*.tfrecord-*"))))]
+    assert "steps/observation/state" not in ex and len(ex["steps/observation/image_primary"][1]) == 3
