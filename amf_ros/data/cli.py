@@ -48,6 +48,9 @@ def _print_summary(s: dict[str, Any]) -> None:
             for task, t in s["tasks"].items()]
     if rows:
         print(format_table(["task", "episodes", "steps", "successes", "success rate", "unknown", "recovered"], rows))
+    for e in s.get("episode_list", []):
+        print(f"  {e['episode']}  {e['task']:<20} {e['steps']:>5} steps  success={e['success']}"
+              + ("  (recovered)" if e["recovered"] else ""))
     for e in s["invalid"]:
         print(f"INVALID {e['episode']}: field {e['field']!r}: {e['problem']}")
     for p in s["partial"]:
@@ -69,6 +72,7 @@ def inspect_main(argv: Sequence[str]) -> int:
                     help="only recover/discard partial episodes untouched for this many seconds (default 30: "
                          "a younger one may belong to a live recorder)")
     ap.add_argument("--strict", action="store_true", help="exit 1 if there are partial episodes too")
+    ap.add_argument("--episodes", action="store_true", help="also list every episode")
     args = ap.parse_args(list(argv))
     try:
         store = EpisodeStore(args.dataset, create=False)
@@ -90,6 +94,9 @@ def inspect_main(argv: Sequence[str]) -> int:
             r = store.recover(p.episode_id)
             print(f"{r.action} {r.episode_id}: {r.reason}" + (f" ({r.num_steps} steps)" if r.num_steps else ""))
     summary = _summary(store, args.verify)
+    if args.episodes:
+        summary["episode_list"] = [{"episode": e["episode_id"], "task": e["task"], "steps": e["num_steps"],
+                                    "success": e["success"], "recovered": e["recovered"]} for e in store.index()]
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -31,6 +31,8 @@ def test_inspect_summary_and_problems(dataset, capsys):
     assert "4 episodes, 12 steps" in out and "carrot" in out and "2/3" in out and "67%" in out
     assert f"PARTIAL {partial_id}" in out and "4 steps recoverable" in out
     assert main(["inspect", str(store.root), "--strict"]) == 1
+    assert main(["inspect", str(store.root), "--episodes"]) == 0
+    assert capsys.readouterr().out.count("success=") == 4  # one line per committed episode
     # Break one episode: inspect names it and the field, exit code 1.
     bad = store.episode_ids()[0]
     with np.load(store.root / bad / "steps.npz") as z:
