@@ -30,7 +30,13 @@ def amf_msg_dir() -> Path:
 def make_typestore(distro: str = "ROS2_KILTED", msg_dir: str | os.PathLike | None = None) -> Any:
     """rosbags Typestore of ``distro`` plus every ``amf_ros/msg/*`` type."""
     typesys = require("rosbags.typesys", "rosbag2 import")
-    store = typesys.get_typestore(getattr(typesys.Stores, distro))
+    # Older rosbags releases lack the newest distros; the sensor/std message definitions did not change.
+    for name in (distro, "ROS2_JAZZY", "ROS2_HUMBLE"):
+        if hasattr(typesys.Stores, name):
+            store = typesys.get_typestore(getattr(typesys.Stores, name))
+            break
+    else:
+        raise ValueError(f"rosbags knows no typestore {distro!r} (nor Jazzy/Humble)")
     types: dict[str, Any] = {}
     for path in sorted(Path(msg_dir or amf_msg_dir()).glob("*.msg")):
         types.update(typesys.get_types_from_msg(path.read_text(encoding="utf-8"), f"{PACKAGE}/msg/{path.stem}"))
