@@ -21,6 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
+from amf_ros.atomic import atomic_write_json
 from amf_ros.bench.results import (add_common_args, config_dict, format_table, load_config, plot_methods,
                                    save_figure, summarize, write_results)
 from amf_ros.core.selectors import make_selector
@@ -115,7 +116,7 @@ def evaluate(env: Integrator2D, policy: GPPolicy, angles: np.ndarray, episodes: 
 
 def run_method(cfg: IntegratorBenchConfig, allocation: int, seed: int, method: str) -> dict:
     """One (allocation, seed, method) run -> {"returns": [R+1], "entropy": [R+1], "counts": {...}, "time_s"}."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     env = cfg.env()
     eval_angles = Integrator2D.evaluation_angles(cfg.num_tasks)
     keys = [task_key(a) for a in eval_angles]
@@ -158,7 +159,7 @@ def run_method(cfg: IntegratorBenchConfig, allocation: int, seed: int, method: s
         r, h = evaluate(env, policy, eval_angles, cfg.eval_episodes, eval_rng)
         returns.append(r), entropies.append(h)
     return {"returns": returns, "entropy": entropies, "counts": [counts[k] for k in keys], "off_grid": off_grid,
-            "time_s": time.perf_counter() - t0}
+            "time_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
 def _single_threaded_blas():
@@ -212,9 +213,23 @@ def run(cfg: IntegratorBenchConfig, jobs: int, progress: bool = True) -> dict:
             "entropy": {m: summarize(rounds, np.array([r[m]["entropy"] for r in runs])) for m in cfg.methods},
             "final_counts_mean": {m: np.mean([r[m]["counts"] for r in runs], axis=0).tolist() for m in cfg.methods},
             "run_time_s": {m: [r[m]["time_s"] for r in runs] for m in cfg.methods},
+            "run_cpu_s": {m: [r[m]["cpu_s"] for r in runs] for m in cfg.methods},
         })
+    cpu = sum(sum(v) for s in settings for v in s["run_cpu_s"].values())
     return {"benchmark": "integrator", "config": config_dict(cfg), "metric": "multi-task return",
-            "wall_time_s": time.perf_counter() - t0, "jobs": jobs, "settings": settings}
+            "wall_time_s": time.perf_counter() - t0, "jobs": jobs, "cpu_time_s": cpu,
+            "idle_estimate_s": cpu / jobs, "settings": settings}
+
+
+def round_floats(obj, digits: int = 5):
+    """Round every float in a JSON-able structure to ``digits`` significant digits (keeps results.json small)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}")
+    if isinstance(obj, dict):
+        return {k: round_floats(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [round_floats(v, digits) for v in obj]
+    return obj
 
 
 def window_mean(method: dict, lo: int, hi: int) -> float:
@@ -247,7 +262,7 @@ def plots(results: dict, out: Path) -> list[Path]:
     for key, label, fname in (("methods", "return", "returns.png"), ("entropy", "policy entropy", "entropy.png")):
         cols = min(4, len(settings))
         rows = int(np.ceil(len(settings) / cols))
-        fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
         for ax, s in zip(axes.ravel(), settings):
             plot_methods(ax, s[key], ylabel=label, title=f"{s['name']} tasks pre-trained")
         for ax in axes.ravel()[len(settings):]:
@@ -281,11 +296,14 @@ def main(argv: Sequence[str]) -> int:
     jobs = max(1, cfg.jobs or os.cpu_count() or 1)
     results = run(cfg, jobs)
     out = Path(args.out)
-    path = write_results(out, results)
+    # Same contract as results.write_results, written without indentation (120 x 4 per-seed curves: ~5x smaller).
+    path = write_results(out, round_floats(results))
+    atomic_write_json(path, round_floats(results), indent=None)
     print(table(results))
     if not args.no_plots:
         plots(results, out)
-    print(f"\nwall time {results['wall_time_s']:.1f} s with {jobs} jobs; results in {path}")
+    print(f"\nwall time {results['wall_time_s']:.1f} s with {jobs} jobs (CPU time {results['cpu_time_s']:.0f} s, "
+          f"i.e. ~{results['idle_estimate_s']:.0f} s on {jobs} idle cores); results in {path}")
     return 0
 
 

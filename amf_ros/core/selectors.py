@@ -3,7 +3,7 @@
 Why one interface: the benchmarks, the ROS task_selector node and the NN experiments swap selectors by name
 (``make_selector("amf")``) and log the same :class:`Selection` (chosen tasks plus every candidate's score).
 
-* ``amf`` -- warm start (each candidate once, finite task sets), then the argmin of a criterion ``score_fn``
+* ``amf`` -- warm start (each candidate once in random order, finite task sets), then the argmin of a criterion ``score_fn``
   (lower = more informative). Batches are chosen greedily: the score function is told which tasks were already
   chosen this round so that it can condition on their hallucinated demonstrations (Algorithm 1, batch B).
 * ``uniform`` -- i.i.d. uniform over the candidates (with replacement).
@@ -167,7 +167,9 @@ class AMFSelector(_Base):
         cands = _validate(candidates, demo_counts, batch_size, self.known)
         chosen: list[str] = []
         unseen = [c for c in cands if demo_counts.get(c, 0) == 0] if self.warm_start else []
-        chosen.extend(unseen[:batch_size])
+        # Warm start = the first |C| demonstrations uniformly without replacement (App. M), in random order: a fixed
+        # order would spend the first rounds on whatever tasks happen to be listed first.
+        chosen.extend(unseen[i] for i in rng.permutation(len(unseen))[:batch_size])
         warm = bool(chosen)
         info: dict = {"warm_start_tasks": list(chosen)}
         scores: dict[str, float] = {}

@@ -51,7 +51,11 @@ def test_amf_warm_start_then_argmin_and_greedy_batch():
     fn = _score_fn({"a": 3.0, "b": 1.0, "c": 2.0, "d": 4.0})
     rng = np.random.default_rng(0)
     warm = sel.select(TASKS, {"a": 1, "b": 0, "c": 1, "d": 0}, rng, batch_size=3, score_fn=fn)
-    assert warm.tasks == ["b", "d", "c"] and warm.warm_start  # two unseen, then the criterion (b, d already chosen)
+    assert sorted(warm.tasks[:2]) == ["b", "d"] and warm.warm_start  # the two unseen tasks, in random order
+    assert warm.tasks[2] == "c"  # then the criterion (b and d already chosen this batch)
+    orders = {tuple(sel.select(TASKS, {t: 0 for t in TASKS}, np.random.default_rng(s), batch_size=4,
+                               score_fn=fn).tasks) for s in range(20)}
+    assert len(orders) > 1 and all(sorted(o) == TASKS for o in orders)
     after = sel.select(TASKS, {t: 1 for t in TASKS}, rng, batch_size=2, score_fn=fn)
     assert after.tasks == ["b", "c"] and not after.warm_start  # b penalised once chosen -> c next
     assert after.scores == {"a": 3.0, "b": 1.0, "c": 2.0, "d": 4.0}
