@@ -89,3 +89,11 @@ def test_criterion_map_small(tmp_path):
     s = res["summary"]
     assert s["criterion_bottom"] < s["criterion_top"]  # the undemonstrated half is preferred
     assert (out / "criterion_map.png").exists()
+
+
+def test_integrator_random_shooting_candidates():
+    cfg = integrator.IntegratorBenchConfig(rounds=14, eval_episodes=2, candidates="shooting", shooting_budget=6)
+    res = integrator.run_method(cfg, 6, 0, "amf_gp")
+    # warm start covers the 12 evaluation tasks once; the last two rounds pick among 6 random angles
+    assert sum(res["counts"]) + res["off_grid"] == 14 and min(res["counts"]) >= 1 and res["off_grid"] >= 1
+    assert np.all(np.isfinite(res["returns"]))
