@@ -8,13 +8,15 @@ evaluate success per task. Methods:
 
 * ``amf``: AMF-NN: warm start (every task once), then the argmin of the criterion (core/criterion.py, App. E)
   over loss-gradient embeddings of a separate selection copy of the policy that is not trained on the warm-start
-  demonstrations (App. M.3.4); with the adaptive prior.
+  demonstrations (App. M.3.4; by default the frozen pre-trained policy, with the later demonstrations conditioned
+  on in the posterior); with the adaptive prior.
 * ``uniform``: tasks drawn uniformly; no prior (the fine-tuned head alone acts).
 * ``uniform+prior``: tasks drawn uniformly; with the adaptive prior.
 * ``rebalancing``: privileged (App. J): fewest pre-training + fine-tuning demonstrations; with the adaptive prior.
 
 Demonstration scenes are paired across methods: the k-th demonstration of task t uses the same scene and noise in
-every method of a seed; evaluation scenes are the same for every method and round of a seed.
+every method of a seed; evaluation scenes are the same for every method and round of a seed; uniform and
+uniform+prior draw the same task sequence, so their difference is the prior alone.
 
 Outputs (``--out``): results.json (contract of bench/results.py, one setting per allocation, plus per-task
 success, demonstration counts, alpha(c) and the selection log), fig3_success.png, fig12_counts.png,
@@ -89,6 +91,14 @@ class MetaworldBenchConfig:
     """AMF criterion form: "log_variance" (entropy, eq. 3) or "variance"."""
     noise_var: float = 1.0
     """Observation noise sigma^2 of the linear-Gaussian model over embeddings."""
+    selection_copy: str = "frozen"
+    """Policy whose loss gradients feed the criterion: "frozen" = the pre-trained policy, never fine-tuned (the
+    data enter through the posterior, ``condition_on_data``); "holdout" = a copy fine-tuned every round on all but
+    the warm-start demonstrations (App. M.3.4; on this suite it forgets the pre-trained tasks, see docs)."""
+    criterion_targets: str = "warm"
+    """Target and candidate demonstrations of the criterion: "warm" (the warm-start validation set) or "all"."""
+    condition_on_data: bool = True
+    """Also condition the criterion's posterior on the non-validation demonstrations."""
     frames_per_demo: int = 16
     """States per demonstration used for the criterion (evenly spaced; fewer = faster)."""
     eval_episodes: int = 10
@@ -108,6 +118,10 @@ class MetaworldBenchConfig:
                      "frames_per_demo", "eval_episodes", "eval_slots"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)=}")
+        if self.selection_copy not in ("frozen", "holdout"):
+            raise ValueError(f"selection_copy must be 'frozen' or 'holdout', got {self.selection_copy=}")
+        if self.criterion_targets not in ("warm", "all"):
+            raise ValueError(f"criterion_targets must be 'warm' or 'all', got {self.criterion_targets=}")
         if self.alpha_steps < 0 or self.noise_var <= 0 or self.lr <= 0:
             raise ValueError(f"need alpha_steps >= 0, noise_var > 0, lr > 0, got {self.alpha_steps=} "
                              f"{self.noise_var=} {self.lr=}")
@@ -173,7 +187,8 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
     selection_copy = load_for_method(ckpt, False, cfg) if selector_name == "amf" else None
     selector = make_selector(selector_name, tasks=cfg.tasks)
     pre_counts = allocation_counts(cfg.tasks, allocation, cfg.pretrain_demos)
-    rng = np.random.default_rng([seed, 2, list(METHODS).index(method)])
+    # keyed by the selector, not the method: uniform and uniform+prior draw the same task sequence (paired)
+    rng = np.random.default_rng([seed, 2, sorted({v[0] for v in METHODS.values()}).index(selector_name)])
     demos: list[Any] = []
     warm: list[bool] = []
     counts = {t: 0 for t in cfg.tasks}
@@ -183,7 +198,7 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
         t1 = time.perf_counter()
         score_fn = None
         if selection_copy is not None and all(counts.values()):
-            score_fn = amf_score_fn(selection_copy, demos, cfg)
+            score_fn = amf_score_fn(selection_copy, demos, warm, cfg)
         sel = selector.select(list(cfg.tasks), counts, rng, batch_size=cfg.demos_per_round, score_fn=score_fn,
                               pretrain_counts=pre_counts)
         timing["select"] += time.perf_counter() - t1
@@ -196,7 +211,7 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
         data = demos_to_transitions(demos)
         fit = policy.fit(data, cfg.finetune_steps, lr=cfg.lr, batch_size=cfg.batch_size)
         alphas = policy.fit_alpha(data) if use_prior and cfg.alpha_steps > 0 else {}
-        if selection_copy is not None:
+        if selection_copy is not None and cfg.selection_copy == "holdout":
             holdout = [d for d, w in zip(demos, warm) if not w]
             if holdout:
                 selection_copy.fit(demos_to_transitions(holdout), cfg.finetune_steps, lr=cfg.lr,
@@ -207,34 +222,49 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
         timing["evaluate"] += time.perf_counter() - t1
         rows.append({"round": rnd, "selected": list(sel.tasks), "warm_start": bool(sel.warm_start),
                      "scores": {k: float(v) for k, v in sel.scores.items()}, "counts": dict(counts),
+                     "phi_sq_norm": sel.info.get("mean_sq_norm_phi"),
                      "alpha": {k: float(alphas[k]) for k in cfg.tasks if k in alphas}, "success": success,
                      "loss_last": fit.final_loss})
     return {"allocation": allocation, "seed": seed, "method": method, "rounds": rows, "timing_s": timing,
             "time_s": time.perf_counter() - t0}
 
 
-def amf_score_fn(policy: Any, demos: Sequence[Any], cfg: MetaworldBenchConfig) -> Any:
-    """The criterion's ScoreFn from loss-gradient embeddings of ``policy`` (App. E with indicator weights).
+def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: MetaworldBenchConfig) -> Any:
+    """The criterion's ScoreFn from loss-gradient embeddings of the selection copy (App. E, indicator weights).
 
-    Data: every fine-tuning demonstration (its own task). Targets: the states of every demonstration paired with
-    the task it was demonstrated for (w = 1, deterministic policy, App. M.3.3), each task weighted equally
-    (mu_c uniform). Candidate c': its demonstrations relabelled c' (J alternatives, equal weights).
+    ``policy`` is the selection copy, fine-tuned on every demonstration except the warm-start ones, so those
+    (one per task) are a validation set whose loss gradients measure what the policy does not know yet
+    (App. M.3.4). Targets: the states of the validation demonstrations, each paired with the task it was
+    demonstrated for (w = 1 for a deterministic policy, App. M.3.3), each task weighted 1/|C| (mu_c uniform).
+    Candidate c': the validation demonstration of c' (its hallucinated demonstration). Data conditioned on:
+    every non-validation demonstration with ``condition_on_data`` (default), else none (then the other
+    demonstrations enter only through fine-tuning a "holdout" copy, Sec. 4.2).
     """
     from amf_ros.core.criterion import feature_score_fn
     from amf_ros.envs.metaworld_rollouts import demos_to_transitions
 
-    phi = [policy.embed(demos_to_transitions([d]))[_spaced(len(d), cfg.frames_per_demo)] for d in demos]
-    data_phi = np.concatenate(phi)
-    per_task = {t: [i for i, d in enumerate(demos) if d.task == t] for t in cfg.tasks}
-    weights = np.concatenate([np.full(len(phi[i]), 1.0 / (len(per_task[d.task]) * len(phi[i])))
-                              for i, d in enumerate(demos)])
+    val = [i for i, w in enumerate(warm) if w]
+    if cfg.criterion_targets == "all":
+        val = list(range(len(demos)))
+    phi = {i: policy.embed(demos_to_transitions([demos[i]]))[_spaced(len(demos[i]), cfg.frames_per_demo)]
+           for i in range(len(demos)) if i in val or cfg.condition_on_data}
+    per_task = {t: [i for i in val if demos[i].task == t] for t in cfg.tasks}
+    missing = [t for t, idx in per_task.items() if not idx]
+    if missing:
+        raise ValueError(f"the criterion needs a validation demonstration of every task, missing {missing}")
+    target_phi = np.concatenate([phi[i] for i in val])
+    weights = np.concatenate([np.full(len(phi[i]), 1.0 / (len(cfg.tasks) * len(per_task[demos[i].task])
+                                                            * len(phi[i]))) for i in val])
+    rest = [phi[i] for i in phi if i not in val]
+    data_phi = np.concatenate(rest) if rest else np.zeros((0, target_phi.shape[1]))
 
     def candidate(task: str) -> tuple[list[np.ndarray], np.ndarray]:
         idx = per_task[task]
         return [phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
 
-    return feature_score_fn(data_phi, candidate, data_phi, weights,
-                            noise_var=cfg.noise_var, form=cfg.criterion_form)
+    norms = {t: float(np.mean([np.square(phi[i]).sum(1).mean() for i in idx])) for t, idx in per_task.items()}
+    return feature_score_fn(data_phi, candidate, target_phi, weights, noise_var=cfg.noise_var,
+                            form=cfg.criterion_form, info={"mean_sq_norm_phi": norms})
 
 
 def _spaced(length: int, n: int) -> np.ndarray:
@@ -325,7 +355,8 @@ def summarize_runs(cfg: MetaworldBenchConfig, raw: dict[str, Any]) -> list[dict[
                                                            for row in r["rounds"]] for r in runs])
                 alphas[m] = {t: summarize(rounds[1:], al[:, 1:, i]) for i, t in enumerate(cfg.tasks)}
             log_[m] = [[{"round": row["round"], "selected": row["selected"], "warm_start": row["warm_start"],
-                         "scores": row["scores"]} for row in r["rounds"]] for r in runs]
+                         "scores": row["scores"], "phi_sq_norm": row.get("phi_sq_norm")}
+                        for row in r["rounds"]] for r in runs]
         settings.append({"name": alloc, "methods": methods, "pretrain_counts": pre_counts,
                          "pretrained_tasks": seen, "per_task_success": per_task, "demo_counts": counts,
                          "alpha": alphas, "pretrained_task_success": pre_task_success, "selections": log_,

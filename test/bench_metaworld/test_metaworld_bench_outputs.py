@@ -94,3 +94,12 @@ def test_summary_follows_the_results_contract_and_plots(tmp_path: Path) -> None:
     assert all(p.stat().st_size > 10_000 for p in pngs)
     text = table(cfg, settings)
     assert "uniform+prior" in text and "mismatched" in text
+
+
+def test_config_file_matches_the_code_defaults() -> None:
+    import dataclasses
+
+    path = Path(__file__).resolve().parents[2] / "config" / "bench" / "metaworld.yaml"
+    assert dataclasses.asdict(load_config(MetaworldBenchConfig, path)) == dataclasses.asdict(MetaworldBenchConfig())
+    for name in ("metaworld_smoke.yaml", "metaworld_paper.yaml"):
+        load_config(MetaworldBenchConfig, path.parent / name)  # valid keys and values
