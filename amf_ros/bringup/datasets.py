@@ -15,30 +15,17 @@ import numpy as np
 Transitions = dict[str, np.ndarray]
 
 
-def demo_counts(dataset_dir: str | Path) -> dict[str, int]:
-    """Number of complete episodes per task key in the store ({} if the directory does not exist yet)."""
-    from amf_ros.data.store import EpisodeStore
-
-    if not Path(dataset_dir).is_dir():
-        return {}
-    store = EpisodeStore(dataset_dir, create=False)
-    counts: dict[str, int] = {}
-    for eid in store.episode_ids():
-        task = store.meta(eid).task
-        counts[task] = counts.get(task, 0) + 1
-    return counts
-
-
 ACTION_SPACES = ("metaworld", "eef7")
 """Action spaces of policies: Metaworld's native 4-D action, or the 7-D EefDeltaAction itself."""
 
 
-def load_transitions(dataset_dir: str | Path, tasks: Sequence[str] = (),
-                     action_space: str = "metaworld") -> Transitions | None:
+def load_transitions(dataset_dir: str | Path, tasks: Sequence[str] = (), action_space: str = "metaworld",
+                     episode_ids: Sequence[str] | None = None) -> Transitions | None:
     """Every step of every complete episode (optionally only ``tasks``) as transitions; None if there are none.
 
     Args:
         action_space: "metaworld" -> the native 4-D action, "eef7" -> the 7-D wire action.
+        episode_ids: read exactly these episodes (``episode_index`` follows their order).
     """
     from amf_ros.data.loader import load_transitions as _load
     from amf_ros.data.store import EpisodeStore
@@ -48,7 +35,7 @@ def load_transitions(dataset_dir: str | Path, tasks: Sequence[str] = (),
     if not Path(dataset_dir).is_dir():
         return None
     store = EpisodeStore(dataset_dir, create=False)
-    ids = store.episode_ids()
+    ids = list(episode_ids) if episode_ids is not None else store.episode_ids()
     if tasks:
         ids = [e for e in ids if store.meta(e).task in set(tasks)]
     if not ids:
@@ -64,6 +51,51 @@ def load_transitions(dataset_dir: str | Path, tasks: Sequence[str] = (),
     return data
 
 
+class EpisodeCache:
+    """Per-episode transitions of a store, each committed episode read once (committed episodes never change).
+
+    Why: task_selector answers next_task from the whole store; re-reading 400 episodes per request costs seconds.
+    """
+
+    def __init__(self, dataset_dir: str | Path, action_space: str = "metaworld") -> None:
+        if action_space not in ACTION_SPACES:
+            raise ValueError(f"action_space must be one of {list(ACTION_SPACES)}, got {action_space=}")
+        self.dataset_dir = Path(dataset_dir)
+        self.action_space = action_space
+        self._tasks: dict[str, str] = {}
+        self._steps: dict[str, Transitions] = {}
+
+    def _ids(self) -> list[str]:
+        from amf_ros.data.store import EpisodeStore
+
+        if not self.dataset_dir.is_dir():
+            return []
+        store = EpisodeStore(self.dataset_dir, create=False)
+        ids = store.episode_ids()
+        for eid in ids:
+            if eid not in self._tasks:
+                self._tasks[eid] = store.meta(eid).task
+        return ids
+
+    def demo_counts(self) -> dict[str, int]:
+        """Number of committed episodes per task key."""
+        counts: dict[str, int] = {}
+        for eid in self._ids():
+            counts[self._tasks[eid]] = counts.get(self._tasks[eid], 0) + 1
+        return counts
+
+    def episodes(self) -> list[tuple[str, Transitions]]:
+        """``[(episode id, transitions of that episode)]``, oldest first; only new episodes are read from disk."""
+        ids = self._ids()
+        new = [e for e in ids if e not in self._steps]
+        if new:
+            data = load_transitions(self.dataset_dir, action_space=self.action_space, episode_ids=new)
+            index = np.asarray(data["episode_index"])
+            for i, eid in enumerate(new):
+                self._steps[eid] = {k: np.asarray(v)[index == i] for k, v in data.items()}
+        return [(e, self._steps[e]) for e in ids]
+
+
 def concat(parts: Sequence[Mapping[str, np.ndarray]]) -> Transitions:
     """Row-wise concatenation of transitions dicts with the same keys."""
     if not parts:
@@ -71,15 +103,11 @@ def concat(parts: Sequence[Mapping[str, np.ndarray]]) -> Transitions:
     return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
 
 
-def split_episodes(data: Mapping[str, np.ndarray], frames: int) -> list[Transitions]:
-    """One transitions dict per episode, each cut to at most ``frames`` evenly spaced steps (first and last kept)."""
-    out = []
-    index = np.asarray(data["episode_index"])
-    for e in np.unique(index):
-        rows = np.flatnonzero(index == e)
-        keep = rows[np.unique(np.linspace(0, len(rows) - 1, num=min(frames, len(rows))).round().astype(int))]
-        out.append({k: np.asarray(v)[keep] for k, v in data.items()})
-    return out
+def evenly_spaced(episode: Mapping[str, np.ndarray], frames: int) -> Transitions:
+    """At most ``frames`` evenly spaced steps of one episode (first and last kept), as the Metaworld bench does."""
+    n = len(episode["task"])
+    keep = np.unique(np.linspace(0, n - 1, num=min(frames, n)).round().astype(int))
+    return {k: np.asarray(v)[keep] for k, v in episode.items()}
 
 
 def alphas(policy: Any) -> dict[str, float]:

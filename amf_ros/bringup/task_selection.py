@@ -4,7 +4,8 @@ embeddings from its own copy of the policy, the configured selector from amf_ros
 AMF-NN exactly as ``amf bench metaworld`` computes it (paper Sec. 4, App. E, M.3.3), so that the ROS loop and the
 benchmark make the same decisions:
   * features phi = the policy's loss-gradient embeddings of recorded steps (label = the demonstrated action), at
-    ``frames_per_episode`` evenly spaced steps of every episode;
+    ``frames_per_episode`` evenly spaced steps of every episode (fewer when the store is large, so that the total
+    stays within ``max_points``: the criterion factorises a matrix over the data points);
   * data: every recorded episode with its own task;
   * targets: the same states with their own task (importance weight 1 when demonstrated for that task, 0
     otherwise: deterministic/diffusion policies, eq. 4), each task weighted equally (mu_c uniform);
@@ -53,13 +54,14 @@ class TaskSelection:
         dataset_dir: the episode store.
         seed: RNG seed (selector tie breaks / random draws, subsampling).
         form, noise_var, prior_var: AMF criterion settings (App. E).
-        frames_per_episode: steps of each episode used as data/target points (bounds the criterion's cost).
+        frames_per_episode: steps of each episode used as data/target points.
+        max_points: cap on the total number of data points (fewer frames per episode in large stores).
         action_space: which recorded action labels the embeddings ("metaworld" = native, "eef7" = wire action).
     """
 
     def __init__(self, selector: str, instructions: Mapping[str, str], dataset_dir: str | Path, seed: int = 0,
                  form: str = "log_variance", noise_var: float = 1.0, prior_var: float = 1.0,
-                 frames_per_episode: int = 16, action_space: str = "metaworld") -> None:
+                 frames_per_episode: int = 16, max_points: int = 1024, action_space: str = "metaworld") -> None:
         from amf_ros.core.selectors import make_selector
 
         if not instructions:
@@ -71,8 +73,10 @@ class TaskSelection:
         self.rng = np.random.default_rng(seed)
         self.seed = int(seed)
         self.form, self.noise_var, self.prior_var = form, float(noise_var), float(prior_var)
-        self.frames_per_episode = int(frames_per_episode)
+        self.frames_per_episode, self.max_points = int(frames_per_episode), int(max_points)
         self.action_space = action_space
+        self.cache = datasets.EpisodeCache(dataset_dir, action_space)
+        self._phi: dict[tuple[str, int], np.ndarray] = {}
         self.pretrain_counts: dict[str, int] | None = None
         self._policy: Any = None
         self.checkpoint: str = ""
@@ -83,6 +87,7 @@ class TaskSelection:
         """Swap in a (re)loaded policy; the next request uses it."""
         with self._lock:
             self._policy = policy
+            self._phi = {}
             self.checkpoint = str(checkpoint)
             if pretrain_counts is not None:
                 self.pretrain_counts = dict(pretrain_counts)
@@ -106,7 +111,7 @@ class TaskSelection:
         if len(set(cands)) != len(cands):
             raise ValueError(f"candidate tasks repeat: {cands}")
         batch_size = max(1, int(batch_size))
-        counts = datasets.demo_counts(self.dataset_dir)
+        counts = self.cache.demo_counts()
         demo_counts = {c: int(counts.get(c, 0)) for c in cands}
         score_fn = None
         if self.selector_name == "amf" and all(v > 0 for v in demo_counts.values()):
@@ -133,11 +138,18 @@ class TaskSelection:
         if policy is None:
             raise ValueError("selector 'amf' needs a policy: no checkpoint is loaded yet (set 'checkpoint' or "
                              "'checkpoint_dir', or wait for /amf/checkpoint)")
-        data = datasets.load_transitions(self.dataset_dir, action_space=self.action_space)
-        if data is None:
+        episodes = self.cache.episodes()
+        if not episodes:
             raise ValueError(f"selector 'amf' needs recorded episodes; none in {str(self.dataset_dir)!r}")
-        episodes = datasets.split_episodes(data, self.frames_per_episode)
-        phi = [np.asarray(policy.embed(ep), dtype=np.float64) for ep in episodes]
+        # Bound the criterion's cost (a Cholesky over the data points): at most max_points points in total.
+        frames = max(1, min(self.frames_per_episode, self.max_points // len(episodes)))
+        phi = []
+        for eid, ep in episodes:
+            key = (eid, frames)
+            if key not in self._phi:  # embeddings depend only on the policy (cleared on reload) and the episode
+                self._phi[key] = np.asarray(policy.embed(datasets.evenly_spaced(ep, frames)), dtype=np.float64)
+            phi.append(self._phi[key])
+        episodes = [ep for _, ep in episodes]
         task_of = [str(ep["task"][0]) for ep in episodes]
         per_task: dict[str, list[int]] = {}
         for i, t in enumerate(task_of):

@@ -34,7 +34,8 @@ class TaskSelectorNode(Node):
         self.selection = TaskSelection(
             self.p["selector"], task_set(self.p["tasks_file"], policy, self.p["tasks"]), self.p["dataset_dir"],
             seed=self.p["seed"], form=self.p["form"], noise_var=self.p["noise_var"], prior_var=self.p["prior_var"],
-            frames_per_episode=self.p["frames_per_episode"], action_space=self.p["action_space"])
+            frames_per_episode=self.p["frames_per_episode"], max_points=self.p["max_points"],
+            action_space=self.p["action_space"])
         if policy is not None:
             self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint))
         self.reloads = 0

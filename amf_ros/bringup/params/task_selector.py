@@ -21,6 +21,9 @@ PARAMS = (
     Param("frames_per_episode", 16, "Evenly spaced steps of every recorded episode used as data and target "
           "points of the criterion (the Metaworld benchmark's frames_per_demo; bounds the cost).",
           range=(1, 100000)),
+    Param("max_points", 1024, "Cap on the total number of data points of the criterion: with many episodes, "
+          "fewer evenly spaced frames per episode are used (at least 1), bounding next_task's latency.",
+          range=(1, 1000000)),
     Param("action_space", "metaworld", "Which recorded action labels the loss-gradient embeddings: 'metaworld' = "
           "the native 4-D action (converted back from the recorded EefDeltaAction), 'eef7' = the 7-D "
           "EefDeltaAction.", choices=("metaworld", "eef7")),
