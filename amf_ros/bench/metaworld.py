@@ -81,6 +81,8 @@ class MetaworldBenchConfig:
     """Noise on the executed expert actions (native units); labels are the noise-free expert actions."""
     head: str = "mlp"
     """Action head: "mlp" (paper's state-based policy) or "diffusion"."""
+    task_encoder: str = "minilm"
+    """Instruction encoder: "minilm" (all-MiniLM-L6-v2, the paper's) or "hash" (no model; tests)."""
     alpha_steps: int = 100
     """Gradient steps of the alpha(c) fit per round (methods with the adaptive prior)."""
     alpha_lr: float = 1.0
@@ -130,7 +132,7 @@ class MetaworldBenchConfig:
         """The pre-training config of one (allocation, seed)."""
         return PretrainConfig(tasks=self.tasks, allocation=allocation, demos=self.pretrain_demos,
                               noise_std=self.noise_std, head=self.head, steps=self.pretrain_steps,
-                              batch_size=self.batch_size, lr=self.lr, seed=seed)
+                              batch_size=self.batch_size, lr=self.lr, seed=seed, task_encoder=self.task_encoder)
 
 
 # ----------------------------------------------------------------------------------------------- one run

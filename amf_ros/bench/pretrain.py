@@ -51,6 +51,8 @@ class PretrainConfig:
     """AdamW learning rate of pre-training."""
     seed: int = 0
     """Seed of demonstration scenes, expert noise, initialisation and batches."""
+    task_encoder: str = "minilm"
+    """Instruction encoder: "minilm" (all-MiniLM-L6-v2, the paper's) or "hash" (no model; tests)."""
 
     def __post_init__(self) -> None:
         self.tasks = list(self.tasks)
@@ -65,6 +67,8 @@ class PretrainConfig:
             raise ValueError(f"need noise_std >= 0 and lr > 0, got {self.noise_std=} {self.lr=}")
         if self.head not in ("mlp", "diffusion"):
             raise ValueError(f"head must be 'mlp' or 'diffusion', got {self.head=}")
+        if self.task_encoder not in ("minilm", "hash"):
+            raise ValueError(f"task_encoder must be 'minilm' or 'hash', got {self.task_encoder=}")
 
 
 def allocation_counts(tasks: Sequence[str], allocation: str, total: int) -> dict[str, int]:
@@ -105,7 +109,7 @@ class PretrainResult:
 
 
 def make_policy(specs: Sequence[Any], head: str = "mlp", seed: int = 0, lr: float = 1e-3, batch_size: int = 256,
-                action_horizon: int = 1) -> Any:
+                action_horizon: int = 1, task_encoder: str = "minilm") -> Any:
     """A fresh state-based TaskConditionedPolicy for the Metaworld suite (native 4-D actions, 39-D states).
 
     The action horizon is 1 by default (the paper's state-based MLP policy predicts one action).
@@ -114,7 +118,7 @@ def make_policy(specs: Sequence[Any], head: str = "mlp", seed: int = 0, lr: floa
     from amf_ros.policies.agent import TaskConditionedPolicy
     from amf_ros.policies.config import PolicyConfig
 
-    cfg = PolicyConfig(head=head, trunk="state", task_encoder="minilm", action_horizon=action_horizon, lr=lr,
+    cfg = PolicyConfig(head=head, trunk="state", task_encoder=task_encoder, action_horizon=action_horizon, lr=lr,
                        batch_size=batch_size, seed=seed)
     return TaskConditionedPolicy(cfg, action_dim=NATIVE_ACTION_DIM, state_dim=OBS_DIM,
                                  tasks={s.key: s.instruction for s in specs})
@@ -170,7 +174,8 @@ def pretrain(config: PretrainConfig, specs: Sequence[Any] | None = None, freeze_
     failed = sum(not d.success for d in demos)
     if failed:
         log.warning("%d of %d scripted pre-training demonstrations did not reach success", failed, len(demos))
-    policy = make_policy(specs, head=config.head, seed=config.seed, lr=config.lr, batch_size=config.batch_size)
+    policy = make_policy(specs, head=config.head, seed=config.seed, lr=config.lr, batch_size=config.batch_size,
+                         task_encoder=config.task_encoder)
     all_envs = {s.key: envs.get(s.key) or MetaworldTaskEnv(s) for s in specs}
     set_normalizers(policy, demos_to_transitions(demos)["state"], exploration_states(all_envs, config.seed))
     t0 = time.perf_counter()

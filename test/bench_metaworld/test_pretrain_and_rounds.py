@@ -1,0 +1,128 @@
+"""`amf pretrain` and one benchmark run on a tiny budget: determinism, checkpoint, normalization, selection."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("metaworld")
+pytest.importorskip("torch")
+
+from amf_ros.bench.metaworld import MetaworldBenchConfig, amf_score_fn, demo_scene, load_for_method, method_job  # noqa: E402
+from amf_ros.bench.pretrain import PretrainConfig, main, pretrain  # noqa: E402
+from amf_ros.envs.metaworld_rollouts import collect_demo, collect_demos, demos_to_transitions  # noqa: E402
+from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks  # noqa: E402
+
+TASKS = ["faucet-open", "drawer-close", "push", "drawer-open"]
+TINY = dict(tasks=TASKS, demos=4, steps=300, task_encoder="hash", seed=1)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pre") / "ckpt"
+    args = ["--out", str(out), "--steps", "300", "--seed", "1", "--config", str(_tiny_yaml(out.parent))]
+    assert main(args) == 0
+    return out
+
+
+def _tiny_yaml(folder: Path) -> Path:
+    path = folder / "tiny.yaml"
+    path.write_text(f"tasks: {TASKS}\ndemos: 4\ntask_encoder: hash\n")
+    return path
+
+
+def test_pretrain_writes_a_verified_checkpoint_with_its_recipe(checkpoint: Path) -> None:
+    from amf_ros.policies.agent import TaskConditionedPolicy
+
+    info = json.loads((checkpoint / "pretrain.json").read_text())
+    assert info["pretrain_counts"] == {"faucet-open": 2, "drawer-close": 2, "push": 0, "drawer-open": 0}
+    assert info["loss_last"] < info["loss_first"] / 5, "pre-training must reduce the BC loss"
+    policy = TaskConditionedPolicy.load(checkpoint)
+    assert policy.prior is not None, "the pre-trained head is kept as the adaptive prior"
+    assert sorted(policy.tasks) == sorted(TASKS)
+    # Corruption is detected by the policy library's verification.
+    weights = checkpoint.parent / "corrupt"
+    import shutil
+
+    shutil.copytree(checkpoint, weights)
+    blob = bytearray((weights / "weights.safetensors").read_bytes())
+    blob[-1] ^= 0xFF
+    (weights / "weights.safetensors").write_bytes(bytes(blob))
+    with pytest.raises(ValueError):
+        TaskConditionedPolicy.load(weights)
+
+
+def test_pretraining_is_deterministic_for_a_seed() -> None:
+    import torch
+
+    a = pretrain(PretrainConfig(**{**TINY, "steps": 20}))
+    b = pretrain(PretrainConfig(**{**TINY, "steps": 20}))
+    c = pretrain(PretrainConfig(**{**TINY, "steps": 20, "seed": 2}))
+    for (k, x), (_, y) in zip(a.policy.head.state_dict().items(), b.policy.head.state_dict().items()):
+        assert torch.equal(x, y), k
+    assert a.loss_curve == b.loss_curve and a.loss_curve != c.loss_curve
+
+
+def test_unseen_tasks_are_not_saturated_and_actions_are_not_rescaled(checkpoint: Path) -> None:
+    from amf_ros.policies.agent import TaskConditionedPolicy
+
+    policy = TaskConditionedPolicy.load(checkpoint)
+    np.testing.assert_array_equal(policy.action_normalizer.std, np.ones(4, dtype=np.float32))
+    specs = load_tasks(keys=["push", "drawer-open"])
+    envs = {s.key: MetaworldTaskEnv(s) for s in specs}
+    states = demos_to_transitions(collect_demos(envs, {"push": 1, "drawer-open": 1}, seed=9))["state"]
+    feats = policy.trunk.encode_frames({"state": states}).numpy()
+    assert np.abs(feats).max() < policy.trunk.clip, "unseen-task states must not hit the clip"
+
+
+def test_criterion_prefers_a_task_the_pretrained_policy_does_not_know(checkpoint: Path) -> None:
+    cfg = MetaworldBenchConfig(tasks=TASKS, task_encoder="hash")
+    specs = load_tasks(keys=TASKS)
+    envs = {s.key: MetaworldTaskEnv(s) for s in specs}
+    demos = []
+    for i, t in enumerate(TASKS):
+        scene, rng = demo_scene(0, i, 0)
+        demos.append(collect_demo(envs[t], scene, 0.1, rng))
+    policy = load_for_method(str(checkpoint), False, cfg)
+    score_fn = amf_score_fn(policy, demos, [True] * 4, cfg)
+    scores = dict(zip(TASKS, score_fn(TASKS, [])))
+    norms = score_fn.last_info["mean_sq_norm_phi"]
+    assert min(norms["push"], norms["drawer-open"]) > 5 * max(norms["faucet-open"], norms["drawer-close"])
+    assert min(scores, key=scores.get) in ("push", "drawer-open"), scores
+    # conditioning on a second push demonstration makes push less informative than before
+    scene, rng = demo_scene(0, 2, 1)
+    more = demos + [collect_demo(envs["push"], scene, 0.1, rng)]
+    after = dict(zip(TASKS, amf_score_fn(policy, more, [True] * 4 + [False], cfg)(TASKS, [])))
+    assert after["push"] - after["drawer-open"] > scores["push"] - scores["drawer-open"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["amf", "rebalancing"])
+def test_a_short_run_warm_starts_counts_and_logs(checkpoint: Path, method: str) -> None:
+    cfg = MetaworldBenchConfig(tasks=TASKS, task_encoder="hash", rounds=5, finetune_steps=20, alpha_steps=10,
+                               eval_episodes=1, eval_slots=1, pretrain_demos=4)
+    out = method_job(cfg, "mismatched", 0, method, str(checkpoint))
+    rows = out["rounds"]
+    assert [sum(r["counts"].values()) for r in rows] == [1, 2, 3, 4, 5]
+    picked = [r["selected"][0] for r in rows]
+    if method == "amf":
+        assert sorted(picked[:4]) == sorted(TASKS) and all(r["warm_start"] for r in rows[:4])
+        assert not rows[4]["warm_start"] and rows[4]["phi_sq_norm"] is not None
+    else:  # privileged: the tasks without pre-training demonstrations come first
+        assert set(picked[:2]) == {"push", "drawer-open"}
+    for r in rows:
+        assert set(r["success"]) == set(TASKS) and all(0.0 <= v <= 1.0 for v in r["success"].values())
+        assert set(r["alpha"]) == set(TASKS) and all(0.0 <= a <= 1.0 for a in r["alpha"].values())
+
+
+def test_uniform_without_prior_has_no_alpha(checkpoint: Path) -> None:
+    cfg = MetaworldBenchConfig(tasks=TASKS, task_encoder="hash", rounds=1, finetune_steps=5, eval_episodes=1,
+                               eval_slots=1, pretrain_demos=4)
+    policy = load_for_method(str(checkpoint), False, cfg)
+    assert not policy.uses_prior
+    out = method_job(dataclasses.replace(cfg), "mismatched", 0, "uniform", str(checkpoint))
+    assert out["rounds"][0]["alpha"] == {}
