@@ -386,6 +386,7 @@ def plot_all(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], out: Pat
         plot_methods(ax, st["methods"], ylabel="success rate (all tasks)",
                      title=f"{st['name']} pre-training {list(st['pretrain_counts'].values())}")
     axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
     paths.append(save_figure(fig, out / "fig3_success.png"))
     plt.close(fig)
 
@@ -399,6 +400,7 @@ def plot_all(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], out: Pat
         axes[0][0].set_ylabel("success rate")
         axes[1][0].set_ylabel("fine-tuning demos")
         axes[0][0].legend(fontsize=7)
+        fig.tight_layout()
         paths.append(save_figure(fig, out / f"fig12_per_task_{st['name']}.png"))
         plt.close(fig)
 
@@ -412,6 +414,7 @@ def plot_all(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], out: Pat
                              title=f"{m}, {st['name']}")
                 axes[r][c].set_ylim(-0.02, 1.02)
         axes[0][0].legend(fontsize=7)
+        fig.tight_layout()
         paths.append(save_figure(fig, out / "fig11_alpha.png"))
         plt.close(fig)
     return paths
@@ -443,8 +446,20 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--eval-episodes", type=int, default=None, help="evaluation episodes per task and round")
     parser.add_argument("--work-dir", default=None, help="where pre-trained checkpoints live during the run")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--replot", default=None, metavar="RESULTS_JSON",
+                        help="only redraw the figures and the table of an existing results.json into --out")
     args = parser.parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.replot:
+        import json
+
+        doc = json.loads(Path(args.replot).read_text(encoding="utf-8"))
+        known = {f.name for f in dataclasses.fields(MetaworldBenchConfig)}
+        cfg = MetaworldBenchConfig(**{k: v for k, v in doc["config"].items() if k in known})
+        plots = plot_all(cfg, doc["settings"], Path(args.out))
+        print(table(cfg, doc["settings"]))
+        print(f"wrote {', '.join(str(p) for p in plots)}")
+        return 0
     cfg = load_config(MetaworldBenchConfig, args.config, seeds=args.seeds, rounds=args.rounds,
                       methods=args.methods, allocations=args.allocations, eval_episodes=args.eval_episodes)
     jobs = args.jobs or os.cpu_count() or 1
