@@ -1,15 +1,16 @@
 """What task_selector does per /amf/next_task request, without ROS: demo counts from the store, loss-gradient
 embeddings from its own copy of the policy, the configured selector from amf_ros.core, a decision with every score.
 
-AMF-NN exactly as ``amf bench metaworld`` computes it (paper Sec. 4, App. E, M.3.3), so that the ROS loop and the
-benchmark make the same decisions:
+AMF-NN as ``amf bench metaworld`` computes it (its ``amf_score_fn``: paper Sec. 4, App. E, M.3.3-M.3.4), so that the
+ROS loop and the benchmark make the same decisions:
   * features phi = the policy's loss-gradient embeddings of recorded steps (label = the demonstrated action), at
     ``frames_per_episode`` evenly spaced steps of every episode (fewer when the store is large, so that the total
     stays within ``max_points``: the criterion factorises a matrix over the data points);
-  * data: every recorded episode with its own task;
-  * targets: the same states with their own task (importance weight 1 when demonstrated for that task, 0
+  * validation set: the first recorded episode of every task (the warm start; ``targets="all"``: every episode);
+  * targets: the validation states with their own task (importance weight 1 when demonstrated for that task, 0
     otherwise: deterministic/diffusion policies, eq. 4), each task weighted equally (mu_c uniform);
-  * a candidate c': its recorded demonstrations, each one alternative hallucinated demonstration (equal weights).
+  * a candidate c': its validation episode(s) as its hallucinated demonstration;
+  * data conditioned on: every other episode (``condition_on_data``).
 """
 
 from __future__ import annotations
@@ -56,12 +57,15 @@ class TaskSelection:
         form, noise_var, prior_var: AMF criterion settings (App. E).
         frames_per_episode: steps of each episode used as data/target points.
         max_points: cap on the total number of data points (fewer frames per episode in large stores).
+        targets: "warm" = the first episode of each task is the validation set (targets and hallucinated
+            demonstrations), "all" = every episode; condition_on_data: condition the posterior on the other episodes.
         action_space: which recorded action labels the embeddings ("metaworld" = native, "eef7" = wire action).
     """
 
     def __init__(self, selector: str, instructions: Mapping[str, str], dataset_dir: str | Path, seed: int = 0,
                  form: str = "log_variance", noise_var: float = 1.0, prior_var: float = 1.0,
-                 frames_per_episode: int = 16, max_points: int = 1024, action_space: str = "metaworld") -> None:
+                 frames_per_episode: int = 16, max_points: int = 1024, action_space: str = "metaworld",
+                 targets: str = "warm", condition_on_data: bool = True) -> None:
         from amf_ros.core.selectors import make_selector
 
         if not instructions:
@@ -75,6 +79,9 @@ class TaskSelection:
         self.form, self.noise_var, self.prior_var = form, float(noise_var), float(prior_var)
         self.frames_per_episode, self.max_points = int(frames_per_episode), int(max_points)
         self.action_space = action_space
+        if targets not in ("warm", "all"):
+            raise ValueError(f"targets must be 'warm' or 'all', got {targets=}")
+        self.targets, self.condition_on_data = targets, bool(condition_on_data)
         self.cache = datasets.EpisodeCache(dataset_dir, action_space)
         self._phi: dict[tuple[str, int], np.ndarray] = {}
         self.pretrain_counts: dict[str, int] | None = None
@@ -141,23 +148,27 @@ class TaskSelection:
         episodes = self.cache.episodes()
         if not episodes:
             raise ValueError(f"selector 'amf' needs recorded episodes; none in {str(self.dataset_dir)!r}")
+        task_of = [str(ep["task"][0]) for _, ep in episodes]
+        # Validation set (App. M.3.4): the first recorded episode of every task (the warm start), or every episode.
+        val = [i for i, t in enumerate(task_of) if self.targets == "all" or task_of.index(t) == i]
+        use = [i for i in range(len(episodes)) if i in val or self.condition_on_data]
         # Bound the criterion's cost (a Cholesky over the data points): at most max_points points in total.
-        frames = max(1, min(self.frames_per_episode, self.max_points // len(episodes)))
-        phi = []
-        for eid, ep in episodes:
-            key = (eid, frames)
-            if key not in self._phi:  # embeddings depend only on the policy (cleared on reload) and the episode
-                self._phi[key] = np.asarray(policy.embed(datasets.evenly_spaced(ep, frames)), dtype=np.float64)
-            phi.append(self._phi[key])
-        episodes = [ep for _, ep in episodes]
-        task_of = [str(ep["task"][0]) for ep in episodes]
+        frames = max(1, min(self.frames_per_episode, self.max_points // max(1, len(use))))
+        phi: dict[int, np.ndarray] = {}
+        for i in use:
+            eid, ep = episodes[i]
+            if (eid, frames) not in self._phi:  # depends only on the policy (cleared on reload) and the episode
+                self._phi[(eid, frames)] = np.asarray(policy.embed(datasets.evenly_spaced(ep, frames)), np.float64)
+            phi[i] = self._phi[(eid, frames)]
         per_task: dict[str, list[int]] = {}
-        for i, t in enumerate(task_of):
-            per_task.setdefault(t, []).append(i)
-        # Targets: every recorded state with its own task (w = 1), each task weighted equally (mu_c uniform).
-        weights = np.concatenate([np.full(len(phi[i]), 1.0 / (len(per_task[t]) * len(phi[i])))
-                                  for i, t in enumerate(task_of)])
-        data_phi = np.concatenate(phi)
+        for i in val:
+            per_task.setdefault(task_of[i], []).append(i)
+        # Targets: the validation states with their own task (w = 1), each task weighted equally (mu_c uniform).
+        target_phi = np.concatenate([phi[i] for i in val])
+        weights = np.concatenate([np.full(len(phi[i]), 1.0 / (len(per_task) * len(per_task[task_of[i]])
+                                                                * len(phi[i]))) for i in val])
+        rest = [phi[i] for i in use if i not in val]
+        data_phi = np.concatenate(rest) if rest else np.zeros((0, target_phi.shape[1]))
 
         def candidate(task: str) -> tuple[list[np.ndarray], np.ndarray]:
             idx = per_task.get(task)
@@ -167,7 +178,7 @@ class TaskSelection:
             return [phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
 
         # Importance weights are 0/1 per trajectory (eq. 4, deterministic policy), so the effective sample size of
-        # task c's weights is its number of demonstrated episodes.
+        # task c's target weights is its number of target episodes.
         ess = {t: float(len(v)) for t, v in per_task.items()}
-        return feature_score_fn(data_phi, candidate, data_phi, weights, noise_var=self.noise_var,
+        return feature_score_fn(data_phi, candidate, target_phi, weights, noise_var=self.noise_var,
                                 prior_var=self.prior_var, form=self.form, info={"effective_sample_size": ess})

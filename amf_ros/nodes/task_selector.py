@@ -35,7 +35,8 @@ class TaskSelectorNode(Node):
             self.p["selector"], task_set(self.p["tasks_file"], policy, self.p["tasks"]), self.p["dataset_dir"],
             seed=self.p["seed"], form=self.p["form"], noise_var=self.p["noise_var"], prior_var=self.p["prior_var"],
             frames_per_episode=self.p["frames_per_episode"], max_points=self.p["max_points"],
-            action_space=self.p["action_space"])
+            action_space=self.p["action_space"], targets=self.p["targets"],
+            condition_on_data=self.p["condition_on_data"])
         if policy is not None:
             self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint))
         self.reloads = 0
@@ -63,6 +64,10 @@ class TaskSelectorNode(Node):
     def on_checkpoint(self, msg: CheckpointInfo) -> None:
         """Reload the policy copy (in this callback group, so next_task keeps answering with the old copy)."""
         if msg.path == self.selection.checkpoint:
+            return
+        if self.p["selection_policy"] == "frozen" and self.selection.policy is not None:
+            self.get_logger().info(f"checkpoint {msg.path} announced; selection_policy=frozen keeps "
+                                   f"{self.selection.checkpoint}")
             return
         try:
             current = self.selection.policy  # share its language model instead of loading another copy

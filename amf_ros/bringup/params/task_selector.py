@@ -24,6 +24,14 @@ PARAMS = (
     Param("max_points", 1024, "Cap on the total number of data points of the criterion: with many episodes, "
           "fewer evenly spaced frames per episode are used (at least 1), bounding next_task's latency.",
           range=(1, 1000000)),
+    Param("selection_policy", "latest", "Which policy copy feeds the criterion: 'latest' = reloaded on every "
+          "/amf/checkpoint; 'frozen' = the checkpoint loaded at start, never reloaded (amf bench metaworld's "
+          "selection_copy 'frozen').", choices=("latest", "frozen")),
+    Param("targets", "warm", "Validation set of the criterion (App. M.3.4, as amf bench metaworld): 'warm' = the "
+          "first episode of each task (targets and hallucinated demonstrations), 'all' = every episode.",
+          choices=("warm", "all")),
+    Param("condition_on_data", True, "Condition the criterion's posterior on the episodes outside the validation "
+          "set (as amf bench metaworld's condition_on_data)."),
     Param("action_space", "metaworld", "Which recorded action labels the loss-gradient embeddings: 'metaworld' = "
           "the native 4-D action (converted back from the recorded EefDeltaAction), 'eef7' = the 7-D "
           "EefDeltaAction.", choices=("metaworld", "eef7")),
