@@ -13,10 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-import rclpy
 from geometry_msgs.msg import TwistStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -28,6 +26,7 @@ from amf_ros.data.sync import SyncConfig
 from amf_ros.msg import EefDeltaAction, EpisodeInfo, RecorderStatus, StateVector
 from amf_ros.nodes import _recorder_inputs as inputs
 from amf_ros.nodes._params import declare
+from amf_ros.nodes._spin import spin
 from amf_ros.srv import EndEpisode, StartEpisode
 
 
@@ -207,19 +206,7 @@ class DemoRecorder(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``lib/amf_ros/demo_recorder``."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = DemoRecorder()
-        executor = MultiThreadedExecutor(num_threads=2)
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    spin(DemoRecorder, args)
 
 
 if __name__ == "__main__":

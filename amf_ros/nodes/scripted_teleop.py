@@ -19,9 +19,7 @@ import dataclasses
 import threading
 
 import numpy as np
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
@@ -29,6 +27,7 @@ from amf_ros.bringup.graph import resolve_config
 from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks, native_to_eef7, noisy
 from amf_ros.msg import EefDeltaAction, RecorderStatus, StateVector
 from amf_ros.nodes._params import declare
+from amf_ros.nodes._spin import spin
 from amf_ros.srv import EndEpisode, TaskSuccess
 
 
@@ -166,19 +165,7 @@ class ScriptedTeleop(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``lib/amf_ros/scripted_teleop``."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = ScriptedTeleop()
-        executor = MultiThreadedExecutor(num_threads=2)
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    spin(ScriptedTeleop, args)
 
 
 if __name__ == "__main__":

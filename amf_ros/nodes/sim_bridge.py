@@ -24,9 +24,7 @@ import time
 from typing import Any
 
 import numpy as np
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
@@ -34,6 +32,7 @@ from sensor_msgs.msg import Image
 from amf_ros.bringup.graph import resolve_config
 from amf_ros.msg import EefDeltaAction, StateVector
 from amf_ros.nodes._params import declare
+from amf_ros.nodes._spin import spin
 from amf_ros.srv import ResetTask, TaskSuccess
 
 
@@ -148,19 +147,7 @@ class SimBridge(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``lib/amf_ros/sim_bridge``."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = SimBridge()
-        executor = MultiThreadedExecutor(num_threads=2)
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    spin(SimBridge, args)
 
 
 if __name__ == "__main__":
