@@ -47,8 +47,8 @@ class LatencyConfig:
     """Selectors to time."""
     rate: float = 10.0
     """run_policy control rate for the jitter measurement, Hz."""
-    jitter_steps: int = 100
-    """Control steps per jitter run (idle, and during a fine-tune)."""
+    jitter_steps: int = 200
+    """Control steps per jitter run (idle, and during a fine-tune), after a 10-step warm-up run."""
     checkpoint: str = ""
     """Policy checkpoint to serve (empty = a fresh Metaworld-sized policy, as `amf pretrain` builds it)."""
     seed: int = 0
@@ -174,13 +174,13 @@ def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str],
     try:
         client.run_cli.wait_for_server(timeout_sec=120)
         task = "faucet-open"
+        client.run_policy(task, max_steps=10, timeout=120)  # warm-up: first inference, lazy torch initialisation
         for label in ("idle", "during fine-tune"):
-            pending = None
+            pending, fb = None, []
             if label != "idle":
-                fb: list = []
                 pending = client.send_fine_tune(steps=10_000_000, feedback=fb.append)
                 client.wait_for(lambda: len(fb) > 0, 120, "fine-tune feedback")
-            n0 = len(client.seen.actions)
+            n0, step0, t_start = len(client.seen.actions), (fb[-1].step if fb else 0), time.monotonic()
             res = client.run_policy(task, max_steps=cfg.jitter_steps, timeout=600)
             if not res.ok:
                 raise RuntimeError(f"run_policy failed: {res.message}")
@@ -191,6 +191,7 @@ def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str],
                    "abs_deviation": _stats_ms(np.abs(periods - 1.0 / cfg.rate))}
             if pending is not None:
                 row["fine_tune_still_running"] = not pending.done()
+                row["fine_tune_steps_per_s_during_run"] = (fb[-1].step - step0) / (time.monotonic() - t_start)
                 client.cancel_fine_tunes()
                 client.wait_result(pending, timeout=120)
             log.info("%s: period p50 %.1f ms, p99 %.1f ms, max %.1f ms", row["name"], row["period"]["p50_ms"],
@@ -241,7 +242,9 @@ def table(results: dict[str, Any]) -> str:
         st = s.get("round_trip") or s.get("period")
         extra = (f"server p50 {s['compute_time']['p50_ms']:.1f} ms, cold 1st call {s['first_call_ms']:.0f} ms"
                  if "compute_time" in s
-                 else f"|dev| p99 {s['abs_deviation']['p99_ms']:.1f} ms")
+                 else f"|dev| p50 {s['abs_deviation']['p50_ms']:.1f} / p99 {s['abs_deviation']['p99_ms']:.1f} ms"
+                 + (f", fine-tune {s['fine_tune_steps_per_s_during_run']:.0f} steps/s"
+                    if "fine_tune_steps_per_s_during_run" in s else ""))
         rows.append([s["name"], st["n"], st["mean_ms"], st["p50_ms"], st["p99_ms"], st["max_ms"], extra])
     return format_table(["setting", "n", "mean ms", "p50 ms", "p99 ms", "max ms", "note"], rows, floatfmt=".1f")
 
