@@ -105,3 +105,13 @@ def test_policy_runtime_without_data_says_so(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no episodes"):
         rt.fine_tune(steps=3)
     assert not rt.fine_tuning  # the busy flag is released after an error
+
+
+def test_amf_up_dry_run_prints_the_launch_plan(capsys) -> None:
+    from amf_ros.bringup.up import main
+
+    assert main(["config/sim.yaml", "--dry-run", "--checkpoint", "/ck"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split()[0].rsplit("/", 1)[-1] for ln in lines] == list(graph.node_names("sim"))
+    assert all("--params-file" in ln and ln.split()[0].endswith(n) for ln, n in zip(lines, graph.node_names("sim")))
+    assert "checkpoint:='/ck'" in lines[2] and "checkpoint:='/ck'" in lines[3]
