@@ -31,6 +31,9 @@ from amf_ros.nodes._spin import spin
 from amf_ros.srv import EndEpisode, TaskSuccess
 
 
+_QUERY_TIMEOUT_NS = 2_000_000_000  # a success query unanswered this long is sent again
+
+
 def _ns(stamp) -> int:
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
@@ -44,7 +47,7 @@ class _Episode:
     started_ns: int  # node clock when this node saw the start (for start_timeout_s)
     steps: int = 0
     last_action_ns: int = 0
-    pending: bool = False  # a success query is in flight
+    pending_since: int = 0  # node clock when the success query in flight was sent (0 = none in flight)
 
 
 class ScriptedTeleop(Node):
@@ -102,8 +105,8 @@ class ScriptedTeleop(Node):
     def _on_tick(self) -> None:
         with self._lock:
             ep = self._episode
-            if ep is None or ep.pending:
-                return
+            if ep is None or (ep.pending_since and self._now_ns() - ep.pending_since < _QUERY_TIMEOUT_NS):
+                return  # idle, or waiting for the simulator's answer (asked again after _QUERY_TIMEOUT_NS)
             fresh_after = max(ep.start_ns, ep.last_action_ns)
             if self._obs is None or self._obs[0] <= fresh_after:
                 if ep.steps == 0 and self._now_ns() - ep.started_ns > self.p["start_timeout_s"] * 1e9:
@@ -115,16 +118,16 @@ class ScriptedTeleop(Node):
             if not self._success.service_is_ready():
                 self.get_logger().warn(f"waiting for {self.p['success_service']}", throttle_duration_sec=2.0)
                 return
-            ep.pending = True
+            ep.pending_since = self._now_ns()
             obs = self._obs
             future = self._success.call_async(TaskSuccess.Request())
             future.add_done_callback(lambda f: self._after_success(ep, obs, f))
 
     def _after_success(self, ep: _Episode, obs: tuple[int, np.ndarray], future) -> None:
         with self._lock:
-            ep.pending = False
-            if self._episode is not ep:
-                return
+            if self._episode is not ep or obs[0] <= ep.last_action_ns:
+                return  # episode over, or a late answer for an observation already acted on
+            ep.pending_since = 0
             res = future.result()
             if res is None or not res.ok or res.task != ep.task:
                 self.get_logger().error(f"episode {ep.episode_id}: simulator is on task "
