@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from amf_ros.atomic import atomic_write_json
-from amf_ros.bench.integrator import evaluate
+from amf_ros.bench.integrator import _single_threaded_blas, evaluate
 from amf_ros.bench.results import add_common_args, config_dict, format_table, load_config, save_figure
 from amf_ros.envs.integrator import Integrator2D, IntegratorConfig
 from amf_ros.policies.gp import GPPolicy, GPPolicyConfig, GPScoreFn
@@ -96,7 +96,8 @@ def run(cfg: CriterionMapConfig, progress: bool = True) -> dict:
     from tqdm import tqdm
 
     t0 = time.perf_counter()
-    runs = [run_seed(cfg, s) for s in tqdm(range(cfg.seeds), desc="criterion-map", disable=not progress)]
+    with _single_threaded_blas():  # small matrices: one BLAS thread is much faster on a shared machine
+        runs = [run_seed(cfg, s) for s in tqdm(range(cfg.seeds), desc="criterion-map", disable=not progress)]
     angles = 2.0 * np.pi * np.arange(cfg.num_candidates) / cfg.num_candidates
     mean = lambda key: np.mean([r[key] for r in runs], axis=0)  # noqa: E731
     after, crit = mean("return_after"), mean("criterion")

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from amf_ros.atomic import atomic_write_json
+from amf_ros.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from amf_ros.bench.results import (add_common_args, config_dict, format_table, load_config, plot_methods,
                                    save_figure, summarize, write_results)
 from amf_ros.core.selectors import make_selector
@@ -250,6 +250,22 @@ def table(results: dict) -> str:
     return format_table(["alloc", "method", f"ret r10-{last}", "final", "ci_low", "ci_high", "entropy"], rows)
 
 
+def _shrink_png(path: Path) -> Path:
+    """Re-save a PNG with a 256-colour palette (3-4x smaller, same look) so results can live in the repo."""
+    from amf_ros._optional import has
+
+    if has("PIL"):
+        import io
+
+        from PIL import Image
+
+        with Image.open(path) as im:
+            buf = io.BytesIO()
+            im.convert("RGB").quantize(colors=256).save(buf, format="PNG", optimize=True)
+        atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
 def plots(results: dict, out: Path) -> list[Path]:
     """returns.png / entropy.png (one panel per allocation, like Fig. 6) and fig2.png (6/12 and 12/12)."""
     import matplotlib
@@ -269,7 +285,7 @@ def plots(results: dict, out: Path) -> list[Path]:
             ax.axis("off")
         axes.ravel()[0].legend(fontsize=7)
         fig.tight_layout()
-        paths.append(save_figure(fig, out / fname))
+        paths.append(_shrink_png(save_figure(fig, out / fname)))
         plt.close(fig)
     chosen = [s for s in settings if s["name"].split("/")[0] in ("6", "12")] or settings[:2]
     fig, axes = plt.subplots(2, len(chosen), figsize=(5 * len(chosen), 6), squeeze=False)
@@ -278,7 +294,7 @@ def plots(results: dict, out: Path) -> list[Path]:
         plot_methods(axes[1, j], s["entropy"], ylabel="policy entropy")
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
-    paths.append(save_figure(fig, out / "fig2.png"))
+    paths.append(_shrink_png(save_figure(fig, out / "fig2.png")))
     plt.close(fig)
     return paths
 
@@ -299,7 +315,9 @@ def main(argv: Sequence[str]) -> int:
     # Same contract as results.write_results, written without indentation (120 x 4 per-seed curves: ~5x smaller).
     path = write_results(out, round_floats(results))
     atomic_write_json(path, round_floats(results), indent=None)
-    print(table(results))
+    text = table(results)
+    print(text)
+    atomic_write_text(out / "table.txt", text + "\n")
     if not args.no_plots:
         plots(results, out)
     print(f"\nwall time {results['wall_time_s']:.1f} s with {jobs} jobs (CPU time {results['cpu_time_s']:.0f} s, "

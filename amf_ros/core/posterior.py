@@ -74,9 +74,26 @@ def jitter_cholesky(matrix: np.ndarray, name: str = "matrix") -> np.ndarray:
 
 
 class Posterior(Protocol):
-    """Posterior covariance of f given the inputs conditioned on so far (shapes: inputs (rows, dim))."""
+    """Posterior covariance of f given the inputs conditioned on so far (shapes: inputs (rows, dim)).
+
+    The criterion works on the whitened form: ``cov(a, b) = prior_cov(a, b) - W_a^T W_b`` in sample space and
+    ``cov(a, b) = W_a^T W_b`` in feature space, with ``W = whiten(.)``.
+    """
 
     noise_var: float
+    space: str  # "sample" or "feature"
+
+    def whiten(self, a: np.ndarray) -> np.ndarray:
+        """(N' , |a|) whitened cross-terms of a against the data (N' = N in sample space, D in feature space)."""
+        ...
+
+    def prior_cov(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(|a|, |b|) prior covariance."""
+        ...
+
+    def prior_diag(self, a: np.ndarray) -> np.ndarray:
+        """(|a|,) prior variance."""
+        ...
 
     def cov(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """(|a|, |b|) posterior covariance."""
