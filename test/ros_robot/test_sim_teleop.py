@@ -32,7 +32,7 @@ def test_sim_bridge_steps_once_per_action_and_refuses_bad_input(start_nodes, cli
     from amf_ros.msg import EefDeltaAction, StateVector
     from amf_ros.srv import ResetTask, TaskSuccess
 
-    procs = start_nodes({"sim_bridge": sim_params()}, name="sim")
+    procs = start_nodes({"sim_bridge": sim_params(idle_publish_period_s=0.0)}, name="sim")
     states: list = []
     lock = threading.Lock()
     qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
@@ -43,20 +43,24 @@ def test_sim_bridge_steps_once_per_action_and_refuses_bad_input(start_nodes, cli
 
     client_node.create_subscription(StateVector, "/amf/observation/state", on_state, qos)
     pub = client_node.create_publisher(EefDeltaAction, "/amf/action", qos)
+    def after(t_ns):  # observations stamped after t_ns, in arrival order
+        with lock:
+            return [v for ts, v in states if ts > t_ns]
+
+    call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())  # answered once fully constructed
+    t_reset = client_node.get_clock().now().nanoseconds
     res = call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=7))
     assert res.ok and res.instruction, res.message
-    wait_for(lambda: states, 10, "an observation after reset")
+    wait_for(lambda: after(t_reset), 10, "an observation after reset")
     wait_for(lambda: pub.get_subscription_count() > 0, 10, "sim_bridge subscribing to /amf/action")
-    with lock:
-        first = states[-1][1]
+    first = after(t_reset)[0]
     assert first.shape == (39,)
 
     for k in range(5):
         pub.publish(make_action([0.01, 0.0, 0.0, 0, 0, 0, 1.0], client_node.get_clock().now().nanoseconds))
-    wait_for(lambda: call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request()).steps == 5, 10,
-             "5 steps applied")
-    with lock:
-        moved = states[-1][1]
+    wait_for(lambda: len(after(t_reset)) == 6, 10, "one observation per step")
+    assert call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request()).steps == 5
+    moved = after(t_reset)[-1]
     # Five +1 cm mocap steps along x: the hand follows the mocap target with some lag.
     assert 0.005 < moved[0] - first[0] <= 0.051, (first[:3], moved[:3])
     assert abs(moved[1] - first[1]) < 0.005 and abs(moved[2] - first[2]) < 0.005
@@ -70,12 +74,12 @@ def test_sim_bridge_steps_once_per_action_and_refuses_bad_input(start_nodes, cli
     assert procs.dead() == {}
     assert "refused action" in procs.log_tail("sim_bridge", 20000)
 
-    # Same seed, same scene: reset is deterministic.
-    n = len(states)
+    # Same seed, same scene: reset is deterministic; no step was taken by the refused inputs.
+    assert len(after(t_reset)) == 6
+    t_again = client_node.get_clock().now().nanoseconds
     call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=7))
-    wait_for(lambda: len(states) > n, 10, "observation after the second reset")
-    with lock:
-        np.testing.assert_array_equal(states[n][1], first)
+    wait_for(lambda: after(t_again), 10, "observation after the second reset")
+    np.testing.assert_array_equal(after(t_again)[0], first)
 
 
 def test_scripted_teleop_demonstrates_with_the_experts_own_actions(start_nodes, client_node):
@@ -163,18 +167,23 @@ def test_sim_bridge_hosts_simpler_backend_with_camera(start_nodes, client_node):
     client_node.create_subscription(StateVector, "/amf/observation/state", states.append, qos)
     client_node.create_subscription(Image, "/amf/camera/image_raw", images.append, qos)
     pub = client_node.create_publisher(EefDeltaAction, "/amf/action", qos)
+    def after(msgs, t_ns):
+        return [m for m in list(msgs) if stamp_ns(m.header.stamp) > t_ns]
+
+    call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request(), timeout=30)  # fully constructed
+    t_reset = client_node.get_clock().now().nanoseconds
     res = call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task="carrot_on_plate", seed=1),
                timeout=30)
     assert res.ok and res.instruction == "put carrot on plate", res
-    wait_for(lambda: states and images, 10, "state and image after reset")
-    s0, img = states[-1], images[-1]
+    wait_for(lambda: after(states, t_reset) and after(images, t_reset), 10, "state and image after reset")
+    s0, img = after(states, t_reset)[0], after(images, t_reset)[0]
     assert list(s0.names) == list(STATE_NAMES) and len(s0.values) == 8
     assert (img.height, img.width, img.encoding) == (48, 64, "rgb8") and len(img.data) == 48 * 64 * 3
     assert stamp_ns(img.header.stamp) == stamp_ns(s0.header.stamp), "image and state of one step share a stamp"
     wait_for(lambda: pub.get_subscription_count() > 0, 10, "sim_bridge subscribing to /amf/action")
     pub.publish(make_action([0.02, 0.0, 0.0, 0, 0, 0, 1.0], client_node.get_clock().now().nanoseconds))
-    wait_for(lambda: len(states) >= 2, 10, "the observation after one step")
-    assert states[-1].values[0] == pytest.approx(s0.values[0] + 0.02, abs=1e-6)
+    wait_for(lambda: len(after(states, t_reset)) == 2, 10, "the observation after one step")
+    assert after(states, t_reset)[1].values[0] == pytest.approx(s0.values[0] + 0.02, abs=1e-6)
     ok = call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
     assert ok.task == "carrot_on_plate" and ok.steps == 1 and not ok.success
     assert procs.dead() == {}
