@@ -32,6 +32,8 @@ from amf_ros.core.selectors import ScoreFn
 logger = logging.getLogger(__name__)
 
 FORMS: tuple[str, ...] = ("log_variance", "variance")
+#: Hallucinated points whitened per pass over the data (bounds memory at (N + Q) x this many floats).
+CHUNK_POINTS = 4096
 #: Variances are floored at this fraction of the largest prior target variance before the log (no -inf).
 RELATIVE_VARIANCE_FLOOR = 1e-12
 
@@ -134,27 +136,43 @@ def posterior_criterion(post: KernelPosterior | FeaturePosterior, target_x: np.n
             by_len.setdefault(block.shape[0], []).append((block, omega))
         for group in by_len.values():
             groups.append((ci, np.stack([b for b, _ in group]), np.array([o for _, o in group])))
-    all_pts = np.concatenate([pts.reshape(-1, dim) for _, pts, _ in groups])
-    w_all = post.whiten(all_pts)  # (N', P)
-    cross_all = sign * (w_q.T @ w_all)  # (Q, P)
-    if post.space == "sample":
-        cross_all += post.prior_cov(q_x, all_pts)
     scores = np.zeros(len(candidates))
-    start = 0
-    for ci, pts, omegas in groups:
-        j, m = pts.shape[:2]
-        sl = slice(start, start + j * m)
-        start += j * m
-        cov_qc = cross_all[:, sl].reshape(q_x.shape[0], j, m).transpose(1, 0, 2)  # (J, Q, m)
-        w_blocks = w_all[:, sl].reshape(w_all.shape[0], j, m)
-        cov_cc = sign * np.einsum("njm,njk->jmk", w_blocks, w_blocks)
+    for chunk in _chunks(groups, CHUNK_POINTS):  # bounded memory: (N' + Q) x CHUNK_POINTS floats at a time
+        all_pts = np.concatenate([pts.reshape(-1, dim) for _, pts, _ in chunk])
+        w_all = post.whiten(all_pts)  # (N', P)
+        cross_all = sign * (w_q.T @ w_all)  # (Q, P)
         if post.space == "sample":
-            cov_cc = cov_cc + _prior_blocks(post, pts)
-        new_var = hallucinated_variance(var_q, cov_qc, cov_cc, post.noise_var)  # (J, Q)
-        scores[ci] += float(omegas @ (score_terms(new_var, form, floor) @ q_w))
+            cross_all += post.prior_cov(q_x, all_pts)
+        start = 0
+        for ci, pts, omegas in chunk:
+            j, m = pts.shape[:2]
+            sl = slice(start, start + j * m)
+            start += j * m
+            cov_qc = cross_all[:, sl].reshape(q_x.shape[0], j, m).transpose(1, 0, 2)  # (J, Q, m)
+            w_blocks = w_all[:, sl].reshape(w_all.shape[0], j, m)
+            cov_cc = sign * np.einsum("njm,njk->jmk", w_blocks, w_blocks)
+            if post.space == "sample":
+                cov_cc = cov_cc + _prior_blocks(post, pts)
+            new_var = hallucinated_variance(var_q, cov_qc, cov_cc, post.noise_var)  # (J, Q)
+            scores[ci] += float(omegas @ (score_terms(new_var, form, floor) @ q_w))
     if not np.all(np.isfinite(scores)):  # defensive: inputs were validated, so this is a bug, not a user error
         raise ValueError(f"criterion produced non-finite scores {scores}")
     return scores
+
+
+def _chunks(groups: list, max_points: int) -> list[list]:
+    """Split groups (ci, pts (J, m, d), omegas) into consecutive runs of at most ~max_points points each."""
+    out, cur, n = [], [], 0
+    for g in groups:
+        size = g[1].shape[0] * g[1].shape[1]
+        if cur and n + size > max_points:
+            out.append(cur)
+            cur, n = [], 0
+        cur.append(g)
+        n += size
+    if cur:
+        out.append(cur)
+    return out
 
 
 def _prior_blocks(post: KernelPosterior | FeaturePosterior, pts: np.ndarray) -> np.ndarray:

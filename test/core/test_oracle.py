@@ -136,3 +136,14 @@ def test_feature_equals_kernel_with_linear_kernel():
     a = feature_criterion(phi, cand, tgt, noise_var=0.2, prior_var=1.0)
     b = kernel_criterion(lambda u, v: u @ v.T, phi, cand, tgt, noise_var=0.2)
     np.testing.assert_allclose(a, b, atol=1e-10)
+
+
+def test_chunked_evaluation_equals_single_pass(monkeypatch):
+    from amf_ros.core import criterion
+
+    rng = np.random.default_rng(9)
+    k = RBFKernel((0.8, 0.8, 0.8))
+    x, cand, tgt = _problem(rng, cands=6)
+    whole = kernel_criterion(k, x, cand, tgt, form="variance")
+    monkeypatch.setattr(criterion, "CHUNK_POINTS", 3)  # one candidate per pass
+    np.testing.assert_allclose(kernel_criterion(k, x, cand, tgt, form="variance"), whole, atol=1e-12)
