@@ -127,7 +127,8 @@ class GPScoreFn:
         task_vector: task key -> (T,) task vector (candidates are keys, as in every selector).
         form: "log_variance" or "variance"; normalize: "self" or "mean" (see ``core/occupancy.py``).
         log_prob_clip: per-step clipping of log pi~(a|s, c) (App. M: [-12, 0]); min_weight: pruning threshold.
-    After a call, ``last_info`` holds the effective sample sizes of the importance weights.
+    After a call, ``last_info["effective_sample_size"]`` maps each candidate to the Kish effective sample size of its
+    eq.-4 weights (``..._targets``: the same for the target tasks, in order).
     """
 
     def __init__(self, policy: GPPolicy, trajectories: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
@@ -203,4 +204,9 @@ class GPScoreFn:
 
     def __call__(self, candidates: list[str], chosen: list[str]) -> np.ndarray:
         vec = lambda keys: np.stack([np.asarray(self.task_vector(k), dtype=np.float64) for k in keys])  # noqa: E731
-        return self.scores_for_vectors(vec(candidates), vec(chosen) if chosen else None)
+        scores = self.scores_for_vectors(vec(candidates), vec(chosen) if chosen else None)
+        ess = self.last_info["effective_sample_size"]
+        # keyed by candidate, like the NN score functions (what the task_selector node reports per task)
+        self.last_info["effective_sample_size"] = dict(zip(candidates, ess["candidate"]))
+        self.last_info["effective_sample_size_targets"] = ess["target"]
+        return scores

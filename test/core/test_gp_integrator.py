@@ -73,7 +73,9 @@ def test_gp_score_fn_prefers_undemonstrated_tasks_both_forms():
         s = fn(keys, [])
         assert s.shape == (12,) and np.all(np.isfinite(s))
         assert s[6:].mean() < s[:6].mean()
-        assert len(fn.last_info["effective_sample_size"]["target"]) == 12
+        ess = fn.last_info["effective_sample_size"]
+        assert set(ess) == set(keys) and all(1.0 <= v <= len(trajs) for v in ess.values())
+        assert len(fn.last_info["effective_sample_size_targets"]) == 12
         # conditioning on a hallucinated demo of the best task makes that task less attractive
         best = int(np.argmin(s))
         s2 = fn(keys, [keys[best]])
