@@ -238,9 +238,18 @@ def main(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     import torch
 
-    torch.set_num_threads(max(1, args.threads))
     cfg = load_config(PretrainConfig, args.config, allocation=args.allocation, seed=args.seed, steps=args.steps,
                       head=args.head)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, args.threads))
+    try:
+        return _run(cfg, args, argv)
+    finally:
+        torch.set_num_threads(threads)  # callers (e.g. `amf run`) call main() in their own process
+
+
+def _run(cfg: PretrainConfig, args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Pre-train, optionally evaluate, and write the checkpoint with its pretrain.json."""
     t0 = time.perf_counter()
     res = pretrain(cfg)
     info: dict[str, Any] = {
