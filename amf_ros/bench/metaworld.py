@@ -19,8 +19,8 @@ every method of a seed; evaluation scenes are the same for every method and roun
 uniform+prior draw the same task sequence, so their difference is the prior alone.
 
 Outputs (``--out``): results.json (contract of bench/results.py, one setting per allocation, plus per-task
-success, demonstration counts, alpha(c) and the selection log), fig3_success.png, fig12_counts.png,
-fig11_alpha.png.
+success, demonstration counts, alpha(c) and the selection log), raw_runs.json (every job's record),
+fig3_success.png, fig12_per_task_<allocation>.png, fig11_alpha.png.
 """
 
 from __future__ import annotations
@@ -466,8 +466,11 @@ def main(argv: Sequence[str]) -> int:
     t0 = time.perf_counter()
     raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress)
     wall = time.perf_counter() - t0
-    settings = summarize_runs(cfg, raw)
     out = Path(args.out)
+    from amf_ros.atomic import atomic_write_json
+
+    atomic_write_json(out / "raw_runs.json", raw)  # every job's record, before anything else can fail
+    settings = summarize_runs(cfg, raw)
     results = {"benchmark": "metaworld", "config": {**config_dict(cfg), "jobs": jobs},
                "metric": "success rate over all tasks (mean of per-task success over eval_episodes episodes)",
                "wall_time_s": wall, "settings": settings}
