@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("metaworld")
 pytest.importorskip("torch")
 
-from amf_ros.bench.metaworld import MetaworldBenchConfig, amf_score_fn, demo_scene, load_for_method, method_job  # noqa: E402
+from amf_ros.bench.metaworld import (MetaworldBenchConfig, amf_score_fn, demo_scene, load_for_method,  # noqa: E402
+                                     method_job)
 from amf_ros.bench.pretrain import PretrainConfig, main, pretrain  # noqa: E402
 from amf_ros.envs.metaworld_rollouts import collect_demo, collect_demos, demos_to_transitions  # noqa: E402
 from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks  # noqa: E402
