@@ -139,8 +139,8 @@ def plot(res: dict, out: Path) -> Path:
     pre = np.asarray(res["pretrain_angles"])
     d = np.abs(grid[:, None] - pre[None, :])
     d = np.minimum(d, 2 * np.pi - d)
-    ax[0].fill_between(np.degrees(grid), np.exp(-0.5 * (d / 0.2) ** 2).sum(axis=1) / (pre.size * 0.2 * np.sqrt(2 * np.pi)),
-                       alpha=0.5)
+    density = np.exp(-0.5 * (d / 0.2) ** 2).sum(axis=1) / (pre.size * 0.2 * np.sqrt(2 * np.pi))  # smoothed
+    ax[0].fill_between(np.degrees(grid), density, alpha=0.5)
     ax[0].set_ylabel("pre-training\ntask density")
     ax[1].plot(ang, res["criterion"], color="C0")
     ax[1].set_ylabel(f"criterion\n({res['config']['form']}, lower = pick)")

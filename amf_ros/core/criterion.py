@@ -15,7 +15,8 @@ For a candidate task c' the score is
   (mean return over rounds 10-40, averaged over the 12 allocations: -1.195 vs -1.199; docs/amf-core.md).
 
 Hallucinated labels do not matter (Gaussian posterior covariances do not depend on labels), so a demo is only its
-inputs. Each hallucination is a rank-m update of the data posterior (:func:`~amf_ros.core.posterior.hallucinated_variance`).
+inputs. Each hallucination is a rank-m update of the data posterior
+(:func:`~amf_ros.core.posterior.hallucinated_variance`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why: the criterion (``core/criterion.py``) scores inputs; this module decides *which* inputs, following App. E:
 
-    phi(c') ~ 1/|C_hat| sum_{c in C_hat} sum_{tau'} sum_{tau} w(tau', c') w(tau, c) sum_t H(pi(s_t, c) | tau' as c', data)
+    phi(c') ~ 1/|C_hat| sum_c sum_{tau'} sum_{tau} w(tau', c') w(tau, c) sum_t H(pi(s_t, c) | tau' as c', data)
 
 * targets: for each target task c and collected trajectory tau_k, the states of tau_k paired with c, each with
   weight w_hat(tau_k, c) / |C_hat|;
@@ -41,8 +41,8 @@ def _prune(w: np.ndarray, min_weight: float, renormalize: bool, max_trajectories
 
 def app_e_inputs(traj_states: Sequence[np.ndarray], target_tasks: np.ndarray, candidate_tasks: np.ndarray,
                  w_target: np.ndarray, w_candidate: np.ndarray, join: JoinFn, normalize: str = "self",
-                 min_weight: float = 1e-3, max_trajectories: int | None = None) -> tuple[np.ndarray, np.ndarray, list[list[np.ndarray]],
-                                                    list[np.ndarray], dict]:
+                 min_weight: float = 1e-3, max_trajectories: int | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, list[list[np.ndarray]], list[np.ndarray], dict]:
     """Inputs of :func:`~amf_ros.core.criterion.posterior_criterion` from n collected trajectories.
 
     Args:

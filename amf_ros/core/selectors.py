@@ -3,8 +3,8 @@
 Why one interface: the benchmarks, the ROS task_selector node and the NN experiments swap selectors by name
 (``make_selector("amf")``) and log the same :class:`Selection` (chosen tasks plus every candidate's score).
 
-* ``amf`` -- warm start (each candidate once in random order, finite task sets), then the argmin of a criterion ``score_fn``
-  (lower = more informative). Batches are chosen greedily: the score function is told which tasks were already
+* ``amf`` -- warm start (each candidate once in random order, finite task sets), then the argmin of a criterion
+  ``score_fn`` (lower = more informative). Batches are chosen greedily: the score function is told which tasks were already
   chosen this round so that it can condition on their hallucinated demonstrations (Algorithm 1, batch B).
 * ``uniform`` -- i.i.d. uniform over the candidates (with replacement).
 * ``round_robin`` -- the candidate with the fewest fine-tuning demonstrations, ties in candidate order.

@@ -46,7 +46,8 @@ def test_integrator_bench_contract(tmp_path, capsys):
         for m in ("amf_gp", "uniform", "round_robin", "rebalancing"):
             v = s["methods"][m]
             assert v["rounds"] == list(range(15)) and np.array(v["per_seed"]).shape == (2, 15)
-            assert all(lo <= mu + 1e-12 and mu <= hi + 1e-12 for lo, mu, hi in zip(v["ci_low"], v["mean"], v["ci_high"]))
+            lo, mu, hi = (np.array(v[k]) for k in ("ci_low", "mean", "ci_high"))
+            assert np.all(lo <= mu + 1e-12) and np.all(mu <= hi + 1e-12)
             assert sum(s["final_counts_mean"][m]) == 14
         # warm start: amf demonstrates each of the 12 tasks once in rounds 1-12; rounds 13-14 use the criterion
         assert min(s["final_counts_mean"]["amf_gp"]) >= 1
