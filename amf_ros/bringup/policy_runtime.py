@@ -156,7 +156,7 @@ class PolicyRuntime:
     """
 
     def __init__(self, policy: Any, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
-                 steps: int = 200, batch_size: int = 64, lr: float = 1e-3, alpha_steps: int = 50,
+                 steps: int = 300, batch_size: int = 256, lr: float = 1e-3, alpha_steps: int = 100,
                  seed: int = 0, action_space: str = "metaworld") -> None:
         self._policy = policy
         self.action_space = action_space
@@ -180,10 +180,6 @@ class PolicyRuntime:
         """True while a fine-tuning job runs."""
         return self._busy.locked()
 
-    def tasks(self) -> list[str]:
-        """Task keys the policy knows."""
-        return list(getattr(self.policy, "tasks", []) or [])
-
     def fine_tune(self, steps: int = 0, tasks: Sequence[str] = (),
                   feedback: Callable[[int, int, float], None] | None = None,
                   cancelled: Callable[[], bool] = lambda: False) -> FineTuneResult:
@@ -193,7 +189,7 @@ class PolicyRuntime:
             steps: gradient steps (0 = default).
             tasks: restrict the data to these task keys (empty = all episodes).
             feedback: called with (step, total_steps, loss) as training progresses.
-            cancelled: polled between chunks of steps; True -> raise :class:`Cancelled` (nothing is saved).
+            cancelled: polled after every gradient step; True -> raise :class:`Cancelled` (nothing is saved).
         Raises:
             ValueError: no data, unknown task, or a fine-tune already running.
         """
