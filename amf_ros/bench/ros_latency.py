@@ -49,12 +49,16 @@ class LatencyConfig:
     """run_policy control rate for the jitter measurement, Hz."""
     jitter_steps: int = 200
     """Control steps per jitter run (idle, and during a fine-tune), after a 10-step warm-up run."""
+    jitter_repeats: int = 3
+    """Idle / during-fine-tune pairs (alternating), to separate the fine-tune's effect from load on a shared
+    machine."""
     checkpoint: str = ""
     """Policy checkpoint to serve (empty = a fresh Metaworld-sized policy, as `amf pretrain` builds it)."""
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.episodes or min(self.episodes) < 1 or self.calls < 1 or self.rate <= 0 or self.jitter_steps < 3:
+        if (not self.episodes or min(self.episodes) < 1 or self.calls < 1 or self.rate <= 0 or self.jitter_steps < 3
+                or self.jitter_repeats < 1):
             raise ValueError(f"invalid LatencyConfig: {self.episodes=} {self.calls=} {self.rate=} "
                              f"{self.jitter_steps=}")
 
@@ -175,9 +179,10 @@ def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str],
         client.run_cli.wait_for_server(timeout_sec=120)
         task = "faucet-open"
         client.run_policy(task, max_steps=10, timeout=120)  # warm-up: first inference, lazy torch initialisation
-        for label in ("idle", "during fine-tune"):
+        labels = [f"{kind} #{r + 1}" for r in range(cfg.jitter_repeats) for kind in ("idle", "during fine-tune")]
+        for label in labels:
             pending, fb = None, []
-            if label != "idle":
+            if label.startswith("during"):
                 pending = client.send_fine_tune(steps=10_000_000, feedback=fb.append)
                 client.wait_for(lambda: len(fb) > 0, 120, "fine-tune feedback")
             n0, step0, t_start = len(client.seen.actions), (fb[-1].step if fb else 0), time.monotonic()
@@ -258,12 +263,13 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--episodes", default=None, help="comma-separated store sizes (default 10,100,400)")
     p.add_argument("--rate", type=float, default=None, help="run_policy control rate, Hz (default 10)")
     p.add_argument("--jitter-steps", type=int, default=None, help="control steps per jitter run (default 100)")
+    p.add_argument("--jitter-repeats", type=int, default=None, help="idle/fine-tune jitter pairs (default 3)")
     p.add_argument("--checkpoint", default=None, help="serve this checkpoint instead of a fresh policy")
     args = p.parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="[ros-latency] %(message)s")
     episodes = [int(x) for x in args.episodes.split(",")] if args.episodes else None
     cfg = load_config(LatencyConfig, args.config, calls=args.calls, episodes=episodes, rate=args.rate,
-                      jitter_steps=args.jitter_steps, checkpoint=args.checkpoint)
+                      jitter_steps=args.jitter_steps, jitter_repeats=args.jitter_repeats, checkpoint=args.checkpoint)
     results = run(cfg, Path(args.out))
     print(table(results))
     print(f"\nwrote {Path(args.out) / 'results.json'} in {results['wall_time_s']:.0f} s")
