@@ -10,13 +10,15 @@ is refused with a log line and ``last_error`` in the status; the episode goes on
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable
 
 from geometry_msgs.msg import TwistStamped
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.task import Future
 from sensor_msgs.msg import Image, JointState
 
 from amf_ros.data import ros_convert
@@ -64,7 +66,11 @@ class DemoRecorder(Node):
         self.episodes_in_store = len(self.store)
         self._episode_meta = ("", "")  # (task, instruction) of the current episode
 
-        group = MutuallyExclusiveCallbackGroup()  # the recorder is single-threaded: serialise all callbacks
+        # Messages and the status timer in one group; the services in another, so that EndEpisode can wait
+        # (as a coroutine) for messages still in flight while they are taken; self._lock guards self.rec.
+        group, services, self._wakeups = (MutuallyExclusiveCallbackGroup(), MutuallyExclusiveCallbackGroup(),
+                                          ReentrantCallbackGroup())
+        self._lock = threading.RLock()
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._status_pub = self.create_publisher(RecorderStatus, p["status_topic"], latched)
@@ -82,8 +88,8 @@ class DemoRecorder(Node):
             sub(STATE_MSGS[p["state_type"]], p["state_topic"], inputs.STATE_CONVERTERS[p["state_type"]], 100)
         for topic in p["image_topics"]:
             sub(Image, topic, inputs.image, p["image_queue_depth"])
-        self.create_service(StartEpisode, p["start_service"], self._on_start, callback_group=group)
-        self.create_service(EndEpisode, p["end_service"], self._on_end, callback_group=group)
+        self.create_service(StartEpisode, p["start_service"], self._on_start, callback_group=services)
+        self.create_service(EndEpisode, p["end_service"], self._on_end, callback_group=services)
         self.create_timer(p["status_period_s"], self._publish_status, callback_group=group)
         self._publish_status()
         self.get_logger().info(f"recording {topics} into {self.store.root} ({len(self.store)} episodes)")
@@ -103,6 +109,10 @@ class DemoRecorder(Node):
                 self.get_logger().warn(f"{what}: {res.action} ({res.reason})")
 
     def _on_msg(self, topic: str, msg: Any, convert: Callable[[Any], Any]) -> None:
+        with self._lock:
+            self._take(topic, msg, convert)
+
+    def _take(self, topic: str, msg: Any, convert: Callable[[Any], Any]) -> None:
         self.received[topic] = time.monotonic()
         try:
             stamp = ros_convert.stamp_ns(msg)
@@ -137,6 +147,10 @@ class DemoRecorder(Node):
         self.last_error = "" if ok else text
 
     def _on_start(self, req: StartEpisode.Request, res: StartEpisode.Response) -> StartEpisode.Response:
+        with self._lock:
+            return self._start(req, res)
+
+    def _start(self, req: StartEpisode.Request, res: StartEpisode.Response) -> StartEpisode.Response:
         res.ok, instruction = False, req.instruction or self.instructions.get(req.task, "")
         now = time.monotonic()
         stale = [f"no message on {t} for {self.p['topic_timeout_s']} s" for t, r in self.received.items()
@@ -163,7 +177,35 @@ class DemoRecorder(Node):
         self._publish_status()
         return res
 
-    def _on_end(self, req: EndEpisode.Request, res: EndEpisode.Response) -> EndEpisode.Response:
+    async def _on_end(self, req: EndEpisode.Request, res: EndEpisode.Response) -> EndEpisode.Response:
+        with self._lock:
+            current = self.rec.episode_id
+        if current and req.episode_id == current:
+            await self._settle()
+        with self._lock:
+            return self._end(req, res)
+
+    async def _settle(self) -> None:
+        """Wait (without blocking the executor) until messages sent before the EndEpisode request are in.
+
+        A topic is settled once its newest message is stamped after the request, or nothing arrived on it for
+        ``end_quiet_s`` (the simulator and the scripted operator stop publishing); at most ``end_timeout_s``.
+        """
+        t_end, start = self.get_clock().now().nanoseconds, time.monotonic()
+        while time.monotonic() - start < self.p["end_timeout_s"]:
+            with self._lock:
+                now = time.monotonic()
+                settled = all(self.rec.last_stamp.get(t, -1) >= t_end or now - r >= self.p["end_quiet_s"]
+                              for t, r in self.received.items())
+            if settled:
+                return
+            wake = Future()
+            timer = self.create_timer(0.02, lambda: wake.done() or wake.set_result(True),
+                                      callback_group=self._wakeups)
+            await wake
+            self.destroy_timer(timer)
+
+    def _end(self, req: EndEpisode.Request, res: EndEpisode.Response) -> EndEpisode.Response:
         res.ok = False
         if not self.rec.recording:
             res.message = f"not recording (EndEpisode for {req.episode_id!r})"
@@ -192,6 +234,10 @@ class DemoRecorder(Node):
         return res
 
     def _publish_status(self) -> None:
+        with self._lock:
+            self._status()
+
+    def _status(self) -> None:
         now = time.monotonic()
         msg = RecorderStatus(recording=self.rec.recording, episode_id=self.rec.episode_id,
                              num_steps=self.rec.num_steps, control_rate_hz=float(self.p["control_rate_hz"]),
