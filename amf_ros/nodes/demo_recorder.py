@@ -27,6 +27,7 @@ from amf_ros.data.store import EpisodeStore, StoreConfig
 from amf_ros.data.sync import SyncConfig
 from amf_ros.msg import EefDeltaAction, EpisodeInfo, RecorderStatus, StateVector
 from amf_ros.nodes import _recorder_inputs as inputs
+from amf_ros.nodes import _recorder_rules as rules
 from amf_ros.nodes._params import declare
 from amf_ros.nodes._spin import spin
 from amf_ros.srv import EndEpisode, StartEpisode
@@ -48,21 +49,17 @@ class DemoRecorder(Node):
             from amf_ros.bringup.tasks import read_instructions
 
             self.instructions = read_instructions(p["tasks_file"])
-        keys = list(p["image_keys"]) or ["image_primary", *(f"image_{i}" for i in range(1, 64))][:len(p["image_topics"])]
-        if len(keys) != len(p["image_topics"]):
-            raise ValueError(f"image_keys must name every image topic, got {keys=} for {p['image_topics']=}")
-        topics = {p["action_topic"]: "action", **dict(zip(p["image_topics"], keys))}
-        if p["state_topic"]:
-            topics[p["state_topic"]] = "state"
+        topics = rules.stream_topics(p["action_topic"], p["state_topic"], p["image_topics"], p["image_keys"])
         self.store = EpisodeStore(p["dataset_dir"], StoreConfig(image_codec=p["image_codec"],
                                   jpeg_quality=p["jpeg_quality"], chunk_steps=p["chunk_steps"]))
-        self._handle_partial()
+        for line in rules.handle_partial(self.store, p["on_partial"], p["recover_min_age_s"]):
+            self.get_logger().warn(line)
         sync = SyncConfig(rate_hz=p["control_rate_hz"], mode=p["sync_mode"], aggregate=p["aggregate"],
                           max_obs_age_s=p["max_obs_age_s"], max_delay_s=p["max_delay_s"])
         self.rec = EpisodeRecorder(self.store, topics, sync, robot=p["robot"])
         self.received: dict[str, float] = {t: -1.0 for t in topics}  # topic -> monotonic receive time
         self.last_error = ""
-        self._logged: dict[tuple[str, str], tuple[float, int]] = {}  # (topic, problem) -> (last log, suppressed)
+        self._throttle = rules.ErrorThrottle(period_s=1.0)
         self.episodes_in_store = len(self.store)
         self._episode_meta = ("", "")  # (task, instruction) of the current episode
 
@@ -94,20 +91,6 @@ class DemoRecorder(Node):
         self._publish_status()
         self.get_logger().info(f"recording {topics} into {self.store.root} ({len(self.store)} episodes)")
 
-    def _handle_partial(self) -> None:
-        """Episodes left partial by a crash: recover, ignore or discard them (``on_partial``), and say which."""
-        for part in self.store.partial():
-            what = f"partial episode {part.episode_id} ({part.num_steps} steps in complete chunks)"
-            if self.p["on_partial"] == "ignore" or part.age_s < self.p["recover_min_age_s"]:
-                self.get_logger().warn(f"{what}: left as is (on_partial={self.p['on_partial']}, "
-                                       f"age {part.age_s:.1f} s)")
-            elif self.p["on_partial"] == "discard":
-                self.store.discard_partial(part.episode_id)
-                self.get_logger().warn(f"{what}: discarded")
-            else:
-                res = self.store.recover(part.episode_id)
-                self.get_logger().warn(f"{what}: {res.action} ({res.reason})")
-
     def _on_msg(self, topic: str, msg: Any, convert: Callable[[Any], Any]) -> None:
         with self._lock:
             self._take(topic, msg, convert)
@@ -126,17 +109,12 @@ class DemoRecorder(Node):
             self._error(f"topic {topic}: recording failed: {type(exc).__name__}: {exc}", (topic, type(exc).__name__))
 
     def _error(self, text: str, kind: tuple[str, str]) -> None:
-        """Log a refused message: at most once per second per (topic, kind of problem), since a broken camera
-        sends 30 per second; the suppressed ones are counted in the next log line."""
+        """Log a refused message (throttled per topic and kind of problem) and keep it as the last error."""
         self.last_error = text
-        last, suppressed = self._logged.get(kind, (-1e9, 0))
-        if time.monotonic() - last >= 1.0:
-            more = f" ({suppressed} similar messages not logged)" if suppressed else ""
-            self.get_logger().error(text + more)
-            self._logged[kind] = (time.monotonic(), 0)
+        line = self._throttle.line(kind, text)
+        if line is not None:
+            self.get_logger().error(line)
             self._publish_status()
-        else:
-            self._logged[kind] = (last, suppressed + 1)
 
     def _report(self, ok: bool, text: str) -> None:
         """Log a service outcome (rclpy wants one severity per call site) and keep the last error."""
@@ -152,11 +130,8 @@ class DemoRecorder(Node):
 
     def _start(self, req: StartEpisode.Request, res: StartEpisode.Response) -> StartEpisode.Response:
         res.ok, instruction = False, req.instruction or self.instructions.get(req.task, "")
-        now = time.monotonic()
-        stale = [f"no message on {t} for {self.p['topic_timeout_s']} s" for t, r in self.received.items()
-                 if t != self.p["action_topic"] and (r < 0 or now - r > self.p["topic_timeout_s"])]
-        if self.count_publishers(self.p["action_topic"]) == 0:
-            stale.append(f"no publisher on the action topic {self.p['action_topic']}")
+        stale = rules.start_problem(self.received, time.monotonic(), self.p["topic_timeout_s"],
+                                    self.p["action_topic"], self.count_publishers(self.p["action_topic"]))
         if self.rec.recording:
             res.message = f"already recording episode {self.rec.episode_id}; end it first"
         elif not req.task or (self.instructions and req.task not in self.instructions):
@@ -164,7 +139,7 @@ class DemoRecorder(Node):
         elif not instruction:
             res.message = f"no instruction for task {req.task!r} (set tasks_file or pass one)"
         elif stale:
-            res.message = "; ".join(stale)
+            res.message = stale
         else:
             try:
                 res.episode_id = self.rec.start(req.task, instruction, start_ns=self.get_clock().now().nanoseconds,
@@ -194,10 +169,9 @@ class DemoRecorder(Node):
         t_end, start = self.get_clock().now().nanoseconds, time.monotonic()
         while time.monotonic() - start < self.p["end_timeout_s"]:
             with self._lock:
-                now = time.monotonic()
-                settled = all(self.rec.last_stamp.get(t, -1) >= t_end or now - r >= self.p["end_quiet_s"]
-                              for t, r in self.received.items())
-            if settled:
+                done = rules.settled(self.rec.last_stamp, self.received, t_end, time.monotonic(),
+                                     self.p["end_quiet_s"])
+            if done:
                 return
             wake = Future()
             timer = self.create_timer(0.02, lambda: wake.done() or wake.set_result(True),
