@@ -3,8 +3,9 @@
 Stepping semantics (what a publisher of actions can rely on):
 - Every EefDeltaAction on ``action_topic`` is ONE environment step, applied in arrival order (reliable QoS,
   depth 100): the 7-D action is converted to the simulator's native action (Metaworld: ``eef7_to_native``),
-  the environment steps once, and the resulting observation is published at once on ``state_topic`` (and,
-  with ``render: true``, a rendered image on ``image_topic``), stamped with the node clock at that moment.
+  the environment steps once, and the resulting observation is published at once, stamped with the node clock
+  at that moment: with ``render: true`` the rendered image on ``image_topic`` first, then the state on
+  ``state_topic`` with the same stamp.
   The simulator does not advance on its own: without actions the arm stands still.
 - An action with NaN/inf, or one arriving after the episode is over (task solved or the task's max_steps
   reached), is refused with a log line and does not step the simulator; ``/amf/sim/reset`` starts a new
@@ -94,17 +95,22 @@ class SimBridge(Node):
         return ""
 
     def _publish(self) -> None:
-        """Publish the current observation (and image), stamped now."""
+        """Publish the current observation stamped now: the rendered image first (when rendering), then the state,
+        so that a node reacting to the state finds the image of the same instant already sent."""
         stamp = self.get_clock().now().to_msg()
+        if self._image_pub is not None:
+            try:
+                rgb = self.sim.render(self.p["image_width"], self.p["image_height"], self.p["camera_name"])
+            except Exception as exc:  # noqa: BLE001 - no camera image this step; the state still goes out
+                self.get_logger().error(f"render failed: {type(exc).__name__}: {exc}", throttle_duration_sec=5.0)
+            else:
+                img = Image(height=int(rgb.shape[0]), width=int(rgb.shape[1]), encoding="rgb8", is_bigendian=0,
+                            step=int(rgb.shape[1]) * 3, data=np.ascontiguousarray(rgb, dtype=np.uint8).tobytes())
+                img.header.stamp, img.header.frame_id = stamp, self.p["frame_id"]
+                self._image_pub.publish(img)
         msg = StateVector(names=self._names, values=[float(v) for v in self._obs])
         msg.header.stamp, msg.header.frame_id = stamp, self.p["frame_id"]
         self._state_pub.publish(msg)
-        if self._image_pub is not None:
-            rgb = self.sim.render(self.p["image_width"], self.p["image_height"], self.p["camera_name"])
-            img = Image(height=int(rgb.shape[0]), width=int(rgb.shape[1]), encoding="rgb8", is_bigendian=0,
-                        step=int(rgb.shape[1]) * 3, data=np.ascontiguousarray(rgb, dtype=np.uint8).tobytes())
-            img.header.stamp, img.header.frame_id = stamp, self.p["frame_id"]
-            self._image_pub.publish(img)
         self._last_activity = time.monotonic()
 
     def _on_action(self, msg: EefDeltaAction) -> None:
@@ -119,8 +125,8 @@ class SimBridge(Node):
             return
         try:
             obs, success, done = self.sim.step_eef7(a7)
-        except (ValueError, RuntimeError) as exc:
-            self.get_logger().error(f"step failed: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a simulator error must not take the arm's topics down
+            self.get_logger().error(f"step failed: {type(exc).__name__}: {exc}")
             return
         self._obs = np.asarray(obs, dtype=np.float64)
         self._steps += 1
@@ -129,7 +135,11 @@ class SimBridge(Node):
         self._publish()
 
     def _on_reset(self, request: ResetTask.Request, response: ResetTask.Response) -> ResetTask.Response:
-        message = self._reset(request.task, int(request.seed))
+        try:
+            message = self._reset(request.task, int(request.seed))
+        except Exception as exc:  # noqa: BLE001 - reported to the caller; the node keeps serving
+            message = f"reset to {request.task!r} failed: {type(exc).__name__}: {exc}"
+            self.get_logger().error(message)
         response.ok, response.message = not message, message or f"reset to {request.task!r}"
         if response.ok:
             response.instruction = self.sim.instruction(request.task)
