@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from typing import Any
 
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.task import Future
 
 from amf_ros.bringup.graph import resolve_config
 from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks, native_to_eef7, noisy
@@ -34,7 +36,8 @@ from amf_ros.srv import EndEpisode, TaskSuccess
 _QUERY_TIMEOUT_NS = 2_000_000_000  # a success query unanswered this long is sent again
 
 
-def _ns(stamp) -> int:
+def _ns(stamp: Any) -> int:
+    """builtin_interfaces/Time -> integer nanoseconds."""
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
@@ -123,7 +126,8 @@ class ScriptedTeleop(Node):
             future = self._success.call_async(TaskSuccess.Request())
             future.add_done_callback(lambda f: self._after_success(ep, obs, f))
 
-    def _after_success(self, ep: _Episode, obs: tuple[int, np.ndarray], future) -> None:
+    def _after_success(self, ep: _Episode, obs: tuple[int, np.ndarray], future: Future) -> None:
+        """The simulator's answer for the observation ``obs``: end the episode, or send the expert's action."""
         with self._lock:
             if self._episode is not ep or obs[0] <= ep.last_action_ns:
                 return  # episode over, or a late answer for an observation already acted on
@@ -157,7 +161,7 @@ class ScriptedTeleop(Node):
         request = EndEpisode.Request(episode_id=episode_id, success=success, discard=discard)
         future = self._end.call_async(request)
 
-        def log(f) -> None:
+        def log(f: Future) -> None:
             res = f.result()
             if res is not None and res.ok:
                 self.get_logger().info(f"episode {episode_id} ended: {res.num_steps} steps, {res.path or 'discarded'}")

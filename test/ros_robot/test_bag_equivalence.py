@@ -5,7 +5,6 @@ episode, array for array (actions, states, images after encoding conversion, eve
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 from robot_testutil import (IMAGE_TOPIC, LivePublisher, StatusWatcher, assert_same_episode, call, scripted_sequence,

@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                            log_dir=out / "logs", env=dict(os.environ)):
             status, live = StatusWatcher(node), LivePublisher(node)
             warm_up(live, status)
-            res = call(node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task="c", instruction="c"))
+            res = call(node, StartEpisode, "/amf/recorder/start_episode",
+                       StartEpisode.Request(task="c", instruction="c"))
             rng = np.random.default_rng(0)
             t0 = time.monotonic()
             for k in range(args.frames):
