@@ -46,18 +46,22 @@ def start_problem(received: Mapping[str, float], now: float, timeout_s: float, a
     return "; ".join(problems)
 
 
-def settled(last_stamp: Mapping[str, int], received: Mapping[str, float], t_end_ns: int, now: float,
-            quiet_s: float) -> bool:
-    """True when every topic delivered a message stamped at/after ``t_end_ns`` or was quiet for ``quiet_s``.
+def settled(last_stamp: Mapping[str, int], received: Mapping[str, float], t_end_ns: int, since: float,
+            now: float, quiet_s: float) -> bool:
+    """True when every topic delivered a message stamped at/after ``t_end_ns``, or nothing arrived on it for
+    ``quiet_s`` counted from ``since`` (the request) at the earliest, so that messages already queued when the
+    request came in get taken first.
 
     Args:
         last_stamp: topic -> header stamp (ns) of its newest message (missing = none).
         received: topic -> monotonic receive time of its newest message (-1 = never).
         t_end_ns: when EndEpisode was requested (node clock, ns).
+        since: when EndEpisode was requested (monotonic).
         now: monotonic time now.
         quiet_s: silence that counts as "nothing more in flight".
     """
-    return all(last_stamp.get(topic, -1) >= t_end_ns or now - r >= quiet_s for topic, r in received.items())
+    return all(last_stamp.get(topic, -1) >= t_end_ns or now - max(r, since) >= quiet_s
+               for topic, r in received.items())
 
 
 def handle_partial(store: EpisodeStore, policy: str, min_age_s: float) -> list[str]:

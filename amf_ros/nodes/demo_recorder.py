@@ -164,12 +164,13 @@ class DemoRecorder(Node):
         """Wait (without blocking the executor) until messages sent before the EndEpisode request are in.
 
         A topic is settled once its newest message is stamped after the request, or nothing arrived on it for
-        ``end_quiet_s`` (the simulator and the scripted operator stop publishing); at most ``end_timeout_s``.
+        ``end_quiet_s`` since the request (the simulator and the scripted operator stop publishing; messages
+        already queued are taken meanwhile); at most ``end_timeout_s``.
         """
         t_end, start = self.get_clock().now().nanoseconds, time.monotonic()
         while time.monotonic() - start < self.p["end_timeout_s"]:
             with self._lock:
-                done = rules.settled(self.rec.last_stamp, self.received, t_end, time.monotonic(),
+                done = rules.settled(self.rec.last_stamp, self.received, t_end, start, time.monotonic(),
                                      self.p["end_quiet_s"])
             if done:
                 return

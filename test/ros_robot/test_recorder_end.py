@@ -12,10 +12,12 @@ pytestmark = pytest.mark.ros
 
 
 def test_end_episode_waits_for_messages_in_flight(start_nodes, client_node, tmp_path):
+    from amf_ros.data.store import EpisodeStore
     from amf_ros.srv import EndEpisode, StartEpisode
 
     params = {"dataset_dir": str(tmp_path / "ds"), "sync_mode": "on_action", "image_topics": [IMAGE_TOPIC],
-              "topic_timeout_s": 5.0, "end_quiet_s": 0.2, "end_timeout_s": 5.0}
+              "topic_timeout_s": 5.0, "end_quiet_s": 0.2, "end_timeout_s": 5.0,
+              "image_queue_depth": 100}  # the burst of 60 images must not overflow the camera queue
     procs = start_nodes({"demo_recorder": params}, name="rec")
     live = LivePublisher(client_node)
     warm_up(live, StatusWatcher(client_node))
@@ -31,6 +33,7 @@ def test_end_episode_waits_for_messages_in_flight(start_nodes, client_node, tmp_
         end = call(client_node, EndEpisode, "/amf/recorder/end_episode",
                    EndEpisode.Request(episode_id=res.episode_id, success=True))
         waited = time.monotonic() - t0
-        assert end.ok and end.num_steps == 30, (end.message, end.num_steps)
+        stats = EpisodeStore(tmp_path / "ds", create=False).meta(res.episode_id).sync_stats if end.ok else {}
+        assert end.ok and end.num_steps == 30, (end.message, end.num_steps, stats)
         assert waited >= 0.2, "EndEpisode answers only after the topics were quiet for end_quiet_s"
     assert procs.dead() == {}

@@ -26,11 +26,15 @@ def test_start_problem_names_silent_topics_and_a_missing_teleop():
     assert rules.start_problem({"/a": -1.0, "/s": 9.5}, 10.0, 2.0, "/a", 1) == ""
 
 
-def test_settled_when_stamped_after_the_end_or_quiet():
+def test_settled_when_stamped_after_the_end_or_quiet_since_the_request():
     received = {"/a": 9.95, "/s": 9.99}
-    assert not rules.settled({"/a": 100, "/s": 100}, received, t_end_ns=200, now=10.0, quiet_s=0.1)
-    assert rules.settled({"/a": 100, "/s": 250}, received, t_end_ns=200, now=10.06, quiet_s=0.1)
-    assert rules.settled({}, received, t_end_ns=200, now=10.2, quiet_s=0.1)
+    assert not rules.settled({"/a": 100, "/s": 100}, received, t_end_ns=200, since=10.0, now=10.0, quiet_s=0.1)
+    assert rules.settled({"/a": 100, "/s": 250}, received, t_end_ns=200, since=10.0, now=10.11, quiet_s=0.1)
+    assert not rules.settled({"/a": 100, "/s": 250}, received, t_end_ns=200, since=10.0, now=10.05, quiet_s=0.1)
+    # Long-silent topics still wait quiet_s after the request (queued messages are taken first).
+    old = {"/a": 1.0, "/s": 2.0}
+    assert not rules.settled({}, old, t_end_ns=200, since=10.0, now=10.05, quiet_s=0.1)
+    assert rules.settled({}, old, t_end_ns=200, since=10.0, now=10.11, quiet_s=0.1)
 
 
 def test_error_throttle_counts_suppressed_lines_per_kind():
