@@ -1,18 +1,30 @@
 """One run_policy goal as a small state machine stepped by policy_server's control timer (no rclpy import).
 
 Why a state machine and not a loop: the control timer (its own callback group) calls :meth:`EpisodeRun.tick` once
-per period, so nothing ever sleeps or spins inside a callback (anti-pattern 3); the action's execute coroutine just
-awaits ``done``. The measured periods are the jitter benchmark's raw data.
+per period, so the control loop never sleeps or spins inside a callback (anti-pattern 3); the action's execute
+callback, on another executor thread, just waits for ``done``. The measured periods are the jitter benchmark's raw
+data.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import numpy as np
 
 from amf_ros.bringup.policy_runtime import ActionAdapter
+
+
+class DoneEvent(threading.Event):
+    """A one-shot completion flag with the future-like ``done()`` / ``set_result()`` EpisodeRun uses."""
+
+    def done(self) -> bool:
+        return self.is_set()
+
+    def set_result(self, _value: Any) -> None:
+        self.set()
 
 
 class EpisodeRun:
@@ -24,7 +36,7 @@ class EpisodeRun:
         task: task key; max_steps: step limit.
         action_space, horizon, exp_weight: see :class:`ActionAdapter`.
         obs_timeout_s: fail if no fresh observation arrives for this long.
-        now: start time, s; done: a future completed by :meth:`complete` (rclpy Future in the node).
+        now: start time, s; done: completed by :meth:`complete` (a :class:`DoneEvent` in the node).
     """
 
     def __init__(self, goal: Any, policy: Any, task: str, max_steps: int, action_space: str, horizon: int,
@@ -37,6 +49,7 @@ class EpisodeRun:
         self.completing = False  # set once the node has started completing the goal
         self.query_pending = False  # a success query is in flight
         self.tick_times: list[float] = []  # time.monotonic() of every published step
+        self.act_times: list[float] = []  # duration of every policy call (inference + ensembling), s
         self.elapsed = 0.0
         known = list(getattr(policy, "tasks", []) or [])
         if known and task not in known:
@@ -54,6 +67,13 @@ class EpisodeRun:
     def mean_period(self) -> float:
         p = self.periods
         return float(p.mean()) if p.size else 0.0
+
+    def timing(self) -> str:
+        """Period and inference-time summary for logs and the result message."""
+        p = self.periods
+        worst = f", max {p.max() * 1e3:.1f} ms" if p.size else ""
+        act = f", inference max {max(self.act_times) * 1e3:.1f} ms" if self.act_times else ""
+        return f"mean period {self.mean_period * 1e3:.1f} ms{worst}{act}"
 
     def tick(self, obs: tuple[dict, float] | None, now: float) -> np.ndarray | None:
         """One control step: the 7-D action to publish, or None (finished, or still waiting for an observation).
@@ -75,15 +95,17 @@ class EpisodeRun:
                 self._stop(False, f"no observation for {self.obs_timeout_s} s (is the arm/sim_bridge running?)")
             return None
         try:
+            t0 = time.monotonic()
             chunk = self.policy.act(obs[0], self.task)
             action = self.adapter(chunk)
+            self.act_times.append(time.monotonic() - t0)
         except Exception as exc:  # a policy error ends the goal with ok=false; the node keeps running
             self._stop(False, f"policy failed at step {self.steps}: {exc}")
             return None
         self.steps += 1
         self.tick_times.append(time.monotonic())
         if self.steps >= self.max_steps:
-            self._stop(True, f"{self.steps} steps, mean period {self.mean_period * 1e3:.1f} ms")
+            self._stop(True, f"{self.steps} steps, {self.timing()}")
         return action
 
     def on_success_reply(self, reply: Any) -> None:
@@ -91,10 +113,10 @@ class EpisodeRun:
         self.query_pending = False
         if reply is not None and reply.ok and reply.success and reply.task in ("", self.task) and not self.finished:
             self.success = True
-            self._stop(True, f"solved at step {self.steps}, mean period {self.mean_period * 1e3:.1f} ms")
+            self._stop(True, f"solved at step {self.steps}, {self.timing()}")
 
     def complete(self, success: bool) -> None:
-        """Record the success verdict and release the awaiting goal coroutine."""
+        """Record the success verdict and release the waiting goal callback."""
         self.success = self.success or bool(success)
         if self.ok:
             self.message += f", success={self.success}"

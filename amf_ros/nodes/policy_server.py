@@ -17,12 +17,11 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.task import Future
 from sensor_msgs.msg import Image
 
 from amf_ros.action import FineTune, RunPolicy
 from amf_ros.bringup import policy_runtime
-from amf_ros.bringup.control_loop import EpisodeRun
+from amf_ros.bringup.control_loop import DoneEvent, EpisodeRun
 from amf_ros.data.ros_convert import image_to_rgb
 from amf_ros.msg import CheckpointInfo, EefDeltaAction, StateVector
 from amf_ros.nodes._params import declare
@@ -118,8 +117,9 @@ class PolicyServerNode(Node):
             self.success_client.call_async(TaskSuccess.Request()).add_done_callback(
                 lambda f: run.on_success_reply(f.result()))
 
-    async def execute_run(self, goal_handle) -> RunPolicy.Result:
-        """One run_policy goal: the control timer does the stepping; this coroutine awaits its end."""
+    def execute_run(self, goal_handle) -> RunPolicy.Result:
+        """One run_policy goal: the control timer does the stepping; this callback (on its own executor thread,
+        Reentrant group) waits for the run to end (see execute_fine_tune for why it is not a coroutine)."""
         req = goal_handle.request
         with self.run_lock:
             busy = self.run is not None and not self.run.done.done()
@@ -127,12 +127,12 @@ class PolicyServerNode(Node):
                 run = EpisodeRun(goal_handle, self.runtime.policy, req.task, req.max_steps or self.p["max_steps"],
                                  self.p["action_space"], self.p["ensemble_horizon"], self.p["ensemble_exp_weight"],
                                  self.p["observation_timeout_s"], self.get_clock().now().nanoseconds * 1e-9,
-                                 Future())
+                                 DoneEvent())
                 self.run = run
         if busy:
             goal_handle.abort()
             return RunPolicy.Result(ok=False, message="another run_policy goal is active; cancel it first")
-        await run.done
+        run.done.wait()
         with self.run_lock:
             self.run = None
         result = RunPolicy.Result(ok=run.ok, message=run.message, success=run.success, steps=run.steps,
@@ -146,27 +146,23 @@ class PolicyServerNode(Node):
         self.get_logger().info(f"run_policy {req.task}: {run.message}")
         return result
 
-    async def execute_fine_tune(self, goal_handle) -> FineTune.Result:
-        """Fine-tune in a worker thread; feedback per chunk of steps; the checkpoint is announced when done."""
-        req, done = goal_handle.request, Future()
+    def execute_fine_tune(self, goal_handle) -> FineTune.Result:
+        """Fine-tune on this executor worker thread (Reentrant group: never the control timer's thread).
 
-        def work() -> None:
-            try:
-                res = self.runtime.fine_tune(
-                    req.steps, list(req.tasks),
-                    feedback=lambda s, n, l: goal_handle.publish_feedback(FineTune.Feedback(step=s, total_steps=n,
-                                                                                            loss=l)),
-                    cancelled=lambda: goal_handle.is_cancel_requested)
-                done.set_result(res)
-            except Exception as exc:  # reported to the client as ok=false; the node keeps running
-                done.set_result(exc)
-
-        threading.Thread(target=work, name="fine_tune", daemon=True).start()
-        res = await done
-        if isinstance(res, Exception):
-            (goal_handle.canceled if isinstance(res, policy_runtime.Cancelled) else goal_handle.abort)()
-            self.get_logger().warn(f"fine_tune failed: {res}")
-            return FineTune.Result(ok=False, message=str(res), final_loss=float("nan"))
+        Not a coroutine: an rclpy coroutine awaiting a future is re-polled on every executor iteration (a busy loop
+        that starves the control timer of the GIL); a plain callback occupying one of the executor's threads is not.
+        """
+        req = goal_handle.request
+        try:
+            res = self.runtime.fine_tune(
+                req.steps, list(req.tasks),
+                feedback=lambda s, n, loss: goal_handle.publish_feedback(
+                    FineTune.Feedback(step=s, total_steps=n, loss=loss)),
+                cancelled=lambda: goal_handle.is_cancel_requested)
+        except Exception as exc:  # reported to the client as ok=false; the node keeps running
+            (goal_handle.canceled if isinstance(exc, policy_runtime.Cancelled) else goal_handle.abort)()
+            self.get_logger().warn(f"fine_tune failed: {exc}")
+            return FineTune.Result(ok=False, message=str(exc), final_loss=float("nan"))
         self.announce()
         goal_handle.succeed()
         msg = f"round {res.round}: {len(res.losses)} steps in {res.wall_time_s:.1f} s, loss {res.final_loss:.4f}"
@@ -181,7 +177,8 @@ def main(args=None) -> None:
     node = None
     try:
         node = PolicyServerNode()
-        executor = MultiThreadedExecutor(num_threads=4)
+        # threads: control timer, observations, a waiting run_policy goal, a fine-tune, service/action plumbing
+        executor = MultiThreadedExecutor(num_threads=6)
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
