@@ -181,13 +181,24 @@ def _yaml_value(path: str, node: str, key: str) -> Any:
     return ((doc.get(node) or {}).get("ros__parameters") or {}).get(key)
 
 
+def _field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each dataclass field (the help text of its flag)."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    return {a.target.id: b.value.value.strip() for a, b in zip(body, body[1:])
+            if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Flags of `amf run`, one per LoopConfig field."""
     p = argparse.ArgumentParser(prog="amf run", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    docs = _field_docs(LoopConfig)
     for f in dataclasses.fields(LoopConfig):
         p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
-                       help=(LoopConfig.__dataclass_fields__[f.name].metadata.get("help") or f.name))
+                       help=docs.get(f.name, f.name))
     return p
 
 

@@ -115,3 +115,17 @@ def test_amf_up_dry_run_prints_the_launch_plan(capsys) -> None:
     assert [ln.split()[0].rsplit("/", 1)[-1] for ln in lines] == list(graph.node_names("sim"))
     assert all("--params-file" in ln and ln.split()[0].endswith(n) for ln, n in zip(lines, graph.node_names("sim")))
     assert "checkpoint:='/ck'" in lines[2] and "checkpoint:='/ck'" in lines[3]
+
+
+def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
+    from amf_ros.bringup.loop import LoopConfig, build_parser, node_overrides
+
+    args = build_parser().parse_args(["--rounds", "3", "--selector", "uniform"])
+    assert args.rounds == 3 and args.selector == "uniform" and args.fine_tune_steps == LoopConfig().fine_tune_steps
+    with pytest.raises(ValueError, match="rounds"):
+        LoopConfig(rounds=0)
+    with pytest.raises(ValueError, match="selector"):
+        LoopConfig(selector="greedy")
+    over = node_overrides(tmp_path, LoopConfig(selector="uniform", seed=3))
+    assert f"dataset_dir:={tmp_path.resolve() / 'dataset'}" in over["policy_server"]
+    assert "selector:=uniform" in over["task_selector"] and "selector:=uniform" not in over["policy_server"]
