@@ -106,7 +106,7 @@ def test_three_rounds_of_the_loop(graph_run) -> None:
 
         client.reset(d.task, seed=1000)
         n0 = len(client.seen.actions)
-        res = client.run_policy(d.task, max_steps=25, timeout=120)
+        res = client.run_policy(d.task, max_steps=40, timeout=120)
         assert res.ok, res.message
         stamps = np.array([t for t, _ in client.seen.actions[n0:]])
         if res.success:  # the arm solved the task early: fewer steps, rate still measured
