@@ -23,7 +23,9 @@ def test_recorder_refuses_bad_input_and_keeps_what_it_recorded(start_nodes, clie
     from amf_ros.data.store import EpisodeStore
     from amf_ros.srv import EndEpisode, StartEpisode
 
+    # Stream time runs 5x faster than wall time here: max_delay_s must cover a topic lagging behind the others.
     params = {"dataset_dir": str(tmp_path / "ds"), "sync_mode": "on_action", "control_rate_hz": 10.0,
+              "max_delay_s": 5.0,
               "image_topics": [IMAGE_TOPIC], "topic_timeout_s": 3.0, "chunk_steps": 4, "status_period_s": 0.3}
     procs = start_nodes({"demo_recorder": params}, name="rec")
     status = StatusWatcher(client_node)

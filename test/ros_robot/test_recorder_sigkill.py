@@ -22,6 +22,7 @@ def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tm
 
     dataset = tmp_path / "ds"
     params = {"dataset_dir": str(dataset), "sync_mode": "on_action", "image_topics": [IMAGE_TOPIC],
+              "max_delay_s": 5.0,  # stream time runs faster than wall time in these scripted sessions
               "chunk_steps": 4, "topic_timeout_s": 5.0, "status_period_s": 0.2}
     procs = start_nodes({"demo_recorder": params}, name="first")
     status = StatusWatcher(client_node)

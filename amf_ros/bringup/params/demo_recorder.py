@@ -45,7 +45,7 @@ PARAMS = (
     Param("chunk_steps", 25, "Steps per chunk file = the most steps a crash can lose.", range=(1, 100000)),
     Param("topic_timeout_s", 2.0, "StartEpisode fails unless every observation topic delivered a message within "
           "this time and the action topic has a publisher, s.", range=(0.01, 3600.0)),
-    Param("end_quiet_s", 0.1, "EndEpisode first waits for messages still in flight: a topic is settled when its "
+    Param("end_quiet_s", 0.3, "EndEpisode first waits for messages still in flight: a topic is settled when its "
           "newest message is stamped after the request or nothing arrived on it for this long, s.",
           range=(0.0, 10.0)),
     Param("end_timeout_s", 1.0, "Longest EndEpisode waits for topics to settle before it commits, s.",
