@@ -96,7 +96,8 @@ class MetaworldBenchConfig:
     selection_copy: str = "frozen"
     """Policy whose loss gradients feed the criterion: "frozen" = the pre-trained policy, never fine-tuned (the
     data enter through the posterior, ``condition_on_data``); "holdout" = a copy fine-tuned every round on all but
-    the warm-start demonstrations (App. M.3.4; on this suite it forgets the pre-trained tasks, see docs)."""
+    the warm-start demonstrations (App. M.3.4; on this suite it forgets the pre-trained tasks, see docs);
+    "current" = the fine-tuned policy itself (trained on every demonstration, the validation set included)."""
     criterion_targets: str = "warm"
     """Target and candidate demonstrations of the criterion: "warm" (the warm-start validation set) or "all"."""
     condition_on_data: bool = True
@@ -120,8 +121,8 @@ class MetaworldBenchConfig:
                      "frames_per_demo", "eval_episodes", "eval_slots"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)=}")
-        if self.selection_copy not in ("frozen", "holdout"):
-            raise ValueError(f"selection_copy must be 'frozen' or 'holdout', got {self.selection_copy=}")
+        if self.selection_copy not in ("frozen", "holdout", "current"):
+            raise ValueError(f"selection_copy must be 'frozen', 'holdout' or 'current', got {self.selection_copy=}")
         if self.criterion_targets not in ("warm", "all"):
             raise ValueError(f"criterion_targets must be 'warm' or 'all', got {self.criterion_targets=}")
         if self.alpha_steps < 0 or self.noise_var <= 0 or self.lr <= 0:
@@ -200,7 +201,8 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
         t1 = time.perf_counter()
         score_fn = None
         if selection_copy is not None and all(counts.values()):
-            score_fn = amf_score_fn(selection_copy, demos, warm, cfg)
+            scorer = policy if cfg.selection_copy == "current" else selection_copy
+            score_fn = amf_score_fn(scorer, demos, warm, cfg)
         sel = selector.select(list(cfg.tasks), counts, rng, batch_size=cfg.demos_per_round, score_fn=score_fn,
                               pretrain_counts=pre_counts)
         timing["select"] += time.perf_counter() - t1
@@ -444,6 +446,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--methods", nargs="+", default=None, help=f"subset of {list(METHODS)}")
     parser.add_argument("--allocations", nargs="+", default=None, help=f"subset of {list(ALLOCATIONS)}")
     parser.add_argument("--eval-episodes", type=int, default=None, help="evaluation episodes per task and round")
+    parser.add_argument("--selection-copy", choices=("frozen", "holdout", "current"), default=None,
+                        help="AMF's selection copy (default: from the config, frozen)")
     parser.add_argument("--work-dir", default=None, help="where pre-trained checkpoints live during the run")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--replot", default=None, metavar="RESULTS_JSON",
@@ -461,7 +465,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"wrote {', '.join(str(p) for p in plots)}")
         return 0
     cfg = load_config(MetaworldBenchConfig, args.config, seeds=args.seeds, rounds=args.rounds,
-                      methods=args.methods, allocations=args.allocations, eval_episodes=args.eval_episodes)
+                      methods=args.methods, allocations=args.allocations, eval_episodes=args.eval_episodes,
+                      selection_copy=args.selection_copy)
     jobs = args.jobs or os.cpu_count() or 1
     t0 = time.perf_counter()
     raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress)

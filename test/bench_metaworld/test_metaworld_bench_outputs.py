@@ -28,6 +28,8 @@ def test_configs_refuse_bad_values(tmp_path: Path) -> None:
         MetaworldBenchConfig(methods=["amf", "oracle"])
     with pytest.raises(ValueError, match="rounds"):
         MetaworldBenchConfig(rounds=0)
+    with pytest.raises(ValueError, match="selection_copy"):
+        MetaworldBenchConfig(selection_copy="latest")
     with pytest.raises(ValueError, match="allocation"):
         PretrainConfig(allocation="half")
     bad = tmp_path / "c.yaml"
@@ -101,5 +103,5 @@ def test_config_file_matches_the_code_defaults() -> None:
 
     path = Path(__file__).resolve().parents[2] / "config" / "bench" / "metaworld.yaml"
     assert dataclasses.asdict(load_config(MetaworldBenchConfig, path)) == dataclasses.asdict(MetaworldBenchConfig())
-    for name in ("metaworld_smoke.yaml", "metaworld_paper.yaml"):
+    for name in ("metaworld_smoke.yaml", "metaworld_paper.yaml", "metaworld_ablation_selection_copy.yaml"):
         load_config(MetaworldBenchConfig, path.parent / name)  # valid keys and values
