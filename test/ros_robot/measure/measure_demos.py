@@ -49,7 +49,8 @@ def main() -> int:
     node = Node("measure_demos")
     executor = MultiThreadedExecutor(num_threads=2)
     executor.add_node(node)
-    threading.Thread(target=executor.spin, daemon=True).start()
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
     seen: list = []
     node.create_subscription(EpisodeInfo, "/amf/episodes", seen.append, 50)
 
@@ -72,6 +73,7 @@ def main() -> int:
                       f"wall={wall:5.2f}s rate={info.num_steps / wall:5.1f} steps/s", flush=True)
     finally:
         executor.shutdown(timeout_sec=2.0)
+        spinner.join(timeout=5.0)
         node.destroy_node()
         rclpy.try_shutdown()
     return 0

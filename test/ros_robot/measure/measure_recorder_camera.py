@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     node = Node("measure_recorder_camera")
     executor = MultiThreadedExecutor(num_threads=2)
     executor.add_node(node)
-    threading.Thread(target=executor.spin, daemon=True).start()
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
     try:
         with NodeProcesses([NodeSpec("demo_recorder", "demo_recorder", str(out / "params.yaml"))],
                            log_dir=out / "logs", env=dict(os.environ)):
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{end_s:.2f} s; stored {end.num_steps} steps, {size / max(end.num_steps, 1) / 1e3:.0f} kB/step")
     finally:
         executor.shutdown(timeout_sec=2.0)
+        spinner.join(timeout=5.0)
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
