@@ -4,9 +4,9 @@ When the recorder's latched status (``status_topic``) shows a new episode, this 
 task's scripted Metaworld expert, publishing EefDeltaAction on ``action_topic`` exactly as a teleop device
 would, and ends the episode (EndEpisode, success from the simulator) like an operator pressing "done".
 
-Per control tick (``control_rate_hz``) it sends at most one action, and only from a FRESH observation: one
-stamped after the episode started and after its previous action (the simulator publishes one observation per
-applied action). Before each action it asks ``success_service``; when the task is solved or ``max_steps``
+It sends at most one action per control period (``control_rate_hz``), as soon as a FRESH observation is in (or
+at the next tick): one stamped after the episode started and after its previous action (the simulator publishes
+one observation per applied action). Before each action it asks ``success_service``; when the task is solved or ``max_steps``
 actions were sent, it ends the episode. So every action is computed from exactly one observation, the newest
 one, whose stamp precedes the action's stamp: the pair a recorder must store together.
 If the simulator is on another task than the episode, or no fresh observation arrives within
@@ -51,6 +51,7 @@ class _Episode:
     steps: int = 0
     last_action_ns: int = 0
     pending_since: int = 0  # node clock when the success query in flight was sent (0 = none in flight)
+    last_query_ns: int = 0  # node clock of the last success query (paces the actions)
 
 
 class ScriptedTeleop(Node):
@@ -86,6 +87,7 @@ class ScriptedTeleop(Node):
     def _on_state(self, msg: StateVector) -> None:
         with self._lock:
             self._obs = (_ns(msg.header.stamp), np.asarray(msg.values, dtype=np.float64))
+            self._maybe_act()  # an observation later than the tick is acted on at once (still at most the rate)
 
     def _on_status(self, msg: RecorderStatus) -> None:
         with self._lock:
@@ -107,24 +109,30 @@ class ScriptedTeleop(Node):
 
     def _on_tick(self) -> None:
         with self._lock:
-            ep = self._episode
-            if ep is None or (ep.pending_since and self._now_ns() - ep.pending_since < _QUERY_TIMEOUT_NS):
-                return  # idle, or waiting for the simulator's answer (asked again after _QUERY_TIMEOUT_NS)
-            fresh_after = max(ep.start_ns, ep.last_action_ns)
-            if self._obs is None or self._obs[0] <= fresh_after:
-                if ep.steps == 0 and self._now_ns() - ep.started_ns > self.p["start_timeout_s"] * 1e9:
-                    self.get_logger().error(f"episode {ep.episode_id}: no observation on {self.p['state_topic']} "
-                                            f"within {self.p['start_timeout_s']} s; discarding it")
-                    self._episode = None
-                    self._finish(ep.episode_id, success=False, discard=True)
-                return
-            if not self._success.service_is_ready():
-                self.get_logger().warn(f"waiting for {self.p['success_service']}", throttle_duration_sec=2.0)
-                return
-            ep.pending_since = self._now_ns()
-            obs = self._obs
-            future = self._success.call_async(TaskSuccess.Request())
-            future.add_done_callback(lambda f: self._after_success(ep, obs, f))
+            self._maybe_act()
+
+    def _maybe_act(self) -> None:
+        """Ask the simulator for success before acting on a fresh observation, at most once per control period."""
+        ep, now = self._episode, self._now_ns()
+        if ep is None or (ep.pending_since and now - ep.pending_since < _QUERY_TIMEOUT_NS):
+            return  # idle, or waiting for the simulator's answer (asked again after _QUERY_TIMEOUT_NS)
+        if now - ep.last_query_ns < 0.9 * 1e9 / self.p["control_rate_hz"]:
+            return  # at most one action per control period (10% slack for timer jitter)
+        fresh_after = max(ep.start_ns, ep.last_action_ns)
+        if self._obs is None or self._obs[0] <= fresh_after:
+            if ep.steps == 0 and self._now_ns() - ep.started_ns > self.p["start_timeout_s"] * 1e9:
+                self.get_logger().error(f"episode {ep.episode_id}: no observation on {self.p['state_topic']} "
+                                        f"within {self.p['start_timeout_s']} s; discarding it")
+                self._episode = None
+                self._finish(ep.episode_id, success=False, discard=True)
+            return
+        if not self._success.service_is_ready():
+            self.get_logger().warn(f"waiting for {self.p['success_service']}", throttle_duration_sec=2.0)
+            return
+        ep.pending_since = ep.last_query_ns = now
+        obs = self._obs
+        future = self._success.call_async(TaskSuccess.Request())
+        future.add_done_callback(lambda f: self._after_success(ep, obs, f))
 
     def _after_success(self, ep: _Episode, obs: tuple[int, np.ndarray], future: Future) -> None:
         """The simulator's answer for the observation ``obs``: end the episode, or send the expert's action."""
