@@ -37,12 +37,15 @@ class EpisodeRun:
         action_space, horizon, exp_weight: see :class:`ActionAdapter`.
         obs_timeout_s: fail if no fresh observation arrives for this long.
         now: start time, s; done: completed by :meth:`complete` (a :class:`DoneEvent` in the node).
+        actor: optional ``obs -> (7,)`` callable with ``reset(task)`` that replaces ``policy.act`` + ensembling
+            (the Octo backend: camera window, trunk, head, Octo's post-processing; octo_backend.OctoActor).
     """
 
     def __init__(self, goal: Any, policy: Any, task: str, max_steps: int, action_space: str, horizon: int,
-                 exp_weight: float, obs_timeout_s: float, now: float, done: Any) -> None:
+                 exp_weight: float, obs_timeout_s: float, now: float, done: Any, actor: Any = None) -> None:
         self.goal, self.policy, self.task, self.max_steps = goal, policy, task, int(max_steps)
         self.adapter = ActionAdapter(action_space, horizon, exp_weight)
+        self.actor = actor
         self.obs_timeout_s, self.start, self.done = float(obs_timeout_s), float(now), done
         self.steps, self.finished, self.ok, self.cancelled, self.success = 0, False, True, False, False
         self.message = ""
@@ -54,6 +57,8 @@ class EpisodeRun:
         known = list(getattr(policy, "tasks", []) or [])
         if known and task not in known:
             self._stop(False, f"unknown task {task!r}; the policy knows {known}")
+        elif actor is not None:
+            actor.reset(task)
 
     def _stop(self, ok: bool, message: str) -> None:
         self.finished, self.ok, self.message = True, ok, message
@@ -96,8 +101,12 @@ class EpisodeRun:
             return None
         try:
             t0 = time.monotonic()
-            chunk = self.policy.act(obs[0], self.task)
-            action = self.adapter(chunk)
+            if self.actor is not None:
+                action = np.asarray(self.actor(obs[0]), dtype=np.float64)
+                if action.shape != (7,) or not np.all(np.isfinite(action)):
+                    raise ValueError(f"actor returned a bad action: shape {action.shape}, values {action}")
+            else:
+                action = self.adapter(self.policy.act(obs[0], self.task))
             self.act_times.append(time.monotonic() - t0)
         except Exception as exc:  # a policy error ends the goal with ok=false; the node keeps running
             self._stop(False, f"policy failed at step {self.steps}: {exc}")

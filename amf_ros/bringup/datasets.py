@@ -8,7 +8,7 @@ Metaworld policy (trained in its native 4-D space) and the 7-D wire action other
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -55,13 +55,19 @@ class EpisodeCache:
     """Per-episode transitions of a store, each committed episode read once (committed episodes never change).
 
     Why: task_selector answers next_task from the whole store; re-reading 400 episodes per request costs seconds.
+
+    Args:
+        loader: ``episode ids -> transitions`` replacing :func:`load_transitions` (the Octo backend: states are
+            the trunk's cached frame embeddings, octo_backend.EmbeddingCache.transitions).
     """
 
-    def __init__(self, dataset_dir: str | Path, action_space: str = "metaworld") -> None:
+    def __init__(self, dataset_dir: str | Path, action_space: str = "metaworld",
+                 loader: Callable[[Sequence[str]], Transitions | None] | None = None) -> None:
         if action_space not in ACTION_SPACES:
             raise ValueError(f"action_space must be one of {list(ACTION_SPACES)}, got {action_space=}")
         self.dataset_dir = Path(dataset_dir)
         self.action_space = action_space
+        self.loader = loader
         self._tasks: dict[str, str] = {}
         self._steps: dict[str, Transitions] = {}
 
@@ -89,7 +95,8 @@ class EpisodeCache:
         ids = self._ids()
         new = [e for e in ids if e not in self._steps]
         if new:
-            data = load_transitions(self.dataset_dir, action_space=self.action_space, episode_ids=new)
+            data = (self.loader(new) if self.loader is not None
+                    else load_transitions(self.dataset_dir, action_space=self.action_space, episode_ids=new))
             index = np.asarray(data["episode_index"])
             for i, eid in enumerate(new):
                 self._steps[eid] = {k: np.asarray(v)[index == i] for k, v in data.items()}

@@ -153,12 +153,21 @@ class PolicyRuntime:
         dataset_dir: the episode store fine-tuning reads.
         steps, batch_size, lr, alpha_steps, seed: fine-tuning defaults.
         action_space: which recorded action the policy is trained on (see datasets.ACTION_SPACES).
+        loader: ``path -> policy`` for the fine-tuned copy (default :func:`load_policy`; Octo: its own loader).
+        transitions_fn: ``tasks -> transitions or None`` (default: the store's states and actions; Octo: cached
+            trunk embeddings, see amf_ros.bringup.octo_backend.EmbeddingCache).
+        after_save: called with each new checkpoint directory before it is announced (Octo: source marker).
     """
 
     def __init__(self, policy: Any, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
                  steps: int = 300, batch_size: int = 256, lr: float = 1e-3, alpha_steps: int = 100,
-                 seed: int = 0, action_space: str = "metaworld") -> None:
+                 seed: int = 0, action_space: str = "metaworld", loader: Callable[[Path], Any] | None = None,
+                 transitions_fn: Callable[[list[str]], datasets.Transitions | None] | None = None,
+                 after_save: Callable[[Path], None] | None = None) -> None:
         self._policy = policy
+        self.loader = loader
+        self.transitions_fn = transitions_fn
+        self.after_save = after_save
         self.action_space = action_space
         self.checkpoint = Path(checkpoint)
         self.round = round_of(checkpoint)
@@ -203,7 +212,10 @@ class PolicyRuntime:
     def _fine_tune(self, steps: int, tasks: list[str], feedback: Callable[[int, int, float], None] | None,
                    cancelled: Callable[[], bool]) -> FineTuneResult:
         t0 = time.monotonic()
-        transitions = datasets.load_transitions(self.dataset_dir, tasks=tasks, action_space=self.action_space)
+        if self.transitions_fn is not None:
+            transitions = self.transitions_fn(tasks)
+        else:
+            transitions = datasets.load_transitions(self.dataset_dir, tasks=tasks, action_space=self.action_space)
         if transitions is None:
             what = f" for tasks {tasks}" if tasks else ""
             raise ValueError(f"no episodes{what} in the dataset {str(self.dataset_dir)!r}: record a "
@@ -216,7 +228,8 @@ class PolicyRuntime:
                              f"({sorted(known)})")
         # A fresh copy of the acting checkpoint (sharing the frozen task encoder) is trained; the acting policy is
         # untouched until the new checkpoint is saved.
-        student = load_policy(self.checkpoint, task_encoder=getattr(acting, "encoder", None))
+        student = (self.loader(self.checkpoint) if self.loader is not None
+                   else load_policy(self.checkpoint, task_encoder=getattr(acting, "encoder", None)))
         every = max(1, min(50, steps // 20))  # feedback about 20 times, at least every 50 steps
 
         def on_step(step: int, loss: float) -> bool:
@@ -232,6 +245,8 @@ class PolicyRuntime:
             student.fit_alpha(transitions, steps=self.alpha_steps, seed=self.seed + self.round)
         new_round = max(self.round, round_of(newest_checkpoint(self.checkpoint_dir) or "")) + 1
         path = student.save(self.checkpoint_dir / f"round_{new_round:04d}")
+        if self.after_save is not None:
+            self.after_save(Path(path))
         alphas = datasets.alphas(student)
         with self._lock:
             self._policy, self.checkpoint, self.round = student, Path(path), new_round

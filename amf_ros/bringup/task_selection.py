@@ -60,12 +60,14 @@ class TaskSelection:
         targets: "warm" = the first episode of each task is the validation set (targets and hallucinated
             demonstrations), "all" = every episode; condition_on_data: condition the posterior on the other episodes.
         action_space: which recorded action labels the embeddings ("metaworld" = native, "eef7" = wire action).
+        episode_loader: ``episode ids -> transitions`` (default: the store's states; the Octo backend: cached
+            trunk embeddings, see datasets.EpisodeCache).
     """
 
     def __init__(self, selector: str, instructions: Mapping[str, str], dataset_dir: str | Path, seed: int = 0,
                  form: str = "log_variance", noise_var: float = 1.0, prior_var: float = 1.0,
                  frames_per_episode: int = 16, max_points: int = 1024, action_space: str = "metaworld",
-                 targets: str = "warm", condition_on_data: bool = True) -> None:
+                 targets: str = "warm", condition_on_data: bool = True, episode_loader: Any = None) -> None:
         from amf_ros.core.selectors import make_selector
 
         if not instructions:
@@ -82,7 +84,7 @@ class TaskSelection:
         if targets not in ("warm", "all"):
             raise ValueError(f"targets must be 'warm' or 'all', got {targets=}")
         self.targets, self.condition_on_data = targets, bool(condition_on_data)
-        self.cache = datasets.EpisodeCache(dataset_dir, action_space)
+        self.cache = datasets.EpisodeCache(dataset_dir, action_space, loader=episode_loader)
         self._phi: dict[tuple[str, int], np.ndarray] = {}
         self.pretrain_counts: dict[str, int] | None = None
         self._policy: Any = None

@@ -3,6 +3,8 @@
 Callback groups: the control timer has its own group, each action server its own; fine-tuning runs in a worker
 thread, so it never stalls the control timer. run_policy during a fine-tune keeps acting with the policy it
 started with; a finished fine-tune takes effect from the next run_policy goal (amf_ros.bringup.policy_runtime).
+Backend "octo" (amf_ros.bringup.octo_backend): acts on the camera topic with Octo's frozen trunk and its
+fine-tuned head + prior; fine-tunes on trunk embeddings cached per recorded frame.
 Parameters: amf_ros/bringup/params/policy_server.py.
 """
 
@@ -22,6 +24,7 @@ from sensor_msgs.msg import Image
 from amf_ros.action import FineTune, RunPolicy
 from amf_ros.bringup import policy_runtime
 from amf_ros.bringup.control_loop import DoneEvent, EpisodeRun
+from amf_ros.bringup.octo_backend import OctoServing
 from amf_ros.data.ros_convert import image_to_rgb
 from amf_ros.msg import CheckpointInfo, EefDeltaAction, StateVector
 from amf_ros.nodes._params import declare
@@ -38,22 +41,33 @@ class PolicyServerNode(Node):
         super().__init__("policy_server")
         p = self.p = declare(self, "policy_server")
         policy_runtime.set_torch_threads(self.p["torch_threads"])
-        path = policy_runtime.resolve_checkpoint(p["checkpoint"], p["checkpoint_dir"])
-        self.runtime = policy_runtime.PolicyRuntime(
-            policy_runtime.load_policy(path), path, p["checkpoint_dir"], p["dataset_dir"], steps=p["fine_tune_steps"],
-            batch_size=p["fine_tune_batch_size"], lr=p["fine_tune_lr"], alpha_steps=p["alpha_steps"], seed=p["seed"],
-            action_space=p["action_space"])
+        self.octo = OctoServing(p) if p["backend"] == "octo" else None  # Octo: trunk on camera frames
+        if self.octo is not None:
+            self.runtime = self.octo.runtime
+        else:
+            path = policy_runtime.resolve_checkpoint(p["checkpoint"], p["checkpoint_dir"])
+            self.runtime = policy_runtime.PolicyRuntime(
+                policy_runtime.load_policy(path), path, p["checkpoint_dir"], p["dataset_dir"],
+                steps=p["fine_tune_steps"], batch_size=p["fine_tune_batch_size"], lr=p["fine_tune_lr"],
+                alpha_steps=p["alpha_steps"], seed=p["seed"], action_space=p["action_space"])
+        path = self.runtime.checkpoint
         self.obs: tuple[dict, float] | None = None  # latest ({"state": (S,), "image": (H, W, 3)}, receive time)
         self.image: np.ndarray | None = None
         self.run: EpisodeRun | None = None
         self.run_lock = threading.Lock()
         self.pub = self.create_publisher(EefDeltaAction, p["action_topic"], RELIABLE)
         self.ckpt_pub = self.create_publisher(CheckpointInfo, p["checkpoint_topic"], LATCHED)
-        self.create_subscription(StateVector, p["state_topic"], self.on_state, RELIABLE,
-                                 callback_group=MutuallyExclusiveCallbackGroup())
-        if p["image_topic"]:  # latest frame only (the policy acts on the newest image)
-            self.create_subscription(Image, p["image_topic"], self.on_image, QoSProfile(
-                depth=1, reliability=ReliabilityPolicy.BEST_EFFORT), callback_group=MutuallyExclusiveCallbackGroup())
+        if self.octo is None:  # Octo acts on the camera window only
+            self.create_subscription(StateVector, p["state_topic"], self.on_state, RELIABLE,
+                                     callback_group=MutuallyExclusiveCallbackGroup())
+        latest = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)  # the policy acts on the newest
+        if p["image_topic"]:
+            self.create_subscription(Image, p["image_topic"], self.on_image, latest,
+                                     callback_group=MutuallyExclusiveCallbackGroup())
+        self.wrist: np.ndarray | None = None
+        if self.octo is not None and p["wrist_image_topic"]:
+            self.create_subscription(Image, p["wrist_image_topic"], self.on_wrist, latest,
+                                     callback_group=MutuallyExclusiveCallbackGroup())
         self.success_client = (self.create_client(TaskSuccess, p["success_service"],
                                                   callback_group=ReentrantCallbackGroup())
                                if p["success_service"] else None)
@@ -64,7 +78,7 @@ class PolicyServerNode(Node):
         ActionServer(self, FineTune, "/amf/fine_tune", self.execute_fine_tune,
                      cancel_callback=lambda _g: CancelResponse.ACCEPT, callback_group=ReentrantCallbackGroup())
         self.announce()
-        self.get_logger().info(f"ready: checkpoint {path}, control {p['control_rate_hz']} Hz")
+        self.get_logger().info(f"ready: {p['backend']} backend, checkpoint {path}, control {p['control_rate_hz']} Hz")
 
     def announce(self) -> None:
         """Publish the acting checkpoint on the latched /amf/checkpoint topic."""
@@ -83,8 +97,17 @@ class PolicyServerNode(Node):
     def on_image(self, msg: Image) -> None:
         try:
             self.image = image_to_rgb(msg)
+            if self.octo is not None:  # the camera frame (+ the newest wrist frame) is the observation
+                obs = {"image": self.image} if self.wrist is None else {"image": self.image, "wrist": self.wrist}
+                self.obs = (obs, self.get_clock().now().nanoseconds * 1e-9)
         except ValueError as exc:  # unsupported encoding: say so, keep running on the last good frame
             self.get_logger().error(f"{self.p['image_topic']}: {exc}", throttle_duration_sec=5.0)
+
+    def on_wrist(self, msg: Image) -> None:
+        try:
+            self.wrist = image_to_rgb(msg)
+        except ValueError as exc:
+            self.get_logger().error(f"{self.p['wrist_image_topic']}: {exc}", throttle_duration_sec=5.0)
 
     def on_tick(self) -> None:
         """Control timer: one step of the active run_policy goal (if any)."""
@@ -124,10 +147,11 @@ class PolicyServerNode(Node):
         with self.run_lock:
             busy = self.run is not None and not self.run.done.done()
             if not busy:
-                run = EpisodeRun(goal_handle, self.runtime.policy, req.task, req.max_steps or self.p["max_steps"],
+                policy = self.runtime.policy
+                run = EpisodeRun(goal_handle, policy, req.task, req.max_steps or self.p["max_steps"],
                                  self.p["action_space"], self.p["ensemble_horizon"], self.p["ensemble_exp_weight"],
                                  self.p["observation_timeout_s"], self.get_clock().now().nanoseconds * 1e-9,
-                                 DoneEvent())
+                                 DoneEvent(), actor=self.octo.actor(policy) if self.octo is not None else None)
                 self.run = run
         if busy:
             goal_handle.abort()

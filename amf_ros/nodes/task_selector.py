@@ -14,6 +14,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from amf_ros.bringup import policy_runtime
+from amf_ros.bringup.octo_backend import OctoSelection
 from amf_ros.bringup.task_selection import TaskSelection
 from amf_ros.bringup.tasks import task_set
 from amf_ros.msg import CheckpointInfo
@@ -30,13 +31,20 @@ class TaskSelectorNode(Node):
         super().__init__("task_selector")
         self.p = declare(self, "task_selector")
         policy_runtime.set_torch_threads(self.p["torch_threads"])
+        self.octo: OctoSelection | None = None
+        if self.p["backend"] == "octo":  # head checkpoints + policy_server's cached Octo frame embeddings
+            self.octo = OctoSelection(self.p, task_set(self.p["tasks_file"], None, self.p["tasks"]))
         policy, checkpoint = self._initial_policy()
+        instructions = task_set(self.p["tasks_file"], policy, self.p["tasks"])
+        if self.octo is not None:
+            self.octo.cache.instructions.update(getattr(policy, "instructions", None) or {})
         self.selection = TaskSelection(
-            self.p["selector"], task_set(self.p["tasks_file"], policy, self.p["tasks"]), self.p["dataset_dir"],
+            self.p["selector"], instructions, self.p["dataset_dir"],
             seed=self.p["seed"], form=self.p["form"], noise_var=self.p["noise_var"], prior_var=self.p["prior_var"],
             frames_per_episode=self.p["frames_per_episode"], max_points=self.p["max_points"],
             action_space=self.p["action_space"], targets=self.p["targets"],
-            condition_on_data=self.p["condition_on_data"])
+            condition_on_data=self.p["condition_on_data"],
+            episode_loader=self.octo.episode_loader() if self.octo is not None else None)
         if policy is not None:
             self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint))
         self.reloads = 0
@@ -49,6 +57,9 @@ class TaskSelectorNode(Node):
 
     def _initial_policy(self):
         """The newest checkpoint, or (None, "") when there is none (fine for uniform / round_robin)."""
+        if self.octo is not None:
+            head = self.octo.newest_head()
+            return (self.octo.load(head), str(head.resolve())) if head is not None else (None, "")
         try:
             path = policy_runtime.resolve_checkpoint(self.p["checkpoint"], self.p["checkpoint_dir"])
         except ValueError as exc:
@@ -71,7 +82,8 @@ class TaskSelectorNode(Node):
             return
         try:
             current = self.selection.policy  # share its language model instead of loading another copy
-            policy = policy_runtime.load_policy(msg.path, task_encoder=getattr(current, "encoder", None))
+            policy = (self.octo.load(msg.path) if self.octo is not None else
+                      policy_runtime.load_policy(msg.path, task_encoder=getattr(current, "encoder", None)))
         except Exception as exc:  # a bad checkpoint must not kill the node
             self.get_logger().error(f"cannot load announced checkpoint {msg.path!r}: {exc}")
             return

@@ -2,8 +2,37 @@
 
 from amf_ros.bringup.params import Param
 
+OCTO_PARAMS = (
+    Param("backend", "native", "Acting policy: 'native' = the package's TaskConditionedPolicy (checkpoint = its "
+          "directory); 'octo' = Octo's frozen trunk on camera frames + its diffusion head fine-tuned copy and frozen "
+          "prior (checkpoint = an Octo checkpoint directory).", choices=("native", "octo")),
+    Param("octo_trunk_factory", "amf_ros.policies.octo.trunk:OctoTrunk", "backend octo: 'module:function' called "
+          "as f(checkpoint, t5_path=, dataset_name=) -> trunk with OctoTrunk's API (default: the real Octo loader)."),
+    Param("t5_path", "", "backend octo: local t5-base tokenizer/config directory for offline loading (empty = "
+          "Hugging Face cache)."),
+    Param("octo_dataset", "bridge_dataset", "backend octo: key of the checkpoint's action statistics."),
+    Param("head_checkpoint", "", "backend octo: fine-tuned head checkpoint to start from (empty = newest "
+          "round_NNNN under checkpoint_dir made from the same Octo checkpoint, else Octo's pretrained head)."),
+    Param("tasks_file", "", "backend octo: task set YAML {key: instruction} the head is built for (the native "
+          "backend reads its tasks from the checkpoint)."),
+    Param("image_key", "image_primary", "backend octo: recorded image stream whose frames are embedded for "
+          "fine-tuning (the camera of image_topic)."),
+    Param("wrist_image_topic", "", "backend octo: wrist camera topic (sensor_msgs/Image) for a model with a "
+          "wrist tokenizer; empty = primary camera only (Octo's Bridge evaluation)."),
+    Param("wrist_image_key", "", "backend octo: recorded wrist image stream embedded with image_key for "
+          "fine-tuning (empty = none; set together with wrist_image_topic)."),
+    Param("embed_batch_size", 16, "backend octo: frames per trunk call when embedding recorded episodes.",
+          range=(1, 4096)),
+    Param("sticky_gripper_steps", 1, "backend octo: consecutive requests before the gripper switches (Octo's "
+          "WidowX evaluation: 1).", range=(1, 100)),
+    Param("max_translation", 0.05, "backend octo: per-step translation bound, m (EefDeltaAction).",
+          range=(1e-6, 1.0)),
+    Param("max_rotation", 0.25, "backend octo: per-step rotation bound, rad (EefDeltaAction).", range=(1e-6, 3.2)),
+)
+
 PARAMS = (
-    Param("checkpoint", "", "Checkpoint directory to start from (empty = newest under checkpoint_dir)."),
+    Param("checkpoint", "", "Checkpoint directory to start from (empty = newest under checkpoint_dir); backend "
+          "octo: the Octo checkpoint directory."),
     Param("checkpoint_dir", "runs/checkpoints", "Directory where fine-tuned checkpoints are written "
           "(round_NNNN/, each written atomically)."),
     Param("dataset_dir", "runs/dataset", "Episode store that /amf/fine_tune trains on."),
@@ -33,4 +62,4 @@ PARAMS = (
     Param("checkpoint_topic", "/amf/checkpoint", "Latched topic announcing each new checkpoint."),
     Param("torch_threads", 1, "torch intra-op threads of this process (0 = torch's default). 1 keeps several "
           "nodes on a 2-core machine from oversubscribing the CPU.", range=(0, 256)),
-)
+) + OCTO_PARAMS

@@ -2,13 +2,28 @@
 
 from amf_ros.bringup.params import Param
 
+OCTO_PARAMS = (
+    Param("backend", "native", "Policy copy: 'native' = TaskConditionedPolicy checkpoints; 'octo' = Octo head "
+          "checkpoints (round_NNNN under checkpoint_dir, written by policy_server) on the frozen Octo trunk's cached "
+          "frame embeddings; 'checkpoint' is then the Octo checkpoint directory (the trunk is loaded only for "
+          "frames policy_server has not embedded yet).", choices=("native", "octo")),
+    Param("octo_trunk_factory", "amf_ros.policies.octo.trunk:OctoTrunk", "backend octo: 'module:function' called "
+          "as f(checkpoint, t5_path=, dataset_name=) -> trunk (default: the real Octo loader)."),
+    Param("t5_path", "", "backend octo: local t5-base tokenizer/config directory (empty = Hugging Face cache)."),
+    Param("octo_dataset", "bridge_dataset", "backend octo: key of the checkpoint's action statistics."),
+    Param("image_key", "image_primary", "backend octo: recorded image stream that is embedded."),
+    Param("wrist_image_key", "", "backend octo: recorded wrist image stream (empty = none; as policy_server)."),
+    Param("embed_batch_size", 16, "backend octo: frames per trunk call.", range=(1, 4096)),
+)
+
 PARAMS = (
     Param("selector", "amf", "Task selector (amf_ros.core.selectors.make_selector name).",
           choices=("amf", "uniform", "round_robin", "rebalancing")),
     Param("tasks", [], "Candidate task keys (empty = every task of the checkpoint / tasks_file).",
           type="string_array"),
     Param("tasks_file", "", "Task set YAML (keys and instructions); empty = the checkpoint's own task list."),
-    Param("checkpoint", "", "Checkpoint directory to load first (empty = newest under checkpoint_dir)."),
+    Param("checkpoint", "", "Checkpoint directory to load first (empty = newest under checkpoint_dir); backend "
+          "octo: the Octo checkpoint directory."),
     Param("checkpoint_dir", "runs/checkpoints", "Where policy_server writes checkpoints (newest is loaded)."),
     Param("dataset_dir", "runs/dataset", "Episode store read for demo counts and embeddings."),
     Param("checkpoint_topic", "/amf/checkpoint", "Latched topic on which new checkpoints are announced."),
@@ -39,4 +54,4 @@ PARAMS = (
           "to the selector; only the privileged rebalancing baseline uses them."),
     Param("torch_threads", 1, "torch intra-op threads of this process (0 = torch's default). 1 keeps several "
           "nodes on a 2-core machine from oversubscribing the CPU.", range=(0, 256)),
-)
+) + OCTO_PARAMS

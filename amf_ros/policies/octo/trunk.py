@@ -87,12 +87,16 @@ class OctoTrunk:
         self._tasks: dict[tuple[str, ...], Any] = {}
 
     # -- inputs --------------------------------------------------------------------------------------------
-    def new_window(self, mode: str = "octo", crop_scale: float | None = None) -> ObservationWindow:
-        """An observation window with this model's window size, image sizes and pad-mask key."""
+    def new_window(self, mode: str = "octo", crop_scale: float | None = None,
+                   wrist: bool = True) -> ObservationWindow:
+        """An observation window with this model's window size, image sizes and pad-mask key.
+
+        ``wrist=False``: primary camera only, even if the model has a wrist tokenizer (Octo skips a missing image
+        key as padding; Octo's Bridge evaluation passes only ``image_primary``)."""
         keys = self.info.image_keys
         return ObservationWindow(window=self.info.window_size, primary_size=keys.get("image_primary", (256, 256)),
-                                 wrist_size=keys.get("image_wrist"), pad_key=self.pad_key, mode=mode,
-                                 crop_scale=crop_scale)
+                                 wrist_size=keys.get("image_wrist") if wrist else None, pad_key=self.pad_key,
+                                 mode=mode, crop_scale=crop_scale)
 
     def tasks(self, instructions: Sequence[str]) -> Any:
         """Octo task dict for a batch of instructions (T5-tokenised once per distinct batch, then cached)."""
@@ -137,12 +141,12 @@ class OctoTrunk:
 
         Args:
             images: (T, H, W, 3) uint8 primary camera frames.
-            wrist: (T, h, w, 3) uint8 wrist frames, if the model has a wrist camera.
+            wrist: (T, h, w, 3) uint8 wrist frames, if the model has a wrist camera (None = primary only).
         """
         images = np.asarray(images)
         if images.ndim != 4:
             raise ValueError(f"images must be (T, H, W, 3), got {images.shape}")
-        win = self.new_window()
+        win = self.new_window(wrist=wrist is not None)
         windows = [win.add(images[t], None if wrist is None else wrist[t]) for t in range(len(images))]
         out = []
         for i in range(0, len(windows), batch_size):
