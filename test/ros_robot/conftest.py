@@ -23,56 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 INSTALL_LIB = REPO / "install" / "amf_ros" / "lib" / "amf_ros"
 
 
-def _domain_free(domain: int) -> bool:
-    """Heuristic: the Fast DDS unicast port of participant 0 in ``domain`` can be bound (nobody uses it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind(("127.0.0.1", 7400 + 250 * domain + 11))
-        except OSError:
-            return False
-    return True
-
-
-@pytest.fixture(scope="session")
-def ros_env() -> dict[str, str]:
-    """Environment of node processes and of the test's own rclpy context: a domain of our own, loopback only."""
-    if not has("rclpy"):
-        pytest.skip("rclpy is not importable: run `bash scripts/setup.sh` and `source scripts/env.sh`")
-    if not INSTALL_LIB.is_dir():
-        pytest.skip(f"no colcon install at {INSTALL_LIB}: run `bash scripts/setup.sh`")
-    rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "little"))
-    domain = next((d for d in (rng.randint(1, 100) for _ in range(50)) if _domain_free(d)), rng.randint(1, 100))
-    env = {"ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "PYTHONUNBUFFERED": "1"}
-    os.environ.update(env)
-    os.environ.pop("RMW_IMPLEMENTATION", None)
-    return env
-
-
-@pytest.fixture(scope="session")
-def rclpy_session(ros_env):
-    """rclpy initialised once per session, after ROS_DOMAIN_ID is set."""
-    import rclpy
-
-    rclpy.init()
-    yield rclpy
-    rclpy.try_shutdown()
-
-
-@pytest.fixture
-def client_node(rclpy_session) -> Iterator[Any]:
-    """An rclpy node spun by a background MultiThreadedExecutor (futures complete while the test waits)."""
-    from rclpy.executors import MultiThreadedExecutor
-    from rclpy.node import Node
-
-    node = Node(f"ros_robot_test_{os.getpid()}_{random.randint(0, 10**6)}")
-    executor = MultiThreadedExecutor(num_threads=2)
-    executor.add_node(node)
-    thread = threading.Thread(target=executor.spin, daemon=True)
-    thread.start()
-    yield node
-    executor.shutdown()
-    node.destroy_node()
-    thread.join(timeout=5)
+# ros_env, rclpy_session and client_node are session-wide: test/conftest.py.
 
 
 def write_params(path: Path, sections: dict[str, dict[str, Any]]) -> Path:

@@ -11,41 +11,12 @@ from typing import Any, Callable
 
 import pytest
 
-from amf_ros._optional import has
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _ros_support import INSTALL_LIB, pick_domain_id, require_ros  # noqa: E402,F401  (re-exported)
 
 REPO = Path(__file__).resolve().parents[2]
-INSTALL_LIB = REPO / "install" / "amf_ros" / "lib" / "amf_ros"
-
-
-def _domain_id_free(domain: int) -> bool:
-    """Heuristic check that no other participant uses ``domain``: its Fast DDS unicast port can be bound."""
-    port = 7400 + 250 * domain + 11  # RTPS user unicast port of participant 0 (PB + DG*d + d3)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def pick_domain_id() -> int:
-    """A random ROS_DOMAIN_ID in 1..100 that looks unused on this machine."""
-    rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "little"))
-    for _ in range(50):
-        d = rng.randint(1, 100)
-        if _domain_id_free(d):
-            return d
-    return rng.randint(1, 100)
-
-
-def require_ros() -> None:
-    """Skip only when rclpy or the colcon install is absent (`bash scripts/setup.sh` builds both)."""
-    if not has("rclpy"):
-        pytest.skip("rclpy is not importable: run `bash scripts/setup.sh` and `source scripts/env.sh`")
-    if not INSTALL_LIB.is_dir():
-        pytest.skip(f"no colcon install at {INSTALL_LIB}: run `bash scripts/setup.sh`")
-
-
 
 
 def wait_future(future: Any, timeout: float, what: str = "call") -> Any:

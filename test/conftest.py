@@ -1,0 +1,65 @@
+"""Session fixtures shared by every ROS test folder.
+
+Why here: rclpy has one global context per process, and its domain id is fixed when it is initialised. Every
+folder that talks to nodes (test/ros_system, test/ros_robot, test/octo_serving) must therefore share ONE session
+domain and ONE context when pytest runs them together.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: make _ros_support importable
+
+from _ros_support import pick_domain_id, require_ros  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ros_env() -> dict[str, str]:
+    """Environment of node processes and of the in-test rclpy context: a domain of our own, loopback only."""
+    require_ros()
+    domain = os.environ.get("AMF_TEST_DOMAIN_ID") or str(pick_domain_id())
+    env = {"ROS_DOMAIN_ID": domain, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "PYTHONUNBUFFERED": "1"}
+    os.environ.update(env)  # the in-test rclpy context uses the same domain
+    os.environ.pop("RMW_IMPLEMENTATION", None)
+    return env
+
+
+@pytest.fixture(scope="session")
+def rclpy_context(ros_env):
+    """rclpy initialised once for the whole session (after ROS_DOMAIN_ID is set)."""
+    import rclpy
+
+    rclpy.init()
+    yield rclpy
+    rclpy.try_shutdown()
+
+
+@pytest.fixture(scope="session")
+def rclpy_session(rclpy_context):
+    """Alias of :func:`rclpy_context` (the name test/ros_robot uses)."""
+    return rclpy_context
+
+
+@pytest.fixture
+def client_node(rclpy_context) -> Iterator[Any]:
+    """A fresh rclpy node spun by a background MultiThreadedExecutor (futures complete while the test waits)."""
+    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.node import Node
+
+    node = Node(f"amf_test_client_{os.getpid()}_{random.randint(0, 1_000_000)}")
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(node)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    yield node
+    executor.shutdown()
+    node.destroy_node()
+    thread.join(timeout=5)
