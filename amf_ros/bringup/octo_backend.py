@@ -234,11 +234,12 @@ class EmbeddingCache:
             if emb is not None:
                 return emb, store.load(episode_id, images=False)
             keys = [self.image_key] + ([self.wrist_key] if self.wrist_key else [])
-            ep = store.load(episode_id, images=keys)
+            try:
+                ep = store.load(episode_id, images=keys)
+            except ValueError as exc:  # EpisodeValidationError: e.g. recorded without a camera
+                raise ValueError(f"episode {episode_id!r}: cannot read the camera stream(s) {keys} the Octo policy "
+                                 f"is fine-tuned on ({exc})") from exc
             obs = ep.observation
-            if self.image_key not in obs:
-                raise ValueError(f"episode {episode_id!r} has no image stream {self.image_key!r} "
-                                 f"(has {sorted(obs)}); the Octo policy needs camera frames")
             wrist = obs[self.wrist_key] if self.wrist_key else None
             emb = np.asarray(self.trunk_fn().embed_episode(obs[self.image_key], instruction, wrist=wrist,
                                                           batch_size=self.batch_size), np.float32)
@@ -250,10 +251,11 @@ class EmbeddingCache:
             self.computed += 1
             return emb, ep
 
-    def transitions(self, tasks: Sequence[str] = (), episode_ids: Sequence[str] | None = None
-                    ) -> dict[str, np.ndarray] | None:
+    def transitions(self, tasks: Sequence[str] = (), episode_ids: Sequence[str] | None = None,
+                    cancelled: Callable[[], bool] | None = None) -> dict[str, np.ndarray] | None:
         """Transitions with ``state`` = Octo embeddings (N, E) and ``action`` = recorded 7-D EefDeltaAction;
-        None if the store has no (matching) episode."""
+        None if the store has no (matching) episode. ``cancelled`` is polled before every episode (True ->
+        policy_runtime.Cancelled; the episodes embedded so far stay cached)."""
         from amf_ros.data.store import EpisodeStore
 
         if not self.dataset_dir.is_dir():
@@ -266,6 +268,10 @@ class EmbeddingCache:
             return None
         cols: dict[str, list[np.ndarray]] = {"state": [], "action": [], "task": [], "episode_index": [], "step": []}
         for i, eid in enumerate(ids):
+            if cancelled is not None and cancelled():
+                from amf_ros.bringup.policy_runtime import Cancelled
+
+                raise Cancelled(f"fine-tune cancelled while embedding episode {i + 1} of {len(ids)} (nothing saved)")
             emb, ep = self.episode(store, eid)
             n = len(ep)
             cols["state"].append(emb)
@@ -302,8 +308,23 @@ class OctoServing:
             policy, path, p["checkpoint_dir"], p["dataset_dir"], steps=p["fine_tune_steps"],
             batch_size=p["fine_tune_batch_size"], lr=p["fine_tune_lr"], alpha_steps=p["alpha_steps"],
             seed=p["seed"], action_space="eef7", loader=load_octo_policy,
-            transitions_fn=lambda tasks: self.cache.transitions(tasks),
+            transitions_fn=lambda tasks, cancelled: self.cache.transitions(tasks, cancelled=cancelled),
             after_save=lambda d: write_marker(d, octo_ckpt, key))
+
+    def warm_up(self) -> float:
+        """Act once on a black frame (JAX compiles the trunk on its first call: seconds, not a control period);
+        returns the time it took, s."""
+        import time
+
+        t0 = time.perf_counter()
+        policy = self.runtime.policy
+        actor = self.actor(policy)
+        actor.reset(policy.tasks[0])
+        obs = {"image": np.zeros((256, 256, 3), np.uint8)}
+        if self.p["wrist_image_topic"]:
+            obs["wrist"] = np.zeros((128, 128, 3), np.uint8)
+        actor(obs)
+        return time.perf_counter() - t0
 
     def actor(self, policy: Any) -> OctoActor:
         """A fresh per-episode actor for ``policy`` (the run's fixed policy)."""

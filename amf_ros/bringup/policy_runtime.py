@@ -154,7 +154,7 @@ class PolicyRuntime:
         steps, batch_size, lr, alpha_steps, seed: fine-tuning defaults.
         action_space: which recorded action the policy is trained on (see datasets.ACTION_SPACES).
         loader: ``path -> policy`` for the fine-tuned copy (default :func:`load_policy`; Octo: its own loader).
-        transitions_fn: ``tasks -> transitions or None`` (default: the store's states and actions; Octo: cached
+        transitions_fn: ``(tasks, cancelled) -> transitions or None``, may raise :class:`Cancelled` (default: the store's states and actions; Octo: cached
             trunk embeddings, see amf_ros.bringup.octo_backend.EmbeddingCache).
         after_save: called with each new checkpoint directory before it is announced (Octo: source marker).
     """
@@ -162,7 +162,8 @@ class PolicyRuntime:
     def __init__(self, policy: Any, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
                  steps: int = 300, batch_size: int = 256, lr: float = 1e-3, alpha_steps: int = 100,
                  seed: int = 0, action_space: str = "metaworld", loader: Callable[[Path], Any] | None = None,
-                 transitions_fn: Callable[[list[str]], datasets.Transitions | None] | None = None,
+                 transitions_fn: Callable[[list[str], Callable[[], bool]], datasets.Transitions | None]
+                 | None = None,
                  after_save: Callable[[Path], None] | None = None) -> None:
         self._policy = policy
         self.loader = loader
@@ -213,7 +214,7 @@ class PolicyRuntime:
                    cancelled: Callable[[], bool]) -> FineTuneResult:
         t0 = time.monotonic()
         if self.transitions_fn is not None:
-            transitions = self.transitions_fn(tasks)
+            transitions = self.transitions_fn(tasks, cancelled)
         else:
             transitions = datasets.load_transitions(self.dataset_dir, tasks=tasks, action_space=self.action_space)
         if transitions is None:

@@ -44,6 +44,7 @@ class PolicyServerNode(Node):
         self.octo = OctoServing(p) if p["backend"] == "octo" else None  # Octo: trunk on camera frames
         if self.octo is not None:
             self.runtime = self.octo.runtime
+            self.get_logger().info(f"Octo warm-up (first trunk + head call): {self.octo.warm_up():.2f} s")
         else:
             path = policy_runtime.resolve_checkpoint(p["checkpoint"], p["checkpoint_dir"])
             self.runtime = policy_runtime.PolicyRuntime(

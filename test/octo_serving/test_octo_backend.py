@@ -104,6 +104,19 @@ def test_serving_fine_tunes_on_cached_embeddings_and_resumes(tmp_path):
         serving.runtime.fine_tune(tasks=["nope"])
 
 
+def test_fine_tune_cancelled_during_embedding_keeps_what_was_embedded(tmp_path):
+    from amf_ros.bringup.policy_runtime import Cancelled
+
+    ckpt = fake_checkpoint(tmp_path / "octo")
+    _episodes(tmp_path / "data", n_eps=3)
+    serving = ob.OctoServing(_params(tmp_path, ckpt))
+    polls = []
+    with pytest.raises(Cancelled, match="embedding episode 2 of 3"):
+        serving.runtime.fine_tune(cancelled=lambda: polls.append(1) or len(polls) > 1)
+    assert serving.trunk.episodes_embedded == 1 and serving.runtime.round == 0
+    assert serving.runtime.fine_tune().round == 1 and serving.trunk.episodes_embedded == 3  # 1 reused, 2 new
+
+
 def test_actor_postprocesses_octo_chunks(tmp_path):
     ckpt = fake_checkpoint(tmp_path / "octo")
     serving = ob.OctoServing(_params(tmp_path, ckpt))
@@ -150,3 +163,19 @@ def test_selection_scores_on_cached_embeddings(tmp_path):
     assert sel_octo._trunk is None  # every frame came from policy_server's cache: Octo was never loaded here
     with pytest.raises(ValueError, match="not an Octo head"):
         sel_octo.load(tmp_path / "octo")
+
+
+def test_episode_without_camera_frames_is_a_clear_error(tmp_path):
+    ckpt = fake_checkpoint(tmp_path / "octo")
+    store = EpisodeStore(tmp_path / "data")
+    store.write_episode("carrot_on_plate", TASKS["carrot_on_plate"], [{
+        "observation": {"state": np.zeros(8, np.float32)}, "action": np.zeros(7, np.float32),
+        "stamp_ns": 1000 + i * 200_000_000} for i in range(3)])
+    serving = ob.OctoServing(_params(tmp_path, ckpt))
+    with pytest.raises(ValueError, match=r"cannot read the camera stream\(s\) \['image_primary'\]"):
+        serving.runtime.fine_tune()
+    assert not serving.runtime.fine_tuning and serving.runtime.round == 0  # nothing saved, ready for the next call
+    with pytest.raises(ValueError, match="needs 'checkpoint'"):
+        ob.OctoServing({**_params(tmp_path, ckpt), "checkpoint": ""})
+    with pytest.raises(ValueError, match="cannot import trunk factory"):
+        ob.OctoServing({**_params(tmp_path, ckpt), "octo_trunk_factory": "no_such_module:f"})
