@@ -18,7 +18,7 @@ import pytest
 from fake_octo import fake_checkpoint
 from test_octo_backend import TASKS, _episodes
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.ros]  # ~12 s (two node processes)
 
 RATE_HZ = 10.0
 HERE = Path(__file__).resolve().parent
