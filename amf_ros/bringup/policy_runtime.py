@@ -154,8 +154,8 @@ class PolicyRuntime:
         steps, batch_size, lr, alpha_steps, seed: fine-tuning defaults.
         action_space: which recorded action the policy is trained on (see datasets.ACTION_SPACES).
         loader: ``path -> policy`` for the fine-tuned copy (default :func:`load_policy`; Octo: its own loader).
-        transitions_fn: ``(tasks, cancelled) -> transitions or None``, may raise :class:`Cancelled` (default: the store's states and actions; Octo: cached
-            trunk embeddings, see amf_ros.bringup.octo_backend.EmbeddingCache).
+        transitions_fn: ``(tasks, cancelled) -> transitions or None``, may raise :class:`Cancelled` (default: the
+            store's states and actions; Octo: cached trunk embeddings, see octo_backend.EmbeddingCache).
         after_save: called with each new checkpoint directory before it is announced (Octo: source marker).
     """
 

@@ -34,7 +34,8 @@ def _params(tmp_path, ckpt):
     tasks_file.write_text("tasks:\n" + "".join(f"  - key: {k}\n    instruction: {v}\n" for k, v in TASKS.items()))
     return {"checkpoint": str(ckpt), "octo_trunk_factory": "fake_octo:fake_trunk", "t5_path": "",
             "octo_dataset": "bridge_dataset", "head_checkpoint": "", "tasks_file": str(tasks_file),
-            "image_key": "image_primary", "wrist_image_key": "", "wrist_image_topic": "", "embed_batch_size": 4, "checkpoint_dir": str(tmp_path / "ckpts"),
+            "image_key": "image_primary", "wrist_image_key": "", "wrist_image_topic": "", "embed_batch_size": 4,
+            "checkpoint_dir": str(tmp_path / "ckpts"),
             "dataset_dir": str(tmp_path / "data"), "fine_tune_steps": 4, "fine_tune_batch_size": 8,
             "fine_tune_lr": 1e-3, "alpha_steps": 2, "seed": 0, "ensemble_horizon": 4, "ensemble_exp_weight": 0.0,
             "sticky_gripper_steps": 1, "max_translation": 0.05, "max_rotation": 0.25}
@@ -138,7 +139,8 @@ def test_actor_postprocesses_octo_chunks(tmp_path):
     # the checkpoint has a wrist tokenizer (as octo-small-1.5): with a wrist topic the wrist frame is windowed too
     with_wrist = ob.OctoActor(serving.trunk, serving.runtime.policy, wrist=True)
     with_wrist.reset("spoon_on_towel")
-    assert with_wrist({"image": np.zeros((48, 64, 3), np.uint8), "wrist": np.zeros((32, 32, 3), np.uint8)}).shape == (7,)
+    frame, wrist = np.zeros((48, 64, 3), np.uint8), np.zeros((32, 32, 3), np.uint8)
+    assert with_wrist({"image": frame, "wrist": wrist}).shape == (7,)
     assert with_wrist.actor.window.wrist_size == (128, 128) and actor.actor.window.wrist_size is None
     with pytest.raises(ValueError, match="wrist image"):
         with_wrist({"image": np.zeros((48, 64, 3), np.uint8)})
