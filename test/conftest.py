@@ -16,9 +16,10 @@ from typing import Any, Iterator
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: make _ros_support importable
+# --import-mode=importlib: make test/support importable. Not test/ itself: test/octo would then shadow the real `octo`.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
-from _ros_support import pick_domain_id, require_ros  # noqa: E402
+from ros_testing import pick_domain_id, require_ros  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -13,10 +13,8 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import rclpy
 from rclpy.action import ActionServer, CancelResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
@@ -28,6 +26,7 @@ from amf_ros.bringup.octo_backend import OctoServing
 from amf_ros.data.ros_convert import image_to_rgb
 from amf_ros.msg import CheckpointInfo, EefDeltaAction, StateVector
 from amf_ros.nodes._params import declare
+from amf_ros.nodes._spin import spin
 from amf_ros.srv import TaskSuccess
 
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -198,21 +197,8 @@ class PolicyServerNode(Node):
 
 def main(args=None) -> None:
     """Run the node until Ctrl-C / SIGTERM."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = PolicyServerNode()
-        # threads: control timer, observations, a waiting run_policy goal, a fine-tune, service/action plumbing
-        executor = MultiThreadedExecutor(num_threads=6)
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-
+    # threads: control timer, observations, a waiting run_policy goal, a fine-tune, service/action plumbing
+    spin(PolicyServerNode, args, num_threads=6)
 
 if __name__ == "__main__":
     main()

@@ -7,9 +7,7 @@ amf_ros.bringup.task_selection; this node maps messages to calls. Parameters: am
 
 from __future__ import annotations
 
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
@@ -19,6 +17,7 @@ from amf_ros.bringup.task_selection import TaskSelection
 from amf_ros.bringup.tasks import task_set
 from amf_ros.msg import CheckpointInfo
 from amf_ros.nodes._params import declare
+from amf_ros.nodes._spin import spin
 from amf_ros.srv import NextTask
 
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -110,20 +109,7 @@ class TaskSelectorNode(Node):
 
 def main(args=None) -> None:
     """Run the node until Ctrl-C / SIGTERM."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = TaskSelectorNode()
-        executor = MultiThreadedExecutor(num_threads=2)
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-
+    spin(TaskSelectorNode, args, num_threads=2)
 
 if __name__ == "__main__":
     main()

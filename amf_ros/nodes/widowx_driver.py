@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -20,6 +19,7 @@ from std_srvs.srv import SetBool
 
 from amf_ros.msg import EefDeltaAction, StateVector
 from amf_ros.nodes._params import declare
+from amf_ros.nodes._spin import spin
 from amf_ros.robots import widowx
 
 _INSTALL = ("interbotix_xs_msgs is needed for robot:=real. On ROS 2 Humble: `sudo apt install "
@@ -128,23 +128,15 @@ class WidowXDriver(Node):
         return response
 
 
+def _make_driver() -> "WidowXDriver":
+    node = WidowXDriver()
+    node.set_profile()
+    return node
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``lib/amf_ros/widowx_driver``."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = WidowXDriver()
-        node.set_profile()
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-
+    spin(_make_driver, args, num_threads=1)
 
 if __name__ == "__main__":
     main()

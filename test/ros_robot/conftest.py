@@ -7,17 +7,12 @@ session; the in-test client node lives in the same domain. Node processes are al
 
 from __future__ import annotations
 
-import os
-import random
-import socket
-import threading
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 import yaml
 
-from amf_ros._optional import has
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_LIB = REPO / "install" / "amf_ros" / "lib" / "amf_ros"

@@ -6,12 +6,9 @@ ROS_DOMAIN_ID picked for this test session, so parallel runs on one machine neve
 
 from __future__ import annotations
 
-import os
-import random
 import sys
 from pathlib import Path
 
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: make the helpers importable
 

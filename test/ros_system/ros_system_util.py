@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import time
-import os
-import random
-import socket
 from pathlib import Path
 from typing import Any, Callable
 
-import pytest
 
 import sys
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _ros_support import INSTALL_LIB, pick_domain_id, require_ros  # noqa: E402,F401  (re-exported)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from ros_testing import INSTALL_LIB, pick_domain_id, require_ros  # noqa: E402,F401  (re-exported)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import pytest
 
 from amf_ros._optional import has
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 INSTALL_LIB = REPO / "install" / "amf_ros" / "lib" / "amf_ros"
 
 
