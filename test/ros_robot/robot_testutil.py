@@ -2,35 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 import time
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: float = 0.02) -> Any:
-    """Poll ``predicate`` until it returns something truthy (returned) or raise AssertionError naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(poll)
-
-
-def call(node: Any, srv_type: Any, name: str, request: Any, timeout: float = 20.0) -> Any:
-    """Call service ``name`` (waiting for it to appear) and return the response."""
-    client = node.create_client(srv_type, name)
-    try:
-        if not client.wait_for_service(timeout_sec=timeout):
-            raise AssertionError(f"service {name} did not appear within {timeout} s")
-        future = client.call_async(request)
-        wait_for(future.done, timeout, f"answer of {name}")
-        return future.result()
-    finally:
-        node.destroy_client(client)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from ros_testing import call, wait_for  # noqa: E402,F401  (re-exported)
 
 
 def stamp_msg(ns: int) -> Any:

@@ -2,47 +2,14 @@
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-from typing import Any, Callable
-
-
 import sys
+from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from ros_testing import INSTALL_LIB, pick_domain_id, require_ros  # noqa: E402,F401  (re-exported)
+from ros_testing import (  # noqa: E402,F401  (re-exported)
+    INSTALL_LIB, call, pick_domain_id, require_ros, wait_for, wait_future)
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def wait_future(future: Any, timeout: float, what: str = "call") -> Any:
-    """Result of an rclpy future completed by a background executor, or AssertionError after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not future.done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: no answer within {timeout} s")
-        time.sleep(0.01)
-    return future.result()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> None:
-    """Poll ``predicate`` until true or raise AssertionError naming ``what`` (launch_testing's assertWaitFor)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(poll)
-
-
-def call(node: Any, srv_type: Any, name: str, request: Any, timeout: float = 30.0) -> Any:
-    """Call service ``name`` (waiting for it to appear) and return the response."""
-    client = node.create_client(srv_type, name)
-    try:
-        if not client.wait_for_service(timeout_sec=timeout):
-            raise AssertionError(f"service {name} did not appear within {timeout} s")
-        return wait_future(client.call_async(request), timeout, f"service {name}")
-    finally:
-        node.destroy_client(client)
 
 
 def make_checkpoint(path: Path, tasks: tuple[str, ...] = ("reach", "push"), head: str = "mlp", seed: int = 0) -> Path:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import random
 import socket
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -42,3 +44,33 @@ def require_ros() -> None:
         pytest.skip("rclpy is not importable: run `bash scripts/setup.sh` and `source scripts/env.sh`")
     if not INSTALL_LIB.is_dir():
         pytest.skip(f"no colcon install at {INSTALL_LIB}: run `bash scripts/setup.sh`")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy (returned) or raise AssertionError naming ``what``
+    (launch_testing's assertWaitFor)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
+
+
+def wait_future(future: Any, timeout: float, what: str = "call") -> Any:
+    """Result of an rclpy future completed by a background executor, or AssertionError after ``timeout`` s."""
+    wait_for(future.done, timeout, f"{what}: an answer", poll=0.01)
+    return future.result()
+
+
+def call(node: Any, srv_type: Any, name: str, request: Any, timeout: float = 20.0) -> Any:
+    """Call service ``name`` (waiting for it to appear) and return the response."""
+    client = node.create_client(srv_type, name)
+    try:
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise AssertionError(f"service {name} did not appear within {timeout} s")
+        return wait_future(client.call_async(request), timeout, f"service {name}")
+    finally:
+        node.destroy_client(client)
