@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import random
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -19,7 +18,7 @@ import pytest
 # --import-mode=importlib: make test/support importable. Not test/ itself: test/octo would then shadow the real `octo`.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
-from ros_testing import pick_domain_id, require_ros  # noqa: E402
+from ros_testing import pick_domain_id, require_ros, spinning_node  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -52,15 +51,5 @@ def rclpy_session(rclpy_context):
 @pytest.fixture
 def client_node(rclpy_context) -> Iterator[Any]:
     """A fresh rclpy node spun by a background MultiThreadedExecutor (futures complete while the test waits)."""
-    from rclpy.executors import MultiThreadedExecutor
-    from rclpy.node import Node
-
-    node = Node(f"amf_test_client_{os.getpid()}_{random.randint(0, 1_000_000)}")
-    executor = MultiThreadedExecutor(num_threads=2)
-    executor.add_node(node)
-    thread = threading.Thread(target=executor.spin, daemon=True)
-    thread.start()
-    yield node
-    executor.shutdown()
-    node.destroy_node()
-    thread.join(timeout=5)
+    with spinning_node(f"amf_test_client_{os.getpid()}_{random.randint(0, 1_000_000)}") as node:
+        yield node

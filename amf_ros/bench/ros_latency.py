@@ -193,6 +193,7 @@ def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str],
             periods = np.diff(stamps)
             row = {"name": f"run_policy period {label}", "rate_hz": cfg.rate, "steps": int(res.steps),
                    "period": _stats_ms(periods), "server_mean_period_ms": float(res.mean_period_s * 1e3),
+                   "server_median_period_ms": float(res.median_period_s * 1e3),
                    "abs_deviation": _stats_ms(np.abs(periods - 1.0 / cfg.rate))}
             if pending is not None:
                 row["fine_tune_still_running"] = not pending.done()

@@ -73,12 +73,22 @@ class EpisodeRun:
         p = self.periods
         return float(p.mean()) if p.size else 0.0
 
+    @property
+    def median_period(self) -> float:
+        p = self.periods
+        return float(np.median(p)) if p.size else 0.0
+
+    @property
+    def max_period(self) -> float:
+        p = self.periods
+        return float(p.max()) if p.size else 0.0
+
     def timing(self) -> str:
         """Period and inference-time summary for logs and the result message."""
         p = self.periods
-        worst = f", max {p.max() * 1e3:.1f} ms" if p.size else ""
+        spread = f", median {self.median_period * 1e3:.1f} ms, max {self.max_period * 1e3:.1f} ms" if p.size else ""
         act = f", inference max {max(self.act_times) * 1e3:.1f} ms" if self.act_times else ""
-        return f"mean period {self.mean_period * 1e3:.1f} ms{worst}{act}"
+        return f"mean period {self.mean_period * 1e3:.1f} ms{spread}{act}"
 
     def tick(self, obs: tuple[dict, float] | None, now: float) -> np.ndarray | None:
         """One control step: the 7-D action to publish, or None (finished, or still waiting for an observation).

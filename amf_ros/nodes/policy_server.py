@@ -160,7 +160,8 @@ class PolicyServerNode(Node):
         with self.run_lock:
             self.run = None
         result = RunPolicy.Result(ok=run.ok, message=run.message, success=run.success, steps=run.steps,
-                                  mean_period_s=run.mean_period)
+                                  mean_period_s=run.mean_period, median_period_s=run.median_period,
+                                  max_period_s=run.max_period)
         if run.cancelled:
             goal_handle.canceled()
         elif run.ok:

@@ -113,12 +113,24 @@ def test_three_rounds_of_the_loop(graph_run) -> None:
             assert res.steps >= 1
         assert len(stamps) == res.steps
         if len(stamps) >= 5:
-            rate = (len(stamps) - 1) / (stamps[-1] - stamps[0])
-            assert abs(rate - RATE_HZ) / RATE_HZ < 0.2, f"received {rate:.2f} Hz, configured {RATE_HZ} Hz"
-            assert abs(1.0 / res.mean_period_s - RATE_HZ) / RATE_HZ < 0.2
+            _assert_rate(stamps, res)
     # task_selector reloads the last checkpoint as well
     client.wait_for(lambda: f"policy: {policy_seen}" in client.next_task().message, 30, "task_selector reload")
     _alive(procs)
+
+
+def _assert_rate(stamps: np.ndarray, res, when: str = "") -> None:
+    """The control timer keeps the configured rate: the MEDIAN period of the actions received here and of the
+    server's own ticks within 20%. A timer starved by a slow callback (a fine-tune on the same executor) shifts
+    every period, so it fails this; one multi-second stall of a saturated shared machine moves the mean only, so
+    the mean rate and max period go into the message instead of deciding the test."""
+    periods = np.diff(stamps)
+    got = 1.0 / float(np.median(periods))
+    info = (f"{when}: median {got:.2f} Hz received, mean {(len(stamps) - 1) / (stamps[-1] - stamps[0]):.2f} Hz, "
+            f"max period {periods.max() * 1e3:.0f} ms; server: {res.message}")
+    assert abs(got - RATE_HZ) / RATE_HZ < 0.2, info
+    assert abs(1.0 / res.median_period_s - RATE_HZ) / RATE_HZ < 0.2, info
+    assert res.max_period_s >= res.median_period_s > 0, info
 
 
 def test_run_policy_during_fine_tune_and_cancel(graph_run) -> None:
@@ -136,8 +148,7 @@ def test_run_policy_during_fine_tune_and_cancel(graph_run) -> None:
     res = client.run_policy("reach", max_steps=30, timeout=120)
     assert res.ok, res.message
     stamps = np.array([t for t, _ in client.seen.actions[n0:]])
-    rate = (len(stamps) - 1) / (stamps[-1] - stamps[0])
-    assert abs(rate - RATE_HZ) / RATE_HZ < 0.2, f"{rate:.2f} Hz during fine-tuning"
+    _assert_rate(stamps, res, "during fine-tuning")
     assert not pending.done(), "the background fine-tune finished too early to test concurrency"
     client.cancel_fine_tunes()
     result = client.wait_result(pending, timeout=60)

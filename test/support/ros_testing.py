@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import random
 import socket
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -74,3 +76,23 @@ def call(node: Any, srv_type: Any, name: str, request: Any, timeout: float = 20.
         return wait_future(client.call_async(request), timeout, f"service {name}")
     finally:
         node.destroy_client(client)
+
+
+@contextmanager
+def spinning_node(name: str) -> Iterator[Any]:
+    """An rclpy node (rclpy already initialised) spun by a background MultiThreadedExecutor, so futures complete
+    while the caller waits; executor, thread and node are torn down on exit."""
+    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.node import Node
+
+    node = Node(name)
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(node)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    try:
+        yield node
+    finally:
+        executor.shutdown(timeout_sec=2.0)
+        thread.join(timeout=5.0)
+        node.destroy_node()

@@ -15,7 +15,6 @@ import os
 import random
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -31,9 +30,7 @@ def main() -> int:
     sys.path.insert(0, str(HERE.parent))
     import rclpy
     import yaml
-    from rclpy.executors import MultiThreadedExecutor
-    from rclpy.node import Node
-    from robot_testutil import call, wait_for
+    from robot_testutil import call, spinning_node, wait_for
 
     from amf_ros.bringup.graph import NodeSpec
     from amf_ros.bringup.processes import NodeProcesses
@@ -46,35 +43,28 @@ def main() -> int:
     sections["demo_recorder"]["ros__parameters"]["dataset_dir"] = str(out / "dataset")
     (out / "params.yaml").write_text(yaml.safe_dump(sections))
     rclpy.init()
-    node = Node("measure_demos")
-    executor = MultiThreadedExecutor(num_threads=2)
-    executor.add_node(node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
-    seen: list = []
-    node.create_subscription(EpisodeInfo, "/amf/episodes", seen.append, 50)
-
-    def start(task: str):
-        res = call(node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=task))
-        return res if res.ok else None
-
-    specs = [NodeSpec(n, n, str(out / "params.yaml")) for n in sections]
     try:
-        with NodeProcesses(specs, log_dir=out / "logs", env=dict(os.environ)):
-            for task in TASKS:
-                assert call(node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=task, seed=1), 60).ok
-                t0 = time.monotonic()
-                res = wait_for(lambda: start(task), 30, f"StartEpisode({task})", poll=0.3)
-                info = wait_for(lambda: next((m for m in seen if m.episode_id == res.episode_id), None), 120,
-                                "the episode announcement")
-                wall = time.monotonic() - t0
-                sim = call(node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
-                print(f"{task:13s} steps={info.num_steps:4d} sim_steps={sim.steps:4d} success={info.success} "
-                      f"wall={wall:5.2f}s rate={info.num_steps / wall:5.1f} steps/s", flush=True)
+        with spinning_node("measure_demos") as node:
+            seen: list = []
+            node.create_subscription(EpisodeInfo, "/amf/episodes", seen.append, 50)
+
+            def start(task: str):
+                res = call(node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=task))
+                return res if res.ok else None
+
+            specs = [NodeSpec(n, n, str(out / "params.yaml")) for n in sections]
+            with NodeProcesses(specs, log_dir=out / "logs", env=dict(os.environ)):
+                for task in TASKS:
+                    assert call(node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=task, seed=1), 60).ok
+                    t0 = time.monotonic()
+                    res = wait_for(lambda: start(task), 30, f"StartEpisode({task})", poll=0.3)
+                    info = wait_for(lambda: next((m for m in seen if m.episode_id == res.episode_id), None), 120,
+                                    "the episode announcement")
+                    wall = time.monotonic() - t0
+                    sim = call(node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
+                    print(f"{task:13s} steps={info.num_steps:4d} sim_steps={sim.steps:4d} success={info.success} "
+                          f"wall={wall:5.2f}s rate={info.num_steps / wall:5.1f} steps/s", flush=True)
     finally:
-        executor.shutdown(timeout_sec=2.0)
-        spinner.join(timeout=5.0)
-        node.destroy_node()
         rclpy.try_shutdown()
     return 0
 

@@ -18,7 +18,6 @@ import os
 import random
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -38,10 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import rclpy
     import yaml
-    from rclpy.executors import MultiThreadedExecutor
-    from rclpy.node import Node
     from robot_testutil import (ACTION_TOPIC, IMAGE_TOPIC, STATE_TOPIC, LivePublisher, StatusWatcher, call,
-                                wait_for, warm_up)
+                                spinning_node, wait_for, warm_up)
     from test_recorder_camera_rate import frame
 
     from amf_ros.bringup.graph import NodeSpec
@@ -55,41 +52,34 @@ def main(argv: list[str] | None = None) -> int:
     (out / "params.yaml").write_text(yaml.safe_dump({"demo_recorder": {"ros__parameters": params}}))
     images = [frame(k) for k in range(args.frames)]
     rclpy.init()
-    node = Node("measure_recorder_camera")
-    executor = MultiThreadedExecutor(num_threads=2)
-    executor.add_node(node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
     try:
-        with NodeProcesses([NodeSpec("demo_recorder", "demo_recorder", str(out / "params.yaml"))],
-                           log_dir=out / "logs", env=dict(os.environ)):
-            status, live = StatusWatcher(node), LivePublisher(node)
-            warm_up(live, status)
-            res = call(node, StartEpisode, "/amf/recorder/start_episode",
-                       StartEpisode.Request(task="c", instruction="c"))
-            rng = np.random.default_rng(0)
-            t0 = time.monotonic()
-            for k in range(args.frames):
-                ns = node.get_clock().now().nanoseconds
-                live.publish([(STATE_TOPIC, ns, "state", rng.normal(size=5)), (IMAGE_TOPIC, ns, "rgb8", images[k]),
-                              (ACTION_TOPIC, ns + 1_000_000, "action", np.r_[rng.uniform(-0.01, 0.01, 6), 1.0])],
-                             0.0)
-                time.sleep(max(0.0, t0 + (k + 1) / args.rate - time.monotonic()))
-            publish_s = time.monotonic() - t0
-            wait_for(lambda: status.last.num_steps >= args.frames - 1, 120, "every step decided")
-            decided_s = time.monotonic() - t0
-            t1 = time.monotonic()
-            end = call(node, EndEpisode, "/amf/recorder/end_episode",
-                       EndEpisode.Request(episode_id=res.episode_id, success=True), 120)
-            end_s = time.monotonic() - t1
-            size = sum(p.stat().st_size for p in Path(end.path).rglob("*") if p.is_file())
-            print(f"{args.codec}: {args.frames} frames published at {args.frames / publish_s:.1f} Hz; all decided "
-                  f"after {decided_s:.2f} s (ingest {args.frames / decided_s:.1f} frames/s); EndEpisode "
-                  f"{end_s:.2f} s; stored {end.num_steps} steps, {size / max(end.num_steps, 1) / 1e3:.0f} kB/step")
+        with spinning_node("measure_recorder_camera") as node:
+            with NodeProcesses([NodeSpec("demo_recorder", "demo_recorder", str(out / "params.yaml"))],
+                               log_dir=out / "logs", env=dict(os.environ)):
+                status, live = StatusWatcher(node), LivePublisher(node)
+                warm_up(live, status)
+                res = call(node, StartEpisode, "/amf/recorder/start_episode",
+                           StartEpisode.Request(task="c", instruction="c"))
+                rng = np.random.default_rng(0)
+                t0 = time.monotonic()
+                for k in range(args.frames):
+                    ns = node.get_clock().now().nanoseconds
+                    live.publish([(STATE_TOPIC, ns, "state", rng.normal(size=5)), (IMAGE_TOPIC, ns, "rgb8", images[k]),
+                                  (ACTION_TOPIC, ns + 1_000_000, "action", np.r_[rng.uniform(-0.01, 0.01, 6), 1.0])],
+                                 0.0)
+                    time.sleep(max(0.0, t0 + (k + 1) / args.rate - time.monotonic()))
+                publish_s = time.monotonic() - t0
+                wait_for(lambda: status.last.num_steps >= args.frames - 1, 120, "every step decided")
+                decided_s = time.monotonic() - t0
+                t1 = time.monotonic()
+                end = call(node, EndEpisode, "/amf/recorder/end_episode",
+                           EndEpisode.Request(episode_id=res.episode_id, success=True), 120)
+                end_s = time.monotonic() - t1
+                size = sum(p.stat().st_size for p in Path(end.path).rglob("*") if p.is_file())
+                print(f"{args.codec}: {args.frames} frames published at {args.frames / publish_s:.1f} Hz; all decided "
+                      f"after {decided_s:.2f} s (ingest {args.frames / decided_s:.1f} frames/s); EndEpisode "
+                      f"{end_s:.2f} s; stored {end.num_steps} steps, {size / max(end.num_steps, 1) / 1e3:.0f} kB/step")
     finally:
-        executor.shutdown(timeout_sec=2.0)
-        spinner.join(timeout=5.0)
-        node.destroy_node()
         rclpy.try_shutdown()
     return 0
 
