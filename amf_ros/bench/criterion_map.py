@@ -21,10 +21,10 @@ from typing import Sequence
 import numpy as np
 
 from amf_ros.atomic import atomic_write_json
-from amf_ros.bench.integrator import _single_threaded_blas, evaluate
+from amf_ros.bench.integrator import IntegratorSetup, _single_threaded_blas, evaluate
 from amf_ros.bench.results import add_common_args, config_dict, format_table, load_config, save_figure
-from amf_ros.envs.integrator import Integrator2D, IntegratorConfig
-from amf_ros.policies.gp import GPPolicy, GPPolicyConfig, GPScoreFn
+from amf_ros.envs.integrator import Integrator2D
+from amf_ros.policies.gp import GPPolicy, GPScoreFn
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config" / "bench" / "cri
 
 
 @dataclass
-class CriterionMapConfig:
+class CriterionMapConfig(IntegratorSetup):
     """Defaults = config/bench/criterion_map.yaml (env and GP constants as in the integrator benchmark)."""
 
     seeds: int = 5
@@ -43,17 +43,6 @@ class CriterionMapConfig:
     num_eval_tasks: int = 12
     eval_episodes: int = 20
     form: str = "log_variance"
-    normalize: str = "self"
-    min_weight: float = 1e-3
-    max_trajectories: int | None = 8
-    horizon: int = 5
-    radius: float = 1.0
-    expert_gain: float = 0.5
-    expert_noise_std: float = 0.1
-    state_lengthscale: float = 0.5
-    task_lengthscale: float = 0.5
-    amplitude: float = 0.25
-    noise_var: float = 0.01
 
     def __post_init__(self) -> None:
         if self.seeds < 1 or self.pretrain_demos < 1 or self.num_candidates < 2:
@@ -62,8 +51,7 @@ class CriterionMapConfig:
 
 def run_seed(cfg: CriterionMapConfig, seed: int) -> dict:
     """One seed: pre-train angles, criterion per candidate (both forms), return before / after one demo each."""
-    env = Integrator2D(IntegratorConfig(cfg.horizon, cfg.radius, cfg.expert_gain, cfg.expert_noise_std))
-    gp = GPPolicyConfig(cfg.state_lengthscale, cfg.task_lengthscale, cfg.amplitude, cfg.noise_var)
+    env, gp = cfg.env(), cfg.gp()
     rng = np.random.default_rng([seed, 0])
     pre_angles = rng.uniform(0.0, np.pi, size=cfg.pretrain_demos)
     policy = GPPolicy(gp, 2, 2, 2)

@@ -43,7 +43,34 @@ METHODS: dict[str, tuple[str, str | None]] = {
 
 
 @dataclass
-class IntegratorBenchConfig:
+class IntegratorSetup:
+    """The integrator, the GP policy and the criterion's importance weighting: shared by every integrator
+    benchmark (this one and criterion-map) so both read the same flat YAML keys."""
+
+    normalize: str = "self"
+    """Importance weights per task: "self" (self-normalised) or "mean" (App. E's plain average)."""
+    min_weight: float = 1e-3
+    """Importance weights below this fraction of a task's largest weight are dropped (core/occupancy.py)."""
+    max_trajectories: int | None = 8
+    """Keep at most this many heaviest trajectories per task (App. E); None = all."""
+    horizon: int = 5
+    radius: float = 1.0
+    expert_gain: float = 0.5
+    expert_noise_std: float = 0.1
+    state_lengthscale: float = 0.5
+    task_lengthscale: float = 0.5
+    amplitude: float = 0.25
+    noise_var: float = 0.01
+
+    def env(self) -> Integrator2D:
+        return Integrator2D(IntegratorConfig(self.horizon, self.radius, self.expert_gain, self.expert_noise_std))
+
+    def gp(self) -> GPPolicyConfig:
+        return GPPolicyConfig(self.state_lengthscale, self.task_lengthscale, self.amplitude, self.noise_var)
+
+
+@dataclass
+class IntegratorBenchConfig(IntegratorSetup):
     """Everything the integrator benchmark depends on (defaults = config/bench/integrator.yaml = acceptance)."""
 
     seeds: int = 10
@@ -57,18 +84,7 @@ class IntegratorBenchConfig:
     batch_size: int = 1
     candidates: str = "finite"
     shooting_budget: int = 100
-    normalize: str = "self"
-    min_weight: float = 1e-3
-    max_trajectories: int | None = 8
     log_prob_clip: list[float] = field(default_factory=lambda: [-12.0, 0.0])
-    horizon: int = 5
-    radius: float = 1.0
-    expert_gain: float = 0.5
-    expert_noise_std: float = 0.1
-    state_lengthscale: float = 0.5
-    task_lengthscale: float = 0.5
-    amplitude: float = 0.25
-    noise_var: float = 0.01
 
     def __post_init__(self) -> None:
         if self.seeds < 1 or self.rounds < 1:
@@ -85,12 +101,6 @@ class IntegratorBenchConfig:
             raise ValueError(f"batch_size/eval_episodes must be >= 1, pretrain_demos >= 0, got {self}")
         if len(self.log_prob_clip) != 2:
             raise ValueError(f"log_prob_clip must be [low, high], got {self.log_prob_clip}")
-
-    def env(self) -> Integrator2D:
-        return Integrator2D(IntegratorConfig(self.horizon, self.radius, self.expert_gain, self.expert_noise_std))
-
-    def gp(self) -> GPPolicyConfig:
-        return GPPolicyConfig(self.state_lengthscale, self.task_lengthscale, self.amplitude, self.noise_var)
 
 
 def task_key(angle: float) -> str:
