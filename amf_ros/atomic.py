@@ -22,12 +22,30 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def process_umask() -> int:
+    """The process umask, read without changing it (os.umask would race with other threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def default_mode(directory: bool = False) -> int:
+    """Mode a plain open()/mkdir() would give: tempfile's private 0600/0700 must not leak into results that other
+    users (or a web server showing docs/results) read."""
+    return (0o777 if directory else 0o666) & ~process_umask()
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically; on any error the old file (if any) is untouched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, default_mode())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

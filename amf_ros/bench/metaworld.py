@@ -79,8 +79,9 @@ class MetaworldBenchConfig:
     """AdamW learning rate (pre-training and fine-tuning)."""
     noise_std: float = 0.1
     """Noise on the executed expert actions (native units); labels are the noise-free expert actions."""
-    head: str = "mlp"
-    """Action head: "mlp" (paper's state-based policy) or "diffusion"."""
+    head: str = "diffusion"
+    """Action head: "diffusion" (Octo's DiffusionActionHead, the one the policy server fine-tunes) or "mlp" (the
+    paper's Gaussian state-based policy; ties uniform+prior here, see docs/metaworld.md)."""
     task_encoder: str = "minilm"
     """Instruction encoder: "minilm" (all-MiniLM-L6-v2, the paper's) or "hash" (no model; tests)."""
     alpha_steps: int = 100

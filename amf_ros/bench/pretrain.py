@@ -41,8 +41,9 @@ class PretrainConfig:
     """Total pre-training demonstrations (paper: about 15)."""
     noise_std: float = 0.1
     """Std of Gaussian noise on the executed expert actions (native units); labels stay noise-free."""
-    head: str = "mlp"
-    """Action head: "mlp" (Gaussian MLP, the paper's state-based policy) or "diffusion"."""
+    head: str = "diffusion"
+    """Action head: "diffusion" (Octo's DiffusionActionHead, what policy_server fine-tunes) or "mlp" (Gaussian MLP,
+    the paper's state-based policy)."""
     steps: int = 1500
     """Gradient steps of pre-training."""
     batch_size: int = 256
@@ -108,11 +109,11 @@ class PretrainResult:
     """Seconds spent training."""
 
 
-def make_policy(specs: Sequence[Any], head: str = "mlp", seed: int = 0, lr: float = 1e-3, batch_size: int = 256,
-                action_horizon: int = 1, task_encoder: str = "minilm") -> Any:
+def make_policy(specs: Sequence[Any], head: str = "diffusion", seed: int = 0, lr: float = 1e-3,
+                batch_size: int = 256, action_horizon: int = 1, task_encoder: str = "minilm") -> Any:
     """A fresh state-based TaskConditionedPolicy for the Metaworld suite (native 4-D actions, 39-D states).
 
-    The action horizon is 1 by default (the paper's state-based MLP policy predicts one action).
+    The action horizon is 1 by default (the paper's state-based policy predicts one action).
     """
     from amf_ros.envs.metaworld_suite import NATIVE_ACTION_DIM, OBS_DIM
     from amf_ros.policies.agent import TaskConditionedPolicy
@@ -229,7 +230,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--allocation", choices=ALLOCATIONS, default=None, help="default: mismatched")
     parser.add_argument("--seed", type=int, default=None, help="default: 0")
     parser.add_argument("--steps", type=int, default=None, help="gradient steps (default: 1500)")
-    parser.add_argument("--head", choices=("mlp", "diffusion"), default=None, help="default: mlp")
+    parser.add_argument("--head", choices=("diffusion", "mlp"), default=None, help="default: diffusion")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: small networks gain nothing from more on a busy machine)")
     parser.add_argument("--eval-episodes", type=int, default=0,

@@ -69,7 +69,7 @@ def _make_checkpoint(path: Path, seed: int) -> Path:
     from amf_ros.envs.metaworld_suite import load_tasks
 
     specs = load_tasks(keys=list(DEFAULT_TASKS))
-    policy = make_policy(specs, seed=seed)
+    policy = make_policy(specs, head="mlp", seed=seed)
     rng = np.random.default_rng(seed)
     n = 200
     policy.fit({"state": rng.normal(size=(n, 39)).astype(np.float32),

@@ -84,7 +84,8 @@ def make_policy(config: SimplerBenchConfig) -> Any:
     """The policy to evaluate (see module doc)."""
     if config.policy == "octo":
         if not config.checkpoint:
-            raise ValueError("--policy octo needs --checkpoint DIR (a local Octo checkpoint; see README.md, 'Deploying with Octo')")
+            raise ValueError("--policy octo needs --checkpoint DIR (a local Octo checkpoint; see README.md, "
+                             "'Deploying with Octo')")
         from amf_ros.policies.octo.simpler_policy import OctoSimplerPolicy
         from amf_ros.policies.octo.trunk import OctoTrunk
 

@@ -56,6 +56,8 @@ class LoopConfig:
     """Step limit of an evaluation episode (0 = policy_server's max_steps)."""
     seed: int = 0
     """Seed of the pre-training and of the nodes."""
+    head: str = "diffusion"
+    """Action head of the pre-trained policy (diffusion = Octo's head, as amf bench metaworld; or mlp)."""
     startup_timeout_s: float = 180.0
     """How long the nodes may take to come up (torch import, checkpoint load)."""
 
@@ -64,6 +66,8 @@ class LoopConfig:
             raise ValueError(f"rounds must be >= 1, got {self.rounds=}")
         if self.selector not in ("amf", "uniform", "round_robin"):
             raise ValueError(f"selector must be amf | uniform | round_robin, got {self.selector=}")
+        if self.head not in ("diffusion", "mlp"):
+            raise ValueError(f"head must be diffusion | mlp, got {self.head=}")
         if self.eval_episodes < 0 or self.fine_tune_steps < 1:
             raise ValueError(f"bad eval_episodes/fine_tune_steps, got {self.eval_episodes=} {self.fine_tune_steps=}")
 
@@ -95,7 +99,8 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     from amf_ros.bringup.tasks import checkpoint_tasks, read_max_steps
 
     t_start = time.monotonic()
-    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else ensure_pretrained(Path(cfg.cache), seed=cfg.seed)
+    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else ensure_pretrained(Path(cfg.cache), seed=cfg.seed,
+                                                                                     head=cfg.head)
     run_dir = Path(cfg.out) / time.strftime("run_%Y%m%d_%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
     specs = graph.sim_plan(cfg.config, checkpoint=str(checkpoint.resolve()))

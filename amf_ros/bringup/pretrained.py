@@ -19,9 +19,9 @@ log = logging.getLogger("amf.run")
 PRETRAIN_TARGET = "amf_ros.bench.pretrain:main"
 
 
-def pretrain_args(seed: int) -> list[str]:
+def pretrain_args(seed: int, head: str = "diffusion") -> list[str]:
     """Arguments of `amf pretrain` for the embedded simulation (mismatched allocation, its defaults otherwise)."""
-    return ["--allocation", "mismatched", "--seed", str(seed)]
+    return ["--allocation", "mismatched", "--seed", str(seed), "--head", head]
 
 
 def recipe_key(args: Sequence[str]) -> str:
@@ -36,14 +36,14 @@ def recipe_key(args: Sequence[str]) -> str:
     return h.hexdigest()[:10]
 
 
-def ensure_pretrained(cache: Path, seed: int = 0, extra: Sequence[str] = ()) -> Path:
+def ensure_pretrained(cache: Path, seed: int = 0, extra: Sequence[str] = (), head: str = "diffusion") -> Path:
     """Path of the cached pre-trained checkpoint for these arguments; runs `amf pretrain` if it is missing.
 
     `amf pretrain` writes its output directory atomically, so an interrupted first run leaves no cache entry.
     """
     from amf_ros.cli import _load
 
-    args = [*pretrain_args(seed), *extra]
+    args = [*pretrain_args(seed, head), *extra]
     key = recipe_key(args)
     final = cache / f"pretrained_{key}"
     if (final / "pretrain.json").is_file():

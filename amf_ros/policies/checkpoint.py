@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from amf_ros.atomic import fsync_dir
+from amf_ros.atomic import default_mode, fsync_dir
 
 FORMAT = "amf_ros.checkpoint/1"
 WEIGHTS = "weights.safetensors"
@@ -62,6 +62,7 @@ def save_checkpoint(path: str | os.PathLike, tensors: Mapping[str, torch.Tensor 
     text = json.dumps(doc, indent=2, allow_nan=False, sort_keys=True) + "\n"
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
+        os.chmod(tmp, default_mode(directory=True))
         _write_file(tmp / WEIGHTS, blob)
         _write_file(tmp / META, text.encode("utf-8"))
         fsync_dir(tmp)

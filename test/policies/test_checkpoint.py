@@ -114,3 +114,18 @@ def test_loading_keeps_the_callers_thread_count(trained):
         assert loaded.config == CFG  # the stored config is kept as is
     finally:
         torch.set_num_threads(before)
+
+
+def test_atomic_writes_get_ordinary_permissions(tmp_path):
+    """Temporary files/directories are private (0600/0700); the renamed results must have the umask's mode."""
+    import os
+    import stat
+
+    from amf_ros.atomic import atomic_write_json, process_umask
+
+    umask = process_umask()
+    assert umask == os.umask(umask)  # read without side effects, and the real value
+    f = atomic_write_json(tmp_path / "r.json", {"a": 1})
+    assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~umask
+    d = save_checkpoint(tmp_path / "ckpt", {"w": np.zeros(3, np.float32)}, {"k": 1})
+    assert stat.S_IMODE(d.stat().st_mode) == 0o777 & ~umask
