@@ -126,6 +126,14 @@ def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
         LoopConfig(rounds=0)
     with pytest.raises(ValueError, match="selector"):
         LoopConfig(selector="greedy")
+    with pytest.raises(ValueError, match="head"):
+        LoopConfig(head="transformer")
+    from amf_ros.bringup.pretrained import pretrain_args, recipe_key
+
+    assert build_parser().parse_args([]).head == "diffusion"
+    mlp, diffusion = pretrain_args(0, "mlp"), pretrain_args(0)
+    assert mlp[-2:] == ["--head", "mlp"] and diffusion[-2:] == ["--head", "diffusion"]
+    assert recipe_key(mlp) != recipe_key(diffusion), "the two heads must not share a cache entry"
     over = node_overrides(tmp_path, LoopConfig(selector="uniform", seed=3))
     assert f"dataset_dir:={tmp_path.resolve() / 'dataset'}" in over["policy_server"]
     assert "selector:=uniform" in over["task_selector"] and "selector:=uniform" not in over["policy_server"]
