@@ -54,6 +54,8 @@ class LatencyConfig:
     machine."""
     checkpoint: str = ""
     """Policy checkpoint to serve (empty = a fresh Metaworld-sized policy, as `amf pretrain` builds it)."""
+    head: str = "diffusion"
+    """Head of that fresh policy ("diffusion", the default everywhere, or "mlp"): it sets the embedding cost."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -61,15 +63,17 @@ class LatencyConfig:
                 or self.jitter_repeats < 1):
             raise ValueError(f"invalid LatencyConfig: {self.episodes=} {self.calls=} {self.rate=} "
                              f"{self.jitter_steps=}")
+        if self.head not in ("diffusion", "mlp"):
+            raise ValueError(f"head must be 'diffusion' or 'mlp', got {self.head=}")
 
 
-def _make_checkpoint(path: Path, seed: int) -> Path:
-    """A Metaworld-sized policy (MiniLM task encoder, MLP head) fitted briefly on synthetic data, with a prior."""
+def _make_checkpoint(path: Path, seed: int, head: str = "diffusion") -> Path:
+    """A Metaworld-sized policy (MiniLM task encoder) fitted briefly on synthetic data, with a prior."""
     from amf_ros.bench.pretrain import DEFAULT_TASKS, make_policy
     from amf_ros.envs.metaworld_suite import load_tasks
 
     specs = load_tasks(keys=list(DEFAULT_TASKS))
-    policy = make_policy(specs, head="mlp", seed=seed)
+    policy = make_policy(specs, head=head, seed=seed)
     rng = np.random.default_rng(seed)
     n = 200
     policy.fit({"state": rng.normal(size=(n, 39)).astype(np.float32),
@@ -225,7 +229,7 @@ def run(cfg: LatencyConfig, out: Path) -> dict[str, Any]:
     env = {"ROS_DOMAIN_ID": os.environ["ROS_DOMAIN_ID"], "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
     with tempfile.TemporaryDirectory(prefix="amf_ros_latency_") as tmp:
         work = Path(tmp)
-        ckpt = Path(cfg.checkpoint) if cfg.checkpoint else _make_checkpoint(work / "policy", cfg.seed)
+        ckpt = Path(cfg.checkpoint) if cfg.checkpoint else _make_checkpoint(work / "policy", cfg.seed, cfg.head)
         instructions = dict(load_policy(ckpt).instructions)
         rclpy.init()
         client = AMFClient("amf_bench_latency", record_actions=True)
@@ -266,11 +270,14 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--jitter-steps", type=int, default=None, help="control steps per jitter run (default 100)")
     p.add_argument("--jitter-repeats", type=int, default=None, help="idle/fine-tune jitter pairs (default 3)")
     p.add_argument("--checkpoint", default=None, help="serve this checkpoint instead of a fresh policy")
+    p.add_argument("--head", choices=("diffusion", "mlp"), default=None, help="head of the fresh policy "
+                   "(default diffusion)")
     args = p.parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="[ros-latency] %(message)s")
     episodes = [int(x) for x in args.episodes.split(",")] if args.episodes else None
     cfg = load_config(LatencyConfig, args.config, calls=args.calls, episodes=episodes, rate=args.rate,
-                      jitter_steps=args.jitter_steps, jitter_repeats=args.jitter_repeats, checkpoint=args.checkpoint)
+                      jitter_steps=args.jitter_steps, jitter_repeats=args.jitter_repeats, checkpoint=args.checkpoint,
+                      head=args.head)
     results = run(cfg, Path(args.out))
     print(table(results))
     print(f"\nwrote {Path(args.out) / 'results.json'} in {results['wall_time_s']:.0f} s")

@@ -127,6 +127,14 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
                                              f"evaluation of round {r}")
                 results["rounds"].append(row)
                 print_round(row, list(instructions))
+        except BaseException as exc:  # keep every finished round: results.json + plot, then re-raise
+            results["error"] = f"{type(exc).__name__}: {exc}"
+            results["wall_time_s"] = time.monotonic() - t_start
+            if results["rounds"]:
+                write_outputs(results, run_dir)
+                log.error("stopped after round %d; rounds so far in %s", results["rounds"][-1]["round"],
+                          run_dir / "results.json")
+            raise
         finally:
             client.close()
             rclpy.try_shutdown()

@@ -14,29 +14,39 @@ from amf_ros.bench.results import format_table, save_figure
 log = logging.getLogger("amf.run")
 
 
-def evaluate(client: Any, tasks: Sequence[str], cfg: Any, max_steps: Mapping[str, int] | None = None) -> dict:
+def evaluate(client: Any, tasks: Sequence[str], cfg: Any, max_steps: Mapping[str, int] | None = None,
+             retries: int = 1) -> dict:
     """Success rate per task: reset the sim to fixed evaluation scenes and run the policy through run_policy.
 
-    Returns ``{"success": {task: rate}, "steps": {task: mean steps}, "mean_period_s": float}``.
+    A run_policy that fails (ok=false: e.g. no observation within the timeout on a starved machine) is retried on
+    the same scene up to ``retries`` times, with a warning; the failures are recorded, not hidden.
+
+    Returns ``{"success": {task: rate}, "steps": {task: mean steps}, "mean_period_s": float,
+    "failed_attempts": [{"task", "episode", "message"}]}``.
     """
     from amf_ros.bringup.loop import EVAL_SEED_OFFSET
 
-    success, steps, periods = {}, {}, []
+    success, steps, periods, failures = {}, {}, [], []
     for task in tasks:
         wins, n_steps = [], []
         for e in range(cfg.eval_episodes):
-            client.reset(task, seed=EVAL_SEED_OFFSET + e)
             limit = cfg.eval_max_steps or int((max_steps or {}).get(task, 0))
-            res = client.run_policy(task, max_steps=limit, timeout=600.0)
-            if not res.ok:
-                raise RuntimeError(f"run_policy {task} failed: {res.message}")
+            for attempt in range(retries + 1):
+                client.reset(task, seed=EVAL_SEED_OFFSET + e)
+                res = client.run_policy(task, max_steps=limit, timeout=600.0)
+                if res.ok:
+                    break
+                failures.append({"task": task, "episode": e, "message": str(res.message)})
+                if attempt == retries:
+                    raise RuntimeError(f"run_policy {task} failed {retries + 1} times: {res.message}")
+                log.warning("run_policy %s failed (%s); retrying the same scene", task, res.message)
             wins.append(bool(res.success))
             n_steps.append(int(res.steps))
             if res.mean_period_s > 0:
                 periods.append(float(res.mean_period_s))
         success[task] = float(np.mean(wins)) if wins else float("nan")
         steps[task] = float(np.mean(n_steps)) if n_steps else float("nan")
-    return {"success": success, "steps": steps,
+    return {"success": success, "steps": steps, "failed_attempts": failures,
             "mean_period_s": float(np.mean(periods)) if periods else float("nan")}
 
 

@@ -137,3 +137,34 @@ def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
     over = node_overrides(tmp_path, LoopConfig(selector="uniform", seed=3))
     assert f"dataset_dir:={tmp_path.resolve() / 'dataset'}" in over["policy_server"]
     assert "selector:=uniform" in over["task_selector"] and "selector:=uniform" not in over["policy_server"]
+
+
+def test_amf_run_evaluation_retries_a_failed_run_once_and_records_it() -> None:
+    """A transient run_policy failure (no observation on a starved machine) is retried on the same scene and kept
+    in the results; a persistent one still stops the run with the node's message."""
+    from types import SimpleNamespace
+
+    from amf_ros.bringup.loop import LoopConfig
+    from amf_ros.bringup.loop_report import evaluate
+
+    class Client:
+        def __init__(self, fail_first: int) -> None:
+            self.fail_left, self.resets = fail_first, []
+
+        def reset(self, task: str, seed: int) -> None:
+            self.resets.append((task, seed))
+
+        def run_policy(self, task: str, max_steps: int, timeout: float):
+            if self.fail_left > 0:
+                self.fail_left -= 1
+                return SimpleNamespace(ok=False, message="no observation for 2.0 s", success=False, steps=0,
+                                       mean_period_s=0.0)
+            return SimpleNamespace(ok=True, message="", success=task == "a", steps=7, mean_period_s=0.1)
+
+    client = Client(fail_first=1)
+    out = evaluate(client, ["a", "b"], LoopConfig(eval_episodes=1))
+    assert out["success"] == {"a": 1.0, "b": 0.0}
+    assert out["failed_attempts"] == [{"task": "a", "episode": 0, "message": "no observation for 2.0 s"}]
+    assert client.resets[0] == client.resets[1], "the retry uses the same evaluation scene"
+    with pytest.raises(RuntimeError, match="failed 2 times: no observation"):
+        evaluate(Client(fail_first=2), ["a"], LoopConfig(eval_episodes=1))
