@@ -54,6 +54,7 @@ class EpisodeRun:
         self.tick_times: list[float] = []  # time.monotonic() of every published step
         self.act_times: list[float] = []  # duration of every policy call (inference + ensembling), s
         self.elapsed = 0.0
+        self.waiting_since: float | None = None  # first tick of the current wait for a fresh observation
         known = list(getattr(policy, "tasks", []) or [])
         if known and task not in known:
             self._stop(False, f"unknown task {task!r}; the policy knows {known}")
@@ -106,9 +107,15 @@ class EpisodeRun:
             self._stop(False, f"cancelled after {self.steps} steps")
             return None
         if obs is None or now - obs[1] > self.obs_timeout_s:
-            if self.elapsed > self.obs_timeout_s:
+            # The wait is timed from the first tick that found no fresh observation, not from the goal's start:
+            # after the whole process stalled (a starved machine), the subscription callbacks need one tick to
+            # deliver what arrived meanwhile, so one late tick alone must not end the run.
+            if self.waiting_since is None:
+                self.waiting_since = now
+            elif now - self.waiting_since > self.obs_timeout_s:
                 self._stop(False, f"no observation for {self.obs_timeout_s} s (is the arm/sim_bridge running?)")
             return None
+        self.waiting_since = None
         try:
             t0 = time.monotonic()
             if self.actor is not None:

@@ -69,7 +69,20 @@ def test_episode_run_errors() -> None:
     assert unknown.finished and not unknown.ok and "unknown task" in unknown.message
     starved = _run()
     assert starved.tick(None, 0.5) is None and not starved.finished
-    assert starved.tick(None, 1.5) is None and starved.finished and "no observation" in starved.message
+    assert starved.tick(None, 1.4) is None and not starved.finished  # waiting since the first tick (0.5)
+    assert starved.tick(None, 1.6) is None and starved.finished and "no observation" in starved.message
+    # The process stalled for 5 s: the first late tick sees only an old observation, the next one a fresh one.
+    stalled = _run()
+    assert stalled.tick(({"state": np.zeros(39)}, 0.0), 5.0) is None and not stalled.finished
+    assert stalled.tick(({"state": np.zeros(39)}, 5.05), 5.1) is not None and stalled.steps == 1
+    # A stream that stops mid-run still ends the run one timeout after the first stale tick.
+    stopped = _run(max_steps=100)
+    stopped.tick(({"state": np.zeros(39)}, 0.1), 0.1)
+    for t in (1.2, 1.5, 2.0):
+        stopped.tick(({"state": np.zeros(39)}, 0.1), t)
+    assert not stopped.finished
+    stopped.tick(({"state": np.zeros(39)}, 0.1), 2.3)
+    assert stopped.finished and not stopped.ok and stopped.steps == 1
     cancelled = _run(goal=SimpleNamespace(is_cancel_requested=True))
     assert cancelled.tick(({"state": np.zeros(39)}, 0.1), 0.1) is None and cancelled.cancelled
     solved = _run(max_steps=100)
