@@ -10,6 +10,7 @@ Parameters: amf_ros/bringup/params/policy_server.py.
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -31,6 +32,7 @@ from amf_ros.srv import TaskSuccess
 
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+SWITCH_INTERVAL_S = 0.0005  # GIL switch interval of this process (see main)
 
 
 class PolicyServerNode(Node):
@@ -198,6 +200,10 @@ class PolicyServerNode(Node):
 
 def main(args=None) -> None:
     """Run the node until Ctrl-C / SIGTERM."""
+    # A diffusion head's 20 denoising steps hand the GIL back and forth ~200 times per action; with the default 5 ms
+    # switch interval every hand-over can wait for the executor threads, which turned a 12 ms inference into
+    # seconds (amf bench ros-latency). A short interval bounds that wait.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     # threads: control timer, observations, a waiting run_policy goal, a fine-tune, service/action plumbing
     spin(PolicyServerNode, args, num_threads=6)
 
