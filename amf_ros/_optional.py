@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from types import ModuleType
+from typing import Any
 
 # module name -> how to get it
 _INSTALL_HINTS: dict[str, str] = {
@@ -56,3 +57,17 @@ HAS_RCLPY = has("rclpy")
 HAS_TORCH = has("torch")
 HAS_OCTO = has("octo")
 HAS_SIMPLER = has("simpler_env")
+
+
+def load_object(spec: str, what: str = "object") -> Any:
+    """``"module:attribute"`` -> the attribute (user-named factories: Octo trunk, SIMPLER policy).
+
+    Raises ValueError naming ``what`` and the spec when it is malformed or cannot be imported.
+    """
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"{what} must be 'module:attribute', got {spec=}")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot import {what} {spec!r}: {exc}") from exc

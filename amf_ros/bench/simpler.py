@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import logging
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from amf_ros._optional import load_object
 from amf_ros.bench.results import (add_common_args, config_dict, format_table, load_config, save_figure,
                                    summarize, write_results)
 
@@ -92,8 +92,7 @@ def make_policy(config: SimplerBenchConfig) -> Any:
         trunk = OctoTrunk(config.checkpoint, step=config.step, dataset_name=config.dataset_name,
                           t5_path=config.t5_path or None)
         return OctoSimplerPolicy(trunk, dataset_name=config.dataset_name, mask_mode=config.mask_mode)
-    module_name, attr = config.policy.split(":")
-    factory: Callable[[SimplerBenchConfig], Any] = getattr(importlib.import_module(module_name), attr)
+    factory: Callable[[SimplerBenchConfig], Any] = load_object(config.policy, "policy factory")
     return factory(config)
 
 

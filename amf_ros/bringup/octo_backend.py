@@ -18,7 +18,6 @@ Why here: the nodes stay thin; every Octo-specific decision lives in this module
 from __future__ import annotations
 
 import hashlib
-import importlib
 import io
 import json
 import logging
@@ -28,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from amf_ros._optional import load_object
 from amf_ros.atomic import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -35,17 +35,6 @@ log = logging.getLogger(__name__)
 DEFAULT_TRUNK_FACTORY = "amf_ros.policies.octo.trunk:OctoTrunk"
 MARKER = "octo_source.json"
 CACHE_VERSION = 1
-
-
-def load_factory(spec: str) -> Callable[..., Any]:
-    """``"module:function"`` -> the callable (raises ValueError naming the spec when it cannot be imported)."""
-    module, _, name = spec.partition(":")
-    if not module or not name:
-        raise ValueError(f"factory must be 'module:function', got {spec=}")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot import trunk factory {spec!r}: {exc}") from exc
 
 
 def checkpoint_key(octo_checkpoint: str | Path) -> str:
@@ -73,30 +62,28 @@ def make_trunk(octo_checkpoint: str, factory: str = DEFAULT_TRUNK_FACTORY, t5_pa
     if not octo_checkpoint:
         raise ValueError("the octo backend needs 'checkpoint' = an Octo checkpoint directory (config.json, "
                          "dataset_statistics.json, orbax step directories)")
-    return load_factory(factory)(octo_checkpoint, t5_path=t5_path or None, dataset_name=dataset_name or None)
+    make = load_object(factory, "trunk factory")
+    return make(octo_checkpoint, t5_path=t5_path or None, dataset_name=dataset_name or None)
 
 
-def _round_dirs(checkpoint_dir: Path) -> list[Path]:
-    from amf_ros.bringup.policy_runtime import _ROUND_DIR
-
-    if not checkpoint_dir.is_dir():
-        return []
-    rounds = sorted((int(m.group(1)), p) for p in checkpoint_dir.iterdir()
-                    if p.is_dir() and (m := _ROUND_DIR.match(p.name)))
-    return [p for _, p in rounds]
+def made_from(path: str | Path, key: str) -> bool:
+    """True if the head checkpoint ``path`` carries a marker naming the Octo checkpoint ``key`` (an unreadable
+    marker counts as no marker, with a warning)."""
+    marker = Path(path) / MARKER
+    if not marker.is_file():
+        return False
+    try:
+        return json.loads(marker.read_text()).get("key") == key
+    except ValueError:
+        log.warning("unreadable %s", marker)
+        return False
 
 
 def newest_octo_round(checkpoint_dir: str | Path, key: str) -> Path | None:
     """Newest ``round_NNNN`` whose marker says it was fine-tuned from the Octo checkpoint ``key``."""
-    for path in reversed(_round_dirs(Path(checkpoint_dir))):
-        marker = path / MARKER
-        if marker.is_file():
-            try:
-                if json.loads(marker.read_text()).get("key") == key:
-                    return path
-            except ValueError:
-                log.warning("unreadable %s; skipping %s", marker, path)
-    return None
+    from amf_ros.bringup.policy_runtime import round_checkpoints
+
+    return next((p for p in reversed(round_checkpoints(checkpoint_dir)) if made_from(p, key)), None)
 
 
 def write_marker(path: str | Path, octo_checkpoint: str | Path, key: str) -> None:
@@ -365,8 +352,7 @@ class OctoSelection:
         """Load a head checkpoint (refuses one made from another Octo checkpoint)."""
         from amf_ros.policies.octo.policy import load_octo_policy
 
-        marker = Path(path) / MARKER
-        if not marker.is_file() or json.loads(marker.read_text()).get("key") != self.cache.key:
+        if not made_from(path, self.cache.key):
             raise ValueError(f"{path} is not an Octo head checkpoint of {self.octo_checkpoint!r} (no matching "
                              f"{MARKER})")
         return load_octo_policy(path)

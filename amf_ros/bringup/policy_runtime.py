@@ -30,13 +30,19 @@ log = logging.getLogger(__name__)
 _ROUND_DIR = re.compile(r"^round_(\d{4,})$")
 
 
-def newest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
-    """The newest ``round_NNNN`` checkpoint directory in ``checkpoint_dir`` (None if there is none)."""
+def round_checkpoints(checkpoint_dir: str | Path) -> list[Path]:
+    """The ``round_NNNN`` checkpoint directories in ``checkpoint_dir``, oldest round first ([] if none)."""
     root = Path(checkpoint_dir)
     if not root.is_dir():
-        return None
+        return []
     rounds = sorted((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _ROUND_DIR.match(p.name)))
-    return rounds[-1][1] if rounds else None
+    return [p for _, p in rounds]
+
+
+def newest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
+    """The newest ``round_NNNN`` checkpoint directory in ``checkpoint_dir`` (None if there is none)."""
+    rounds = round_checkpoints(checkpoint_dir)
+    return rounds[-1] if rounds else None
 
 
 def resolve_checkpoint(checkpoint: str, checkpoint_dir: str) -> Path:

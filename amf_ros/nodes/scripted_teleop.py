@@ -6,9 +6,9 @@ would, and ends the episode (EndEpisode, success from the simulator) like an ope
 
 It sends at most one action per control period (``control_rate_hz``), as soon as a FRESH observation is in (or
 at the next tick): one stamped after the episode started and after its previous action (the simulator publishes
-one observation per applied action). Before each action it asks ``success_service``; when the task is solved or ``max_steps``
-actions were sent, it ends the episode. So every action is computed from exactly one observation, the newest
-one, whose stamp precedes the action's stamp: the pair a recorder must store together.
+one observation per applied action). Before each action it asks ``success_service``; when the task is solved or
+``max_steps`` actions were sent, it ends the episode. So every action is computed from exactly one observation,
+the newest one, whose stamp precedes the action's stamp: the pair a recorder must store together.
 If the simulator is on another task than the episode, or no fresh observation arrives within
 ``start_timeout_s``, the episode is ended with discard=true (an operator who cannot demonstrate throws it away).
 """
@@ -120,7 +120,7 @@ class ScriptedTeleop(Node):
             return  # at most one action per control period (10% slack for timer jitter)
         fresh_after = max(ep.start_ns, ep.last_action_ns)
         if self._obs is None or self._obs[0] <= fresh_after:
-            if ep.steps == 0 and self._now_ns() - ep.started_ns > self.p["start_timeout_s"] * 1e9:
+            if ep.steps == 0 and now - ep.started_ns > self.p["start_timeout_s"] * 1e9:
                 self.get_logger().error(f"episode {ep.episode_id}: no observation on {self.p['state_topic']} "
                                         f"within {self.p['start_timeout_s']} s; discarding it")
                 self._episode = None

@@ -7,16 +7,15 @@ session; the in-test client node lives in the same domain. Node processes are al
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 import yaml
 
-
-REPO = Path(__file__).resolve().parents[2]
-INSTALL_LIB = REPO / "install" / "amf_ros" / "lib" / "amf_ros"
-
+# Let the test modules import the helpers next to this file (pytest runs with --import-mode=importlib).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # ros_env, rclpy_session and client_node are session-wide: test/conftest.py.
 
@@ -49,9 +48,3 @@ def start_nodes(ros_env, tmp_path) -> Iterator[Any]:
         procs.stop(timeout=5.0)
         for name in procs.procs:  # shown by pytest only when the test failed
             print(f"----- log of {name} -----\n{procs.log_tail(name, 4000)}")
-
-
-# Let the test modules import the helpers next to this file (pytest runs with --import-mode=importlib).
-import sys  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -228,7 +228,8 @@ def read_checkpoint(path: str | os.PathLike) -> OctoCheckpointInfo:
     """
     p = Path(path).expanduser()
     if str(path).startswith(("hf://", "gs://")):
-        raise ValueError(f"give a local checkpoint directory, got {path!s}; download it first (see README.md, 'Deploying with Octo')")
+        raise ValueError(f"give a local checkpoint directory, got {path!s}; download it first (see README.md, "
+                         "'Deploying with Octo')")
     if not p.is_dir():
         raise ValueError(f"Octo checkpoint directory not found: {p}")
     missing = [f for f in (CONFIG_FILE, EXAMPLE_BATCH_FILE, STATISTICS_FILE) if not (p / f).is_file()]
