@@ -26,7 +26,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 
 # `amf NAME ...` for everything else.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("amf_ros.bringup.loop:main", "the main job: the whole AMF loop on the embedded simulation over ROS 2"),
+    "run": ("amf_ros.loop.run:main", "the main job: the whole AMF loop on the embedded simulation over ROS 2"),
     "up": ("amf_ros.bringup.up:main", "start the nodes of a config YAML as processes (no `ros2 launch` needed)"),
     "pretrain": ("amf_ros.bench.pretrain:main", "pre-train a policy on scripted demonstrations (mismatched allocation)"),
     "inspect": ("amf_ros.data.cli:inspect_main", "summarise and validate an episode dataset"),

@@ -220,8 +220,8 @@ def run(cfg: LatencyConfig, out: Path) -> dict[str, Any]:
 
     import rclpy
 
-    from amf_ros.bringup.client import AMFClient
-    from amf_ros.bringup.policy_runtime import load_policy
+    from amf_ros.ros.client import AMFClient
+    from amf_ros.runtime.policy_server import load_policy
 
     t0 = time.monotonic()
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))

@@ -1,5 +1,4 @@
-"""Bring-up: the node graph, parameter schemas, `amf up` (nodes as processes) and `amf run` (the main job).
-
-Nothing here imports rclpy at module level, so the launch files, the static launch tests and `amf up` can read
-the node list and every node's parameter schema on any machine.
+"""Bring-up in the ROS sense: the node graph shared by launch files and `amf up`, the process manager, the
+parameter tables (one per node) and the embedded simulation's pre-trained checkpoint. No rclpy here (enforced by
+test/runtime/test_boundaries.py), so launch files and `amf up --dry-run` read the plan on any machine.
 """

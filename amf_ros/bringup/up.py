@@ -37,7 +37,7 @@ def _sim_checkpoint(config: str) -> str:
     import yaml
 
     from amf_ros.bringup.graph import resolve_config
-    from amf_ros.bringup.policy_runtime import newest_checkpoint
+    from amf_ros.runtime.policy_server import newest_checkpoint
     from amf_ros.bringup.pretrained import ensure_pretrained
 
     with open(resolve_config(config), encoding="utf-8") as fh:

@@ -68,7 +68,7 @@ def test_amf_help_runs(plain_venv):
 
 
 def test_node_import_says_rclpy_is_needed(plain_venv):
-    result = _py(plain_venv, "import amf_ros.nodes.task_selector")
+    result = _py(plain_venv, "import amf_ros.ros.nodes.task_selector")
     assert result.returncode != 0
     assert "rclpy" in result.stderr and "is required" in result.stderr
     assert "Install:" in result.stderr

@@ -53,7 +53,7 @@ def test_joint_state_stream_to_commands_like_the_node():
 
 @pytest.mark.skipif(not HAS_RCLPY or has("interbotix_xs_msgs"), reason="needs rclpy and no interbotix_xs_msgs")
 def test_node_says_how_to_get_interbotix_messages():
-    from amf_ros.nodes import widowx_driver
+    from amf_ros.ros.nodes import widowx_driver
 
     with pytest.raises(ImportError, match="interbotix_ros_core"):
         widowx_driver._interbotix_msgs()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from fake_octo import fake_checkpoint, fake_trunk
 
-from amf_ros.bringup import octo_backend as ob
+from amf_ros.runtime import octo_serving as ob
 from amf_ros.data.store import EpisodeStore
 
 TASKS = {"carrot_on_plate": "put carrot on plate", "spoon_on_towel": "put the spoon on the towel"}
@@ -106,7 +106,7 @@ def test_serving_fine_tunes_on_cached_embeddings_and_resumes(tmp_path):
 
 
 def test_fine_tune_cancelled_during_embedding_keeps_what_was_embedded(tmp_path):
-    from amf_ros.bringup.policy_runtime import Cancelled
+    from amf_ros.runtime.policy_server import Cancelled
 
     ckpt = fake_checkpoint(tmp_path / "octo")
     _episodes(tmp_path / "data", n_eps=3)
@@ -147,7 +147,7 @@ def test_actor_postprocesses_octo_chunks(tmp_path):
 
 
 def test_selection_scores_on_cached_embeddings(tmp_path):
-    from amf_ros.bringup.task_selection import TaskSelection
+    from amf_ros.runtime.task_selector import TaskSelection
 
     ckpt = fake_checkpoint(tmp_path / "octo")
     _episodes(tmp_path / "data", n_eps=4)

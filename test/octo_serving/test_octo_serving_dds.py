@@ -47,7 +47,7 @@ def _log_lines(path: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def octo_graph(ros_env, rclpy_context, tmp_path_factory):
-    from amf_ros.bringup.client import AMFClient
+    from amf_ros.ros.client import AMFClient
     from amf_ros.bringup.graph import NodeSpec
     from amf_ros.bringup.processes import NodeProcesses
 

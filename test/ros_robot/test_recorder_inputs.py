@@ -7,7 +7,7 @@ from types import SimpleNamespace as NS
 import numpy as np
 import pytest
 
-inputs = pytest.importorskip("amf_ros.nodes._recorder_inputs", reason="amf_ros.nodes needs rclpy")
+from amf_ros.runtime import recorder_inputs as inputs
 
 
 def stamp():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-rules = pytest.importorskip("amf_ros.nodes._recorder_rules", reason="amf_ros.nodes needs rclpy")
+from amf_ros.runtime import demo_recorder as rules
 
 
 def test_stream_topics_names_every_camera_and_refuses_clashes():

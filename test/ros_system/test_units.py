@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from amf_ros.bringup import graph
-from amf_ros.bringup.control_loop import EpisodeRun
+from amf_ros.runtime.control_loop import EpisodeRun
 from amf_ros.bringup.params import Param, schema, validate
-from amf_ros.bringup.policy_runtime import newest_checkpoint, resolve_checkpoint, round_of
+from amf_ros.runtime.policy_server import newest_checkpoint, resolve_checkpoint, round_of
 
 
 class _Done:
@@ -112,7 +112,7 @@ def test_plan_overrides_and_ros_args() -> None:
 
 
 def test_policy_runtime_without_data_says_so(tmp_path: Path) -> None:
-    from amf_ros.bringup.policy_runtime import PolicyRuntime
+    from amf_ros.runtime.policy_server import PolicyRuntime
 
     rt = PolicyRuntime(_Policy(), tmp_path / "ck", tmp_path / "out", tmp_path / "no_dataset")
     with pytest.raises(ValueError, match="no episodes"):
@@ -131,7 +131,7 @@ def test_amf_up_dry_run_prints_the_launch_plan(capsys) -> None:
 
 
 def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
-    from amf_ros.bringup.loop import LoopConfig, build_parser, node_overrides
+    from amf_ros.loop.run import LoopConfig, build_parser, node_overrides
 
     args = build_parser().parse_args(["--rounds", "3", "--selector", "uniform"])
     assert args.rounds == 3 and args.selector == "uniform" and args.fine_tune_steps == LoopConfig().fine_tune_steps
@@ -157,8 +157,8 @@ def test_amf_run_evaluation_retries_a_failed_run_once_and_records_it() -> None:
     in the results; a persistent one still stops the run with the node's message."""
     from types import SimpleNamespace
 
-    from amf_ros.bringup.loop import LoopConfig
-    from amf_ros.bringup.loop_report import evaluate
+    from amf_ros.loop.run import LoopConfig
+    from amf_ros.loop.report import evaluate
 
     class Client:
         def __init__(self, fail_first: int) -> None:

@@ -1,6 +1,6 @@
 """Parameter schemas of every node: ONE plain-Python table per node, no rclpy.
 
-Why: the node declares its ROS parameters from the table (``amf_ros.nodes._params.declare``), and the static
+Why: the node declares its ROS parameters from the table (``amf_ros.ros.params.declare``), and the static
 launch test, `amf up` and the config consistency test read the same table, so a parameter can never be set in
 YAML or a launch file without being declared (generate_parameter_library's idea, without code generation).
 

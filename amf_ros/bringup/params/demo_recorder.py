@@ -1,4 +1,4 @@
-"""Parameters of demo_recorder (declared by amf_ros.nodes.demo_recorder; set in config/*.yaml).
+"""Parameters of demo_recorder (declared by amf_ros.ros.nodes.demo_recorder; set in config/*.yaml).
 
 demo_recorder turns teleop/camera/state topics into episodes of the crash-safe store (amf_ros.data), through
 the same synchroniser the bag importer uses (amf_ros.data.sync; its pairing rule is documented there).

@@ -1,4 +1,4 @@
-"""Parameters of policy_server (declared by amf_ros.nodes.policy_server; set in config/*.yaml)."""
+"""Parameters of policy_server (declared by amf_ros.ros.nodes.policy_server; set in config/*.yaml)."""
 
 from amf_ros.bringup.params import Param
 

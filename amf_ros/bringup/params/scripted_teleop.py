@@ -1,4 +1,4 @@
-"""Parameters of scripted_teleop (declared by amf_ros.nodes.scripted_teleop; set in config/sim.yaml).
+"""Parameters of scripted_teleop (declared by amf_ros.ros.nodes.scripted_teleop; set in config/sim.yaml).
 
 scripted_teleop stands in for the human operator of the embedded simulation: when the recorder's latched
 status shows a new episode, it drives the arm with that task's scripted expert and ends the episode.

@@ -1,4 +1,4 @@
-"""Parameters of sim_bridge (declared by amf_ros.nodes.sim_bridge; set in config/*.yaml).
+"""Parameters of sim_bridge (declared by amf_ros.ros.nodes.sim_bridge; set in config/*.yaml).
 
 sim_bridge hosts a simulated arm behind the topics a real robot uses. Stepping semantics: every EefDeltaAction
 received on ``action_topic`` is one environment step; the resulting observation is published at once.

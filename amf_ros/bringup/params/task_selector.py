@@ -1,4 +1,4 @@
-"""Parameters of task_selector (declared by amf_ros.nodes.task_selector; set in config/*.yaml)."""
+"""Parameters of task_selector (declared by amf_ros.ros.nodes.task_selector; set in config/*.yaml)."""
 
 from amf_ros.bringup.params import Param
 

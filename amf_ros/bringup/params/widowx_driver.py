@@ -1,4 +1,4 @@
-"""Parameters of widowx_driver (declared by amf_ros.nodes.widowx_driver; set in config/widowx.yaml).
+"""Parameters of widowx_driver (declared by amf_ros.ros.nodes.widowx_driver; set in config/widowx.yaml).
 
 widowx_driver adapts the amf_ros wire action (EefDeltaAction) to the Interbotix xs_sdk of a WidowX 250 6DOF
 (amf_ros.robots.widowx does the maths): IK to arm joint targets, gripper PWM, Octo's 8-D proprio from joint states.

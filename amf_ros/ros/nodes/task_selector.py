@@ -2,7 +2,7 @@
 
 Keeps its own copy of the policy (paper: a separate copy for selection), loaded from the newest checkpoint and
 reloaded on /amf/checkpoint; reads the episode store; runs the configured selector. The logic lives in
-amf_ros.bringup.task_selection; this node maps messages to calls. Parameters: amf_ros/bringup/params/task_selector.py.
+amf_ros.runtime.task_selector; this node maps messages to calls. Parameters: amf_ros/bringup/params/task_selector.py.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from amf_ros.bringup import policy_runtime
-from amf_ros.bringup.octo_backend import OctoSelection
-from amf_ros.bringup.task_selection import TaskSelection
-from amf_ros.bringup.tasks import task_set
+from amf_ros.runtime import policy_server as policy_runtime
+from amf_ros.runtime.octo_serving import OctoSelection
+from amf_ros.runtime.task_selector import TaskSelection
+from amf_ros.data.tasks import task_set
 from amf_ros.msg import CheckpointInfo
-from amf_ros.nodes._params import declare
-from amf_ros.nodes._spin import spin
+from amf_ros.ros.params import declare
+from amf_ros.ros.spin import spin
 from amf_ros.srv import NextTask
 
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

@@ -81,7 +81,7 @@ def made_from(path: str | Path, key: str) -> bool:
 
 def newest_octo_round(checkpoint_dir: str | Path, key: str) -> Path | None:
     """Newest ``round_NNNN`` whose marker says it was fine-tuned from the Octo checkpoint ``key``."""
-    from amf_ros.bringup.policy_runtime import round_checkpoints
+    from amf_ros.runtime.policy_server import round_checkpoints
 
     return next((p for p in reversed(round_checkpoints(checkpoint_dir)) if made_from(p, key)), None)
 
@@ -256,7 +256,7 @@ class EmbeddingCache:
         cols: dict[str, list[np.ndarray]] = {"state": [], "action": [], "task": [], "episode_index": [], "step": []}
         for i, eid in enumerate(ids):
             if cancelled is not None and cancelled():
-                from amf_ros.bringup.policy_runtime import Cancelled
+                from amf_ros.runtime.policy_server import Cancelled
 
                 raise Cancelled(f"fine-tune cancelled while embedding episode {i + 1} of {len(ids)} (nothing saved)")
             emb, ep = self.episode(store, eid)
@@ -278,8 +278,8 @@ class OctoServing:
     """
 
     def __init__(self, p: Mapping[str, Any]) -> None:
-        from amf_ros.bringup import policy_runtime
-        from amf_ros.bringup.tasks import read_instructions
+        from amf_ros.runtime import policy_server as policy_runtime
+        from amf_ros.data.tasks import read_instructions
         from amf_ros.policies.octo.policy import load_octo_policy
 
         self.p = dict(p)

@@ -92,11 +92,11 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     """Run the loop; returns the results dict (also written to ``<run dir>/results.json``)."""
     import rclpy
 
-    from amf_ros.bringup.client import AMFClient
-    from amf_ros.bringup.loop_report import evaluate, print_round, write_outputs
+    from amf_ros.ros.client import AMFClient
+    from amf_ros.loop.report import evaluate, print_round, write_outputs
     from amf_ros.bringup.pretrained import ensure_pretrained
     from amf_ros.bringup.processes import NodeProcesses
-    from amf_ros.bringup.tasks import checkpoint_tasks, read_max_steps
+    from amf_ros.data.tasks import checkpoint_tasks, read_max_steps
 
     t_start = time.monotonic()
     checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else ensure_pretrained(Path(cfg.cache), seed=cfg.seed,

@@ -32,8 +32,8 @@ from sensor_msgs.msg import Image
 
 from amf_ros.bringup.graph import resolve_config
 from amf_ros.msg import EefDeltaAction, StateVector
-from amf_ros.nodes._params import declare
-from amf_ros.nodes._spin import spin
+from amf_ros.ros.params import declare
+from amf_ros.ros.spin import spin
 from amf_ros.srv import ResetTask, TaskSuccess
 
 

@@ -28,8 +28,8 @@ from rclpy.task import Future
 from amf_ros.bringup.graph import resolve_config
 from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks, native_to_eef7, noisy
 from amf_ros.msg import EefDeltaAction, RecorderStatus, StateVector
-from amf_ros.nodes._params import declare
-from amf_ros.nodes._spin import spin
+from amf_ros.ros.params import declare
+from amf_ros.ros.spin import spin
 from amf_ros.srv import EndEpisode, TaskSuccess
 
 

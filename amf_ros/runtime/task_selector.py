@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from amf_ros.bringup import datasets
+from amf_ros.data import transitions as datasets
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from amf_ros.bringup.policy_runtime import ActionAdapter
+from amf_ros.runtime.policy_server import ActionAdapter
 
 
 class DoneEvent(threading.Event):

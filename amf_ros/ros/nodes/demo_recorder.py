@@ -26,14 +26,14 @@ from amf_ros.data.recorder import EpisodeRecorder
 from amf_ros.data.store import EpisodeStore, StoreConfig
 from amf_ros.data.sync import SyncConfig
 from amf_ros.msg import EefDeltaAction, EpisodeInfo, RecorderStatus, StateVector
-from amf_ros.nodes import _recorder_inputs as inputs
-from amf_ros.nodes import _recorder_rules as rules
-from amf_ros.nodes._params import declare
-from amf_ros.nodes._spin import spin
+from amf_ros.runtime import recorder_inputs as inputs
+from amf_ros.runtime import demo_recorder as rules
+from amf_ros.ros.params import declare
+from amf_ros.ros.spin import spin
 from amf_ros.srv import EndEpisode, StartEpisode
 
 
-# Message type of each action_type / state_type parameter value (converters: amf_ros.nodes._recorder_inputs).
+# Message type of each action_type / state_type parameter value (converters: amf_ros.runtime.recorder_inputs).
 ACTION_MSGS = {"eef_delta": EefDeltaAction, "twist_stamped": TwistStamped}
 STATE_MSGS = {"state_vector": StateVector, "joint_state": JointState, "widowx_proprio": JointState}
 
@@ -46,7 +46,7 @@ class DemoRecorder(Node):
         p = self.p = declare(self, "demo_recorder")
         self.instructions: dict[str, str] = {}
         if p["tasks_file"]:
-            from amf_ros.bringup.tasks import read_instructions
+            from amf_ros.data.tasks import read_instructions
 
             self.instructions = read_instructions(p["tasks_file"])
         topics = rules.stream_topics(p["action_topic"], p["state_topic"], p["image_topics"], p["image_keys"])

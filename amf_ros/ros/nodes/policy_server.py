@@ -2,8 +2,8 @@
 
 Callback groups: the control timer has its own group, each action server its own; fine-tuning runs in a worker
 thread, so it never stalls the control timer. run_policy during a fine-tune keeps acting with the policy it
-started with; a finished fine-tune takes effect from the next run_policy goal (amf_ros.bringup.policy_runtime).
-Backend "octo" (amf_ros.bringup.octo_backend): acts on the camera topic with Octo's frozen trunk and its
+started with; a finished fine-tune takes effect from the next run_policy goal (amf_ros.runtime.policy_server).
+Backend "octo" (amf_ros.runtime.octo_serving): acts on the camera topic with Octo's frozen trunk and its
 fine-tuned head + prior; fine-tunes on trunk embeddings cached per recorded frame.
 Parameters: amf_ros/bringup/params/policy_server.py.
 """
@@ -21,13 +21,13 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 
 from amf_ros.action import FineTune, RunPolicy
-from amf_ros.bringup import policy_runtime
-from amf_ros.bringup.control_loop import DoneEvent, EpisodeRun
-from amf_ros.bringup.octo_backend import OctoServing
+from amf_ros.runtime import policy_server as policy_runtime
+from amf_ros.runtime.control_loop import DoneEvent, EpisodeRun
+from amf_ros.runtime.octo_serving import OctoServing
 from amf_ros.data.ros_convert import image_to_rgb
 from amf_ros.msg import CheckpointInfo, EefDeltaAction, StateVector
-from amf_ros.nodes._params import declare
-from amf_ros.nodes._spin import spin
+from amf_ros.ros.params import declare
+from amf_ros.ros.spin import spin
 from amf_ros.srv import TaskSuccess
 
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

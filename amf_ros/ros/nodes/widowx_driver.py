@@ -18,8 +18,8 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 
 from amf_ros.msg import EefDeltaAction, StateVector
-from amf_ros.nodes._params import declare
-from amf_ros.nodes._spin import spin
+from amf_ros.ros.params import declare
+from amf_ros.ros.spin import spin
 from amf_ros.robots import widowx
 
 _INSTALL = ("interbotix_xs_msgs is needed for robot:=real. On ROS 2 Humble: `sudo apt install "

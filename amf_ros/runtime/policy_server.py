@@ -1,7 +1,7 @@
 """What policy_server does, without ROS: act for a task with temporal ensembling, fine-tune on the store in a
 worker, write checkpoints atomically, and swap the acting policy between episodes.
 
-Why here: the node (amf_ros/nodes/policy_server.py) stays a thin adapter (messages <-> these calls), and this
+Why here: the node (amf_ros/ros/nodes/policy_server.py) stays a thin adapter (messages <-> these calls), and this
 logic is testable without DDS.
 
 Semantics of run_policy during fine-tuning (documented in docs/ros-system.md and tested): fine-tuning trains a
@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from amf_ros.bringup import datasets
+from amf_ros.data import transitions as datasets
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ def evaluate(client: Any, tasks: Sequence[str], cfg: Any, max_steps: Mapping[str
     Returns ``{"success": {task: rate}, "steps": {task: mean steps}, "mean_period_s": float,
     "failed_attempts": [{"task", "episode", "message"}]}``.
     """
-    from amf_ros.bringup.loop import EVAL_SEED_OFFSET
+    from amf_ros.loop.run import EVAL_SEED_OFFSET
 
     success, steps, periods, failures = {}, {}, [], []
     for task in tasks:
