@@ -19,7 +19,7 @@ No rclpy here; ``amf_ros/ros/nodes/widowx_driver.py`` maps messages to these cal
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -215,17 +215,17 @@ class WidowXAdapter:
                             workspace_clipped=workspace_clipped, speed_limited=speed_limited)
 
 
-def limits_from_params(p: dict) -> WidowXLimits:
-    """WidowXLimits from widowx_driver's parameters (amf_ros/bringup/params/widowx_driver.py)."""
-    low, high = tuple(float(v) for v in p["workspace_low"]), tuple(float(v) for v in p["workspace_high"])
-    workspace = WorkspaceBounds(low=low, high=high, max_translation=float(p["max_translation"]),
-                                max_rotation=float(p["max_rotation"]))
-    if p["gripper_pwm_low"] > p["gripper_pwm_high"]:
-        raise ValueError(f"gripper_pwm_low must be <= gripper_pwm_high, got {p['gripper_pwm_low']=} "
-                         f"{p['gripper_pwm_high']=}")
-    return WidowXLimits(workspace=workspace, max_joint_speed=float(p["max_joint_speed"]),
-                        period_s=float(p["control_period_s"]), gripper_pressure=float(p["gripper_pressure"]),
-                        gripper_pwm_limits=(float(p["gripper_pwm_low"]), float(p["gripper_pwm_high"])))
+def limits_from_params(p: Any) -> WidowXLimits:
+    """WidowXLimits from widowx_driver's parameters (a WidowxDriverParams, amf_ros/bringup/params/widowx_driver.py)."""
+    low, high = tuple(float(v) for v in p.workspace_low), tuple(float(v) for v in p.workspace_high)
+    workspace = WorkspaceBounds(low=low, high=high, max_translation=float(p.max_translation),
+                                max_rotation=float(p.max_rotation))
+    if p.gripper_pwm_low > p.gripper_pwm_high:
+        raise ValueError(f"gripper_pwm_low must be <= gripper_pwm_high, got {p.gripper_pwm_low=} "
+                         f"{p.gripper_pwm_high=}")
+    return WidowXLimits(workspace=workspace, max_joint_speed=float(p.max_joint_speed),
+                        period_s=float(p.control_period_s), gripper_pressure=float(p.gripper_pressure),
+                        gripper_pwm_limits=(float(p.gripper_pwm_low), float(p.gripper_pwm_high)))
 
 
 def gripper_at_limit(opening: bool, gripper: float, margin: float = 0.02) -> bool:

@@ -1,4 +1,4 @@
-"""Declare a node's ROS parameters from its plain-Python schema table and read them back as a dict.
+"""Declare a node's ROS parameters from its schema dataclass and read them back as an instance of it.
 
 Why one helper: every node declares every parameter with a description and its range (STYLE habit 9), from
 the same table the launch test and `amf up` read (``amf_ros.bringup.params``); a value outside the range is
@@ -13,7 +13,7 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from amf_ros.bringup.params import Param, schema
+from amf_ros.bringup.params import Param, load, schema
 
 _ROS_TYPES = {
     "bool": Parameter.Type.BOOL,
@@ -43,17 +43,33 @@ def descriptor(p: Param) -> ParameterDescriptor:
     return d
 
 
-def _default(p: Param) -> Any:
-    """Default for declare_parameter: an empty list would be typed BYTE_ARRAY/unknown, so pass the type."""
-    if isinstance(p.default, (list, tuple)):
-        return list(p.default) if p.default else _ROS_TYPES[p.type]
-    if p.type == "double":
-        return float(p.default)
-    return p.default
+def _declare_one(node: Node, p: Param) -> Any:
+    """Declare one parameter; return its value after overrides (lists as lists).
+
+    An empty-list default cannot be passed to rclpy as a value (``[]`` has no element type: rclpy would type it
+    BYTE_ARRAY and then refuse a string-list override), so it is declared by type and, when nothing overrides it,
+    set to a typed empty list: without a value, ``ros2 param dump`` of the node would print nothing at all (one
+    unset parameter empties the whole get-parameters reply). Such a parameter cannot be read-only (it is set after
+    its declaration); the node still reads it once at start.
+    """
+    ros_type = _ROS_TYPES[p.type]
+    if isinstance(p.default, (list, tuple)) and not p.default:
+        d = descriptor(p)
+        d.read_only = False
+        value = node.declare_parameter(p.name, ros_type, d).value
+        if value is None:
+            node.set_parameters([Parameter(p.name, ros_type, [])])
+            value = []
+    else:
+        default = list(p.default) if isinstance(p.default, (list, tuple)) else p.default
+        value = node.declare_parameter(p.name, float(default) if p.type == "double" else default, descriptor(p)).value
+    if isinstance(value, tuple) or (hasattr(value, "tolist") and not isinstance(value, str)):
+        value = list(value)
+    return value
 
 
-def declare(node: Node, node_name: str | None = None) -> dict[str, Any]:
-    """Declare every parameter of the node's schema on ``node``; return ``{name: value}`` after overrides.
+def declare(node: Node, node_name: str | None = None) -> Any:
+    """Declare every parameter of the node's schema on ``node``; return its parameter dataclass after overrides.
 
     Args:
         node: the rclpy node.
@@ -62,17 +78,9 @@ def declare(node: Node, node_name: str | None = None) -> dict[str, Any]:
         ValueError: a value is not one of the allowed choices (ranges are enforced by rclpy itself, which raises
             ``rclpy.exceptions.InvalidParameterValueException``).
     """
-    table = schema(node_name or node.get_name())
-    values: dict[str, Any] = {}
-    for p in table:
-        param = node.declare_parameter(p.name, _default(p), descriptor(p))
-        value = param.value
-        if value is None and p.type.endswith("_array"):
-            value = []
-        if isinstance(value, tuple) or (hasattr(value, "tolist") and not isinstance(value, str)):
-            value = list(value)
-        problem = p.check(value)
-        if problem:
-            raise ValueError(f"{node.get_name()}: invalid parameter {problem}")
-        values[p.name] = value
-    return values
+    name = node_name or node.get_name()
+    values = {p.name: _declare_one(node, p) for p in schema(name)}
+    try:
+        return load(name, values)
+    except ValueError as exc:
+        raise ValueError(f"{node.get_name()}: invalid parameter {exc}") from exc

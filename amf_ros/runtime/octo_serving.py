@@ -271,30 +271,30 @@ class EmbeddingCache:
 
 # ------------------------------------------------------------------------------------------------ node wiring
 class OctoServing:
-    """What policy_server needs for backend ``octo``, built from its parameter dict (see params/policy_server.py).
+    """What policy_server needs for backend ``octo``, built from its parameters (a PolicyServerParams).
 
     Attributes: ``trunk``, ``cache`` (EmbeddingCache), ``runtime`` (PolicyRuntime whose fine-tuning trains the
     head on cached embeddings), and :meth:`actor` for one run_policy goal.
     """
 
-    def __init__(self, p: Mapping[str, Any]) -> None:
+    def __init__(self, p: Any) -> None:
         from amf_ros.runtime import policy_server as policy_runtime
         from amf_ros.data.tasks import read_instructions
         from amf_ros.policies.octo.policy import load_octo_policy
 
-        self.p = dict(p)
-        octo_ckpt = str(p["checkpoint"])
-        self.trunk = make_trunk(octo_ckpt, p["octo_trunk_factory"], p["t5_path"], p["octo_dataset"])
-        table = read_instructions(p["tasks_file"]) if p["tasks_file"] else {}
-        policy, path = initial_policy(self.trunk, octo_ckpt, p["checkpoint_dir"], table, p["head_checkpoint"])
-        self.cache = EmbeddingCache(p["dataset_dir"], octo_ckpt, lambda: self.trunk, policy.instructions,
-                                    image_key=p["image_key"], wrist_key=p["wrist_image_key"],
-                                    batch_size=p["embed_batch_size"])
+        self.p = p
+        octo_ckpt = str(p.checkpoint)
+        self.trunk = make_trunk(octo_ckpt, p.octo_trunk_factory, p.t5_path, p.octo_dataset)
+        table = read_instructions(p.tasks_file) if p.tasks_file else {}
+        policy, path = initial_policy(self.trunk, octo_ckpt, p.checkpoint_dir, table, p.head_checkpoint)
+        self.cache = EmbeddingCache(p.dataset_dir, octo_ckpt, lambda: self.trunk, policy.instructions,
+                                    image_key=p.image_key, wrist_key=p.wrist_image_key,
+                                    batch_size=p.embed_batch_size)
         key = self.cache.key
         self.runtime = policy_runtime.PolicyRuntime(
-            policy, path, p["checkpoint_dir"], p["dataset_dir"], steps=p["fine_tune_steps"],
-            batch_size=p["fine_tune_batch_size"], lr=p["fine_tune_lr"], alpha_steps=p["alpha_steps"],
-            seed=p["seed"], action_space="eef7", loader=load_octo_policy,
+            policy, path, p.checkpoint_dir, p.dataset_dir, steps=p.fine_tune_steps,
+            batch_size=p.fine_tune_batch_size, lr=p.fine_tune_lr, alpha_steps=p.alpha_steps,
+            seed=p.seed, action_space="eef7", loader=load_octo_policy,
             transitions_fn=lambda tasks, cancelled: self.cache.transitions(tasks, cancelled=cancelled),
             after_save=lambda d: write_marker(d, octo_ckpt, key))
 
@@ -308,7 +308,7 @@ class OctoServing:
         actor = self.actor(policy)
         actor.reset(policy.tasks[0])
         obs = {"image": np.zeros((256, 256, 3), np.uint8)}
-        if self.p["wrist_image_topic"]:
+        if self.p.wrist_image_topic:
             obs["wrist"] = np.zeros((128, 128, 3), np.uint8)
         actor(obs)
         return time.perf_counter() - t0
@@ -316,37 +316,38 @@ class OctoServing:
     def actor(self, policy: Any) -> OctoActor:
         """A fresh per-episode actor for ``policy`` (the run's fixed policy)."""
         p = self.p
-        return OctoActor(self.trunk, policy, horizon=p["ensemble_horizon"], exp_weight=p["ensemble_exp_weight"],
-                         sticky_gripper_steps=p["sticky_gripper_steps"], max_translation=p["max_translation"],
-                         max_rotation=p["max_rotation"], wrist=bool(p["wrist_image_topic"]))
+        return OctoActor(self.trunk, policy, horizon=p.ensemble_horizon, exp_weight=p.ensemble_exp_weight,
+                         sticky_gripper_steps=p.sticky_gripper_steps, max_translation=p.max_translation,
+                         max_rotation=p.max_rotation, wrist=bool(p.wrist_image_topic))
 
 
 class OctoSelection:
     """What task_selector needs for backend ``octo``: head checkpoints + the shared embedding cache."""
 
-    def __init__(self, p: Mapping[str, Any], instructions: Mapping[str, str]) -> None:
-        self.p = dict(p)
-        self.octo_checkpoint = str(p["checkpoint"])
+    def __init__(self, p: Any, instructions: Mapping[str, str]) -> None:
+        """``p``: task_selector's TaskSelectorParams."""
+        self.p = p
+        self.octo_checkpoint = str(p.checkpoint)
         if not self.octo_checkpoint:
             raise ValueError("task_selector backend octo needs 'checkpoint' = the Octo checkpoint directory")
         self._trunk: Any = None
         self._lock = threading.Lock()
-        self.cache = EmbeddingCache(p["dataset_dir"], self.octo_checkpoint, self.trunk, instructions,
-                                    image_key=p["image_key"], wrist_key=p["wrist_image_key"],
-                                    batch_size=p["embed_batch_size"])
+        self.cache = EmbeddingCache(p.dataset_dir, self.octo_checkpoint, self.trunk, instructions,
+                                    image_key=p.image_key, wrist_key=p.wrist_image_key,
+                                    batch_size=p.embed_batch_size)
 
     def trunk(self) -> Any:
         """The trunk, loaded on first use (only for frames policy_server has not embedded yet)."""
         with self._lock:
             if self._trunk is None:
                 log.info("loading the Octo trunk to embed frames that are not cached yet")
-                self._trunk = make_trunk(self.octo_checkpoint, self.p["octo_trunk_factory"], self.p["t5_path"],
-                                         self.p["octo_dataset"])
+                self._trunk = make_trunk(self.octo_checkpoint, self.p.octo_trunk_factory, self.p.t5_path,
+                                         self.p.octo_dataset)
             return self._trunk
 
     def newest_head(self) -> Path | None:
         """Newest head checkpoint made from this Octo checkpoint (None before policy_server has written one)."""
-        return newest_octo_round(self.p["checkpoint_dir"], self.cache.key)
+        return newest_octo_round(self.p.checkpoint_dir, self.cache.key)
 
     def load(self, path: str | Path) -> Any:
         """Load a head checkpoint (refuses one made from another Octo checkpoint)."""

@@ -1,5 +1,6 @@
 """widowx_driver's logic through the library: parameters -> limits, stale actions, gripper stop, install hint."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -7,24 +8,24 @@ import pytest
 import yaml
 
 from amf_ros._optional import HAS_RCLPY, has
-from amf_ros.bringup.params import defaults, validate
+from amf_ros.bringup.params import load, validate
 from amf_ros.robots import widowx, wx250s
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_schema_defaults_and_yaml_build_valid_limits():
-    lim = widowx.limits_from_params(defaults("widowx_driver"))
+    lim = widowx.limits_from_params(load("widowx_driver", {}))
     assert lim.workspace.low == (0.1, -0.15, -0.01) and lim.period_s == 0.2
     assert lim.gripper_pwm == pytest.approx(250.0)
     section = yaml.safe_load((REPO / "config" / "widowx.yaml").read_text())["widowx_driver"]["ros__parameters"]
     assert validate("widowx_driver", section) == []
-    p = {**defaults("widowx_driver"), **section}
+    p = load("widowx_driver", section)
     assert widowx.limits_from_params(p).max_joint_speed == section["max_joint_speed"]
     with pytest.raises(ValueError, match="low < high"):
-        widowx.limits_from_params({**p, "workspace_low": [0.5, 0.0, 0.0], "workspace_high": [0.4, 1.0, 1.0]})
+        widowx.limits_from_params(replace(p, workspace_low=(0.5, 0.0, 0.0), workspace_high=(0.4, 1.0, 1.0)))
     with pytest.raises(ValueError, match="gripper_pwm_low"):
-        widowx.limits_from_params({**p, "gripper_pwm_low": 400.0})
+        widowx.limits_from_params(replace(p, gripper_pwm_low=400.0))
     assert validate("widowx_driver", {"max_joint_speed": 9.0})  # out of range is reported
 
 
@@ -39,7 +40,7 @@ def test_stale_actions_and_gripper_limits():
 
 def test_joint_state_stream_to_commands_like_the_node():
     """What the node does per message: observe joint states -> proprio; action -> JointGroupCommand values."""
-    ad = widowx.WidowXAdapter(widowx.limits_from_params(defaults("widowx_driver")))
+    ad = widowx.WidowXAdapter(widowx.limits_from_params(load("widowx_driver", {})))
     assert ad.apply(np.zeros(7)) is None  # before the first joint state: nothing is sent
     q = wx250s.ik(widowx.state_to_pose([0.3, 0.0, 0.15, 0, 0, 0]), guess=wx250s.NEUTRAL_JOINTS).q
     names = ["waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate", "gripper",

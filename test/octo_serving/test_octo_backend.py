@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from fake_octo import fake_checkpoint, fake_trunk
 
+from amf_ros.bringup.params import load, schema
 from amf_ros.runtime import octo_serving as ob
 from amf_ros.data.store import EpisodeStore
 
@@ -27,6 +28,12 @@ def _episodes(root, n_eps=3, steps=6, seed=0):
             "action": np.r_[rng.normal(0, 0.01, 6), rng.integers(0, 2)].astype(np.float32),
             "stamp_ns": 1000 + i * 200_000_000} for i in range(steps)])
     return store
+
+
+def _typed(node, values):
+    """The node's parameter dataclass from the declared subset of ``values``."""
+    names = {p.name for p in schema(node)}
+    return load(node, {k: v for k, v in values.items() if k in names})
 
 
 def _params(tmp_path, ckpt):
@@ -86,7 +93,7 @@ def test_cache_computes_once_and_invalidates_on_instruction_and_checkpoint(tmp_p
 def test_serving_fine_tunes_on_cached_embeddings_and_resumes(tmp_path):
     ckpt = fake_checkpoint(tmp_path / "octo")
     _episodes(tmp_path / "data", n_eps=2)
-    serving = ob.OctoServing(_params(tmp_path, ckpt))
+    serving = ob.OctoServing(_typed("policy_server", _params(tmp_path, ckpt)))
     assert serving.runtime.checkpoint.name == "round_0000" and ob.is_octo_policy(serving.runtime.checkpoint)
     prior = [p.detach().clone() for p in serving.runtime.policy.prior.parameters()]
     res = serving.runtime.fine_tune()
@@ -99,7 +106,7 @@ def test_serving_fine_tunes_on_cached_embeddings_and_resumes(tmp_path):
     acting = serving.runtime.policy
     assert all(np.array_equal(a.detach(), b) for a, b in zip(acting.prior.parameters(), prior))  # prior frozen
     # a restart resumes from the newest head made from this Octo checkpoint
-    again = ob.OctoServing(_params(tmp_path, ckpt))
+    again = ob.OctoServing(_typed("policy_server", _params(tmp_path, ckpt)))
     assert again.runtime.checkpoint == res2.checkpoint and again.runtime.round == 2
     with pytest.raises(ValueError, match="no episodes"):
         serving.runtime.fine_tune(tasks=["nope"])
@@ -110,7 +117,7 @@ def test_fine_tune_cancelled_during_embedding_keeps_what_was_embedded(tmp_path):
 
     ckpt = fake_checkpoint(tmp_path / "octo")
     _episodes(tmp_path / "data", n_eps=3)
-    serving = ob.OctoServing(_params(tmp_path, ckpt))
+    serving = ob.OctoServing(_typed("policy_server", _params(tmp_path, ckpt)))
     polls = []
     with pytest.raises(Cancelled, match="embedding episode 2 of 3"):
         serving.runtime.fine_tune(cancelled=lambda: polls.append(1) or len(polls) > 1)
@@ -120,7 +127,7 @@ def test_fine_tune_cancelled_during_embedding_keeps_what_was_embedded(tmp_path):
 
 def test_actor_postprocesses_octo_chunks(tmp_path):
     ckpt = fake_checkpoint(tmp_path / "octo")
-    serving = ob.OctoServing(_params(tmp_path, ckpt))
+    serving = ob.OctoServing(_typed("policy_server", _params(tmp_path, ckpt)))
     actor = serving.actor(serving.runtime.policy)
     with pytest.raises(ValueError, match="unknown task"):
         actor.reset("nope")
@@ -152,9 +159,9 @@ def test_selection_scores_on_cached_embeddings(tmp_path):
     ckpt = fake_checkpoint(tmp_path / "octo")
     _episodes(tmp_path / "data", n_eps=4)
     p = _params(tmp_path, ckpt)
-    serving = ob.OctoServing(p)
+    serving = ob.OctoServing(_typed("policy_server", p))
     serving.runtime.fine_tune()
-    sel_octo = ob.OctoSelection(p, TASKS)
+    sel_octo = ob.OctoSelection(_typed("task_selector", p), TASKS)
     head = sel_octo.newest_head()
     assert head is not None and head.name == "round_0001"
     sel = TaskSelection("amf", TASKS, p["dataset_dir"], action_space="eef7", frames_per_episode=4,
@@ -173,11 +180,11 @@ def test_episode_without_camera_frames_is_a_clear_error(tmp_path):
     store.write_episode("carrot_on_plate", TASKS["carrot_on_plate"], [{
         "observation": {"state": np.zeros(8, np.float32)}, "action": np.zeros(7, np.float32),
         "stamp_ns": 1000 + i * 200_000_000} for i in range(3)])
-    serving = ob.OctoServing(_params(tmp_path, ckpt))
+    serving = ob.OctoServing(_typed("policy_server", _params(tmp_path, ckpt)))
     with pytest.raises(ValueError, match=r"cannot read the camera stream\(s\) \['image_primary'\]"):
         serving.runtime.fine_tune()
     assert not serving.runtime.fine_tuning and serving.runtime.round == 0  # nothing saved, ready for the next call
     with pytest.raises(ValueError, match="needs 'checkpoint'"):
-        ob.OctoServing({**_params(tmp_path, ckpt), "checkpoint": ""})
+        ob.OctoServing(_typed("policy_server", {**_params(tmp_path, ckpt), "checkpoint": ""}))
     with pytest.raises(ValueError, match="cannot import trunk factory"):
-        ob.OctoServing({**_params(tmp_path, ckpt), "octo_trunk_factory": "no_such_module:f"})
+        ob.OctoServing(_typed("policy_server", {**_params(tmp_path, ckpt), "octo_trunk_factory": "no_such_module:f"}))

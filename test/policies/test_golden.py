@@ -117,8 +117,8 @@ def _chain_bound(head: DiffusionActionHead, t: dict[str, torch.Tensor], u: float
     direction = torch.arange(n)
     tangent = torch.zeros(steps, n, batch, dim, dtype=states.dtype)
     tangent[direction // dim, direction, :, direction % dim] = 1.0
-    noise = t["step_noise"].unsqueeze(1).expand(steps, n, batch, dim)
-    init = t["init_noise"].expand(n, batch, dim)
+    noise = t["step_noise"].unsqueeze(1).expand(steps, n, batch, dim).contiguous()
+    init = t["init_noise"].expand(n, batch, dim).contiguous()
 
     def sample(z: torch.Tensor) -> torch.Tensor:
         return head.predict_action(t["emb"], sample_shape=(n,), init_noise=init, step_noise=z)
@@ -131,20 +131,21 @@ def _chain_bound(head: DiffusionActionHead, t: dict[str, torch.Tensor], u: float
     return bound.reshape(batch, CFG.action_horizon, CFG.action_dim)
 
 
-def _bounds(g: dict[str, np.ndarray], u: float) -> dict[str, torch.Tensor]:
-    """Rounding bound of every output at unit roundoff u: K_NET u max|out| for one pass, _chain_bound for sampling."""
-    out = {k: K_NET * u * torch.from_numpy(g[k]).abs().max() for k in ONE_PASS}
-    out["out_sample"] = _chain_bound(_head(g, torch.float64), _inputs(g, torch.float64), u)
+def _unit_bounds(g: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """Every output's rounding bound per unit roundoff (the bounds are linear in u): K_NET max|out| or the chain's."""
+    out = {k: K_NET * torch.from_numpy(g[k]).abs().max() for k in ONE_PASS}
+    out["out_sample"] = _chain_bound(_head(g, torch.float64), _inputs(g, torch.float64), 1.0)
     return out
 
 
 def _check(got: dict[str, torch.Tensor], g: dict[str, np.ndarray], dtype: torch.dtype, keys: tuple[str, ...]
            ) -> None:
-    u, u64 = torch.finfo(dtype).eps, torch.finfo(torch.float64).eps
-    bound, golden_bound = _bounds(g, u), _bounds(g, u64)
+    """|got - golden| <= (u(dtype) + u(float64)) * unit bound: this run's rounding plus the golden's."""
+    u = torch.finfo(dtype).eps + torch.finfo(torch.float64).eps
+    bounds = _unit_bounds(g)
     for key in keys:
         err = (got[key].double() - torch.from_numpy(g[key])).abs()
-        tol = (bound[key] + golden_bound[key]).expand_as(err)
+        tol = (u * bounds[key]).expand_as(err)
         worst = int(torch.argmax(err / tol))
         assert bool((err <= tol).all()), (
             f"{key} ({dtype}): |got - golden| = {err.flatten()[worst]:.3g} > tolerance {tol.flatten()[worst]:.3g} "

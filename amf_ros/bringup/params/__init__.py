@@ -1,14 +1,18 @@
-"""Parameter schemas of every node: ONE plain-Python table per node, no rclpy.
+"""Parameter schemas of every node: ONE frozen dataclass per node, no rclpy.
 
-Why: the node declares its ROS parameters from the table (``amf_ros.ros.params.declare``), and the static
-launch test, `amf up` and the config consistency test read the same table, so a parameter can never be set in
-YAML or a launch file without being declared (generate_parameter_library's idea, without code generation).
+Why: the node declares its ROS parameters from the dataclass (``amf_ros.ros.params.declare``) and gets an
+instance of it back, so code reads ``params.control_rate_hz`` and each default, description and range lives in
+exactly one place; the static launch test, `amf up` and the config consistency test read the same fields, so a
+parameter can never be set in YAML or a launch file without being declared (generate_parameter_library's idea,
+without code generation).
 
-A schema module ``amf_ros/bringup/params/<node>.py`` defines ``PARAMS: tuple[Param, ...]``.
+A schema module ``amf_ros/bringup/params/<node>.py`` defines ``<Node>Params``, a frozen dataclass whose fields
+are made with :func:`param` (lists are tuples, so instances stay immutable).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 from dataclasses import dataclass
@@ -93,17 +97,50 @@ def infer_type(value: Any, name: str = "?") -> str:
     raise ValueError(f"parameter {name!r}: unsupported value type, got {type(value).__name__} {value!r}")
 
 
-def schema(node: str) -> tuple[Param, ...]:
-    """The parameter table of ``node`` (imports ``amf_ros.bringup.params.<node>``)."""
+def param(default: Any, description: str, range: tuple[float, float] | None = None,  # noqa: A002 - as Param
+          choices: tuple[str, ...] | None = None, type: str = "", read_only: bool = True) -> Any:  # noqa: A002
+    """A dataclass field that is also a ROS parameter (arguments as :class:`Param`; list defaults are tuples)."""
+    return dataclasses.field(default=default, metadata={"param": {"description": description, "range": range,
+                                                                  "choices": choices, "type": type,
+                                                                  "read_only": read_only}})
+
+
+def params_class(node: str) -> type:
+    """The frozen parameter dataclass of ``node`` (``amf_ros.bringup.params.<node>.<Node>Params``)."""
     try:
         module = importlib.import_module(f"{__name__}.{node}")
     except ModuleNotFoundError as exc:
         raise ValueError(f"no parameter schema for node {node!r} (amf_ros/bringup/params/{node}.py)") from exc
-    params = tuple(module.PARAMS)
-    names = [p.name for p in params]
-    if len(set(names)) != len(names):
-        raise ValueError(f"schema of {node!r} declares a parameter twice: {names}")
-    return params
+    name = "".join(w.capitalize() for w in node.split("_")) + "Params"
+    cls = getattr(module, name, None)
+    if cls is None or not dataclasses.is_dataclass(cls):
+        raise ValueError(f"amf_ros/bringup/params/{node}.py must define the dataclass {name}")
+    return cls
+
+
+def schema(node: str) -> tuple[Param, ...]:
+    """The parameter table of ``node``: one :class:`Param` per field of its dataclass, in field order."""
+    rows = []
+    for f in dataclasses.fields(params_class(node)):
+        meta = f.metadata.get("param")
+        if meta is None:
+            raise ValueError(f"{node}: field {f.name!r} was not made with param()")
+        default = list(f.default) if isinstance(f.default, tuple) else f.default
+        rows.append(Param(f.name, default, **meta))
+    return tuple(rows)
+
+
+def load(node: str, values: Mapping[str, Any]) -> Any:
+    """The parameter dataclass of ``node`` from ``{name: value}`` (defaults for missing names).
+
+    Raises:
+        ValueError: an unknown name, or a value of the wrong type or outside its range/choices.
+    """
+    problems = validate(node, values)
+    if problems:
+        raise ValueError("; ".join(problems))
+    flat = {k: tuple(v) if isinstance(v, list) else v for k, v in _flatten(values).items() if k != "use_sim_time"}
+    return params_class(node)(**flat)
 
 
 def defaults(node: str) -> dict[str, Any]:

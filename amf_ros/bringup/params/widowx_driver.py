@@ -4,39 +4,71 @@ widowx_driver adapts the amf_ros wire action (EefDeltaAction) to the Interbotix 
 (amf_ros.robots.widowx does the maths): IK to arm joint targets, gripper PWM, Octo's 8-D proprio from joint states.
 """
 
-from amf_ros.bringup.params import Param
+from __future__ import annotations
 
-PARAMS = (
-    Param("joint_states_topic", "/wx250s/joint_states", "sensor_msgs/JointState of the arm (xs_sdk)."),
-    Param("joint_group_topic", "/wx250s/commands/joint_group", "interbotix_xs_msgs/JointGroupCommand topic "
-          "the arm joint targets are published on (position mode)."),
-    Param("joint_single_topic", "/wx250s/commands/joint_single", "interbotix_xs_msgs/JointSingleCommand "
-          "topic for the gripper (PWM mode)."),
-    Param("operating_modes_service", "/wx250s/set_operating_modes", "interbotix_xs_msgs/OperatingModes "
-          "service called once at start to set the arm's time-based motion profile (empty = leave as is)."),
-    Param("arm_group", "arm", "xs_sdk joint group of the six arm joints."),
-    Param("gripper_name", "gripper", "xs_sdk name of the gripper joint."),
-    Param("action_topic", "/amf/action", "amf_ros/EefDeltaAction commands (policy_server or a teleop)."),
-    Param("state_topic", "/amf/observation/state", "amf_ros/StateVector with Octo's 8-D WidowX proprio "
-          "[x, y, z, roll, pitch, yaw, pad, gripper], published for every joint state."),
-    Param("estop_service", "/amf/widowx/estop", "std_srvs/SetBool: true engages the emergency stop (the arm "
-          "holds its current joints and every action is refused), false releases it."),
-    Param("frame_id", "wx250s/base_link", "header.frame_id of the published state."),
-    Param("workspace_low", [0.1, -0.15, -0.01], "Lower corner of the allowed end-effector target, m "
-          "(base frame; Octo's WidowX eval bounds).", type="double_array"),
-    Param("workspace_high", [0.45, 0.25, 0.25], "Upper corner of the allowed end-effector target, m.",
-          type="double_array"),
-    Param("max_translation", 0.05, "Largest translation per action and axis, m.", range=(0.001, 0.2)),
-    Param("max_rotation", 0.25, "Largest rotation per action and Euler angle, rad.", range=(0.001, 1.0)),
-    Param("max_joint_speed", 1.0, "Largest commanded joint speed, rad/s (URDF limit: pi); a longer step is "
-          "shortened along the same joint direction.", range=(0.01, 3.14159)),
-    Param("control_period_s", 0.2, "Duration of one action (BridgeData: 0.2 s); sets the speed limit per step "
-          "and the xs_sdk profile time.", range=(0.02, 5.0)),
-    Param("action_timeout_s", 0.5, "Actions stamped longer ago than this are dropped (stale), s; 0 = accept "
-          "any stamp.", range=(0.0, 60.0)),
-    Param("gripper_pressure", 0.5, "Gripper effort in [0, 1], mapped to PWM between the two limits.",
-          range=(0.0, 1.0)),
-    Param("gripper_pwm_low", 150.0, "Gripper PWM at pressure 0 (Interbotix default).", range=(0.0, 885.0)),
-    Param("gripper_pwm_high", 350.0, "Gripper PWM at pressure 1 (Interbotix default).", range=(0.0, 885.0)),
-    Param("start_stopped", False, "Start with the emergency stop engaged (release with the estop service)."),
-)
+from dataclasses import dataclass
+
+from amf_ros.bringup.params import param
+
+
+@dataclass(frozen=True)
+class WidowxDriverParams:
+    """Every ROS parameter of widowx_driver with its default, description and range (the single source of all three;
+    the node declares them from here, `ros2 param describe` shows them)."""
+
+    joint_states_topic: str = param("/wx250s/joint_states", "sensor_msgs/JointState of the arm (xs_sdk).")
+    joint_group_topic: str = param(
+        "/wx250s/commands/joint_group",
+        "interbotix_xs_msgs/JointGroupCommand topic the arm joint targets are published on (position mode).",
+    )
+    joint_single_topic: str = param(
+        "/wx250s/commands/joint_single", "interbotix_xs_msgs/JointSingleCommand topic for the gripper (PWM mode)."
+    )
+    operating_modes_service: str = param(
+        "/wx250s/set_operating_modes",
+        "interbotix_xs_msgs/OperatingModes service called once at start to set the arm's time-based motion "
+        "profile (empty = leave as is).",
+    )
+    arm_group: str = param("arm", "xs_sdk joint group of the six arm joints.")
+    gripper_name: str = param("gripper", "xs_sdk name of the gripper joint.")
+    action_topic: str = param("/amf/action", "amf_ros/EefDeltaAction commands (policy_server or a teleop).")
+    state_topic: str = param(
+        "/amf/observation/state",
+        "amf_ros/StateVector with Octo's 8-D WidowX proprio [x, y, z, roll, pitch, yaw, pad, gripper], "
+        "published for every joint state.",
+    )
+    estop_service: str = param(
+        "/amf/widowx/estop",
+        "std_srvs/SetBool: true engages the emergency stop (the arm holds its current joints and every action "
+        "is refused), false releases it.",
+    )
+    frame_id: str = param("wx250s/base_link", "header.frame_id of the published state.")
+    workspace_low: tuple[float, ...] = param(
+        (0.1, -0.15, -0.01),
+        "Lower corner of the allowed end-effector target, m (base frame; Octo's WidowX eval bounds).",
+    )
+    workspace_high: tuple[float, ...] = param(
+        (0.45, 0.25, 0.25), "Upper corner of the allowed end-effector target, m."
+    )
+    max_translation: float = param(0.05, "Largest translation per action and axis, m.", range=(0.001, 0.2))
+    max_rotation: float = param(0.25, "Largest rotation per action and Euler angle, rad.", range=(0.001, 1.0))
+    max_joint_speed: float = param(
+        1.0,
+        "Largest commanded joint speed, rad/s (URDF limit: pi); a longer step is shortened along the same "
+        "joint direction.",
+        range=(0.01, 3.14159),
+    )
+    control_period_s: float = param(
+        0.2,
+        "Duration of one action (BridgeData: 0.2 s); sets the speed limit per step and the xs_sdk profile time.",
+        range=(0.02, 5.0),
+    )
+    action_timeout_s: float = param(
+        0.5, "Actions stamped longer ago than this are dropped (stale), s; 0 = accept any stamp.", range=(0.0, 60.0)
+    )
+    gripper_pressure: float = param(
+        0.5, "Gripper effort in [0, 1], mapped to PWM between the two limits.", range=(0.0, 1.0)
+    )
+    gripper_pwm_low: float = param(150.0, "Gripper PWM at pressure 0 (Interbotix default).", range=(0.0, 885.0))
+    gripper_pwm_high: float = param(350.0, "Gripper PWM at pressure 1 (Interbotix default).", range=(0.0, 885.0))
+    start_stopped: bool = param(False, "Start with the emergency stop engaged (release with the estop service).")

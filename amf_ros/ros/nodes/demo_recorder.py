@@ -45,18 +45,18 @@ class DemoRecorder(Node):
         super().__init__("demo_recorder")
         p = self.p = declare(self, "demo_recorder")
         self.instructions: dict[str, str] = {}
-        if p["tasks_file"]:
+        if p.tasks_file:
             from amf_ros.data.tasks import read_instructions
 
-            self.instructions = read_instructions(p["tasks_file"])
-        topics = rules.stream_topics(p["action_topic"], p["state_topic"], p["image_topics"], p["image_keys"])
-        self.store = EpisodeStore(p["dataset_dir"], StoreConfig(image_codec=p["image_codec"],
-                                  jpeg_quality=p["jpeg_quality"], chunk_steps=p["chunk_steps"]))
-        for line in rules.handle_partial(self.store, p["on_partial"], p["recover_min_age_s"]):
+            self.instructions = read_instructions(p.tasks_file)
+        topics = rules.stream_topics(p.action_topic, p.state_topic, p.image_topics, p.image_keys)
+        self.store = EpisodeStore(p.dataset_dir, StoreConfig(image_codec=p.image_codec,
+                                  jpeg_quality=p.jpeg_quality, chunk_steps=p.chunk_steps))
+        for line in rules.handle_partial(self.store, p.on_partial, p.recover_min_age_s):
             self.get_logger().warn(line)
-        sync = SyncConfig(rate_hz=p["control_rate_hz"], mode=p["sync_mode"], aggregate=p["aggregate"],
-                          max_obs_age_s=p["max_obs_age_s"], max_delay_s=p["max_delay_s"])
-        self.rec = EpisodeRecorder(self.store, topics, sync, robot=p["robot"])
+        sync = SyncConfig(rate_hz=p.control_rate_hz, mode=p.sync_mode, aggregate=p.aggregate,
+                          max_obs_age_s=p.max_obs_age_s, max_delay_s=p.max_delay_s)
+        self.rec = EpisodeRecorder(self.store, topics, sync, robot=p.robot)
         self.received: dict[str, float] = {t: -1.0 for t in topics}  # topic -> monotonic receive time
         self.last_error = ""
         self._throttle = rules.ErrorThrottle(period_s=1.0)
@@ -70,8 +70,8 @@ class DemoRecorder(Node):
         self._lock = threading.RLock()
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self._status_pub = self.create_publisher(RecorderStatus, p["status_topic"], latched)
-        self._episodes_pub = self.create_publisher(EpisodeInfo, p["episodes_topic"],
+        self._status_pub = self.create_publisher(RecorderStatus, p.status_topic, latched)
+        self._episodes_pub = self.create_publisher(EpisodeInfo, p.episodes_topic,
                                                    QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
 
         def sub(msg_type: Any, topic: str, convert: Callable[[Any], Any], depth: int) -> None:
@@ -79,15 +79,15 @@ class DemoRecorder(Node):
             self.create_subscription(msg_type, topic, lambda m: self._on_msg(topic, m, convert), qos,
                                      callback_group=group)
 
-        action_convert = inputs.ACTION_CONVERTERS[p["action_type"]](1.0 / p["control_rate_hz"], p["twist_gripper"])
-        sub(ACTION_MSGS[p["action_type"]], p["action_topic"], action_convert, 100)
-        if p["state_topic"]:
-            sub(STATE_MSGS[p["state_type"]], p["state_topic"], inputs.STATE_CONVERTERS[p["state_type"]], 100)
-        for topic in p["image_topics"]:
-            sub(Image, topic, inputs.image, p["image_queue_depth"])
-        self.create_service(StartEpisode, p["start_service"], self._on_start, callback_group=services)
-        self.create_service(EndEpisode, p["end_service"], self._on_end, callback_group=services)
-        self.create_timer(p["status_period_s"], self._publish_status, callback_group=group)
+        action_convert = inputs.ACTION_CONVERTERS[p.action_type](1.0 / p.control_rate_hz, p.twist_gripper)
+        sub(ACTION_MSGS[p.action_type], p.action_topic, action_convert, 100)
+        if p.state_topic:
+            sub(STATE_MSGS[p.state_type], p.state_topic, inputs.STATE_CONVERTERS[p.state_type], 100)
+        for topic in p.image_topics:
+            sub(Image, topic, inputs.image, p.image_queue_depth)
+        self.create_service(StartEpisode, p.start_service, self._on_start, callback_group=services)
+        self.create_service(EndEpisode, p.end_service, self._on_end, callback_group=services)
+        self.create_timer(p.status_period_s, self._publish_status, callback_group=group)
         self._publish_status()
         self.get_logger().info(f"recording {topics} into {self.store.root} ({len(self.store)} episodes)")
 
@@ -130,8 +130,8 @@ class DemoRecorder(Node):
 
     def _start(self, req: StartEpisode.Request, res: StartEpisode.Response) -> StartEpisode.Response:
         res.ok, instruction = False, req.instruction or self.instructions.get(req.task, "")
-        stale = rules.start_problem(self.received, time.monotonic(), self.p["topic_timeout_s"],
-                                    self.p["action_topic"], self.count_publishers(self.p["action_topic"]))
+        stale = rules.start_problem(self.received, time.monotonic(), self.p.topic_timeout_s,
+                                    self.p.action_topic, self.count_publishers(self.p.action_topic))
         if self.rec.recording:
             res.message = f"already recording episode {self.rec.episode_id}; end it first"
         elif not req.task or (self.instructions and req.task not in self.instructions):
@@ -168,10 +168,10 @@ class DemoRecorder(Node):
         already queued are taken meanwhile); at most ``end_timeout_s``.
         """
         t_end, start = self.get_clock().now().nanoseconds, time.monotonic()
-        while time.monotonic() - start < self.p["end_timeout_s"]:
+        while time.monotonic() - start < self.p.end_timeout_s:
             with self._lock:
                 done = rules.settled(self.rec.last_stamp, self.received, t_end, start, time.monotonic(),
-                                     self.p["end_quiet_s"])
+                                     self.p.end_quiet_s)
             if done:
                 return
             wake = Future()
@@ -215,7 +215,7 @@ class DemoRecorder(Node):
     def _status(self) -> None:
         now = time.monotonic()
         msg = RecorderStatus(recording=self.rec.recording, episode_id=self.rec.episode_id,
-                             num_steps=self.rec.num_steps, control_rate_hz=float(self.p["control_rate_hz"]),
+                             num_steps=self.rec.num_steps, control_rate_hz=float(self.p.control_rate_hz),
                              topics=list(self.received), episodes_in_store=self.episodes_in_store,
                              topic_age_s=[now - r if r >= 0 else -1.0 for r in self.received.values()],
                              last_error=self.last_error)

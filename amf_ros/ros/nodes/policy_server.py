@@ -41,46 +41,46 @@ class PolicyServerNode(Node):
     def __init__(self) -> None:
         super().__init__("policy_server")
         p = self.p = declare(self, "policy_server")
-        policy_runtime.set_torch_threads(self.p["torch_threads"])
-        self.octo = OctoServing(p) if p["backend"] == "octo" else None  # Octo: trunk on camera frames
+        policy_runtime.set_torch_threads(self.p.torch_threads)
+        self.octo = OctoServing(p) if p.backend == "octo" else None  # Octo: trunk on camera frames
         if self.octo is not None:
             self.runtime = self.octo.runtime
             self.get_logger().info(f"Octo warm-up (first trunk + head call): {self.octo.warm_up():.2f} s")
         else:
-            path = policy_runtime.resolve_checkpoint(p["checkpoint"], p["checkpoint_dir"])
+            path = policy_runtime.resolve_checkpoint(p.checkpoint, p.checkpoint_dir)
             self.runtime = policy_runtime.PolicyRuntime(
-                policy_runtime.load_policy(path), path, p["checkpoint_dir"], p["dataset_dir"],
-                steps=p["fine_tune_steps"], batch_size=p["fine_tune_batch_size"], lr=p["fine_tune_lr"],
-                alpha_steps=p["alpha_steps"], seed=p["seed"], action_space=p["action_space"])
+                policy_runtime.load_policy(path), path, p.checkpoint_dir, p.dataset_dir,
+                steps=p.fine_tune_steps, batch_size=p.fine_tune_batch_size, lr=p.fine_tune_lr,
+                alpha_steps=p.alpha_steps, seed=p.seed, action_space=p.action_space)
         path = self.runtime.checkpoint
         self.obs: tuple[dict, float] | None = None  # latest ({"state": (S,), "image": (H, W, 3)}, receive time)
         self.image: np.ndarray | None = None
         self.run: EpisodeRun | None = None
         self.run_lock = threading.Lock()
-        self.pub = self.create_publisher(EefDeltaAction, p["action_topic"], RELIABLE)
-        self.ckpt_pub = self.create_publisher(CheckpointInfo, p["checkpoint_topic"], LATCHED)
+        self.pub = self.create_publisher(EefDeltaAction, p.action_topic, RELIABLE)
+        self.ckpt_pub = self.create_publisher(CheckpointInfo, p.checkpoint_topic, LATCHED)
         if self.octo is None:  # Octo acts on the camera window only
-            self.create_subscription(StateVector, p["state_topic"], self.on_state, RELIABLE,
+            self.create_subscription(StateVector, p.state_topic, self.on_state, RELIABLE,
                                      callback_group=MutuallyExclusiveCallbackGroup())
         latest = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)  # the policy acts on the newest
-        if p["image_topic"]:
-            self.create_subscription(Image, p["image_topic"], self.on_image, latest,
+        if p.image_topic:
+            self.create_subscription(Image, p.image_topic, self.on_image, latest,
                                      callback_group=MutuallyExclusiveCallbackGroup())
         self.wrist: np.ndarray | None = None
-        if self.octo is not None and p["wrist_image_topic"]:
-            self.create_subscription(Image, p["wrist_image_topic"], self.on_wrist, latest,
+        if self.octo is not None and p.wrist_image_topic:
+            self.create_subscription(Image, p.wrist_image_topic, self.on_wrist, latest,
                                      callback_group=MutuallyExclusiveCallbackGroup())
-        self.success_client = (self.create_client(TaskSuccess, p["success_service"],
+        self.success_client = (self.create_client(TaskSuccess, p.success_service,
                                                   callback_group=ReentrantCallbackGroup())
-                               if p["success_service"] else None)
-        self.timer = self.create_timer(1.0 / p["control_rate_hz"], self.on_tick,
+                               if p.success_service else None)
+        self.timer = self.create_timer(1.0 / p.control_rate_hz, self.on_tick,
                                        callback_group=MutuallyExclusiveCallbackGroup())
         ActionServer(self, RunPolicy, "/amf/run_policy", self.execute_run,
                      cancel_callback=lambda _g: CancelResponse.ACCEPT, callback_group=ReentrantCallbackGroup())
         ActionServer(self, FineTune, "/amf/fine_tune", self.execute_fine_tune,
                      cancel_callback=lambda _g: CancelResponse.ACCEPT, callback_group=ReentrantCallbackGroup())
         self.announce()
-        self.get_logger().info(f"ready: {p['backend']} backend, checkpoint {path}, control {p['control_rate_hz']} Hz")
+        self.get_logger().info(f"ready: {p.backend} backend, checkpoint {path}, control {p.control_rate_hz} Hz")
 
     def announce(self) -> None:
         """Publish the acting checkpoint on the latched /amf/checkpoint topic."""
@@ -103,13 +103,13 @@ class PolicyServerNode(Node):
                 obs = {"image": self.image} if self.wrist is None else {"image": self.image, "wrist": self.wrist}
                 self.obs = (obs, self.get_clock().now().nanoseconds * 1e-9)
         except ValueError as exc:  # unsupported encoding: say so, keep running on the last good frame
-            self.get_logger().error(f"{self.p['image_topic']}: {exc}", throttle_duration_sec=5.0)
+            self.get_logger().error(f"{self.p.image_topic}: {exc}", throttle_duration_sec=5.0)
 
     def on_wrist(self, msg: Image) -> None:
         try:
             self.wrist = image_to_rgb(msg)
         except ValueError as exc:
-            self.get_logger().error(f"{self.p['wrist_image_topic']}: {exc}", throttle_duration_sec=5.0)
+            self.get_logger().error(f"{self.p.wrist_image_topic}: {exc}", throttle_duration_sec=5.0)
 
     def on_tick(self) -> None:
         """Control timer: one step of the active run_policy goal (if any)."""
@@ -150,9 +150,9 @@ class PolicyServerNode(Node):
             busy = self.run is not None and not self.run.done.done()
             if not busy:
                 policy = self.runtime.policy
-                run = EpisodeRun(goal_handle, policy, req.task, req.max_steps or self.p["max_steps"],
-                                 self.p["action_space"], self.p["ensemble_horizon"], self.p["ensemble_exp_weight"],
-                                 self.p["observation_timeout_s"], self.get_clock().now().nanoseconds * 1e-9,
+                run = EpisodeRun(goal_handle, policy, req.task, req.max_steps or self.p.max_steps,
+                                 self.p.action_space, self.p.ensemble_horizon, self.p.ensemble_exp_weight,
+                                 self.p.observation_timeout_s, self.get_clock().now().nanoseconds * 1e-9,
                                  DoneEvent(), actor=self.octo.actor(policy) if self.octo is not None else None)
                 self.run = run
         if busy:

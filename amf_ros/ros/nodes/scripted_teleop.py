@@ -60,10 +60,10 @@ class ScriptedTeleop(Node):
     def __init__(self) -> None:
         super().__init__("scripted_teleop")
         self.p = declare(self, "scripted_teleop")
-        specs = load_tasks(resolve_config(self.p["tasks_file"]) if self.p["tasks_file"] else None)
+        specs = load_tasks(resolve_config(self.p.tasks_file) if self.p.tasks_file else None)
         self._experts = {s.key: MetaworldTaskEnv(s) for s in specs}  # built now: never inside a callback
         self._max_steps = {s.key: s.max_steps for s in specs}
-        self._rng = np.random.default_rng(self.p["seed"])
+        self._rng = np.random.default_rng(self.p.seed)
         self._lock = threading.RLock()  # a future may complete inside add_done_callback
         self._episode: _Episode | None = None
         self._handled: set[str] = set()
@@ -72,13 +72,13 @@ class ScriptedTeleop(Node):
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        self.create_subscription(RecorderStatus, self.p["status_topic"], self._on_status, latched,
+        self.create_subscription(RecorderStatus, self.p.status_topic, self._on_status, latched,
                                  callback_group=subs)
-        self.create_subscription(StateVector, self.p["state_topic"], self._on_state, reliable, callback_group=subs)
-        self._action_pub = self.create_publisher(EefDeltaAction, self.p["action_topic"], reliable)
-        self._success = self.create_client(TaskSuccess, self.p["success_service"], callback_group=calls)
-        self._end = self.create_client(EndEpisode, self.p["end_episode_service"], callback_group=calls)
-        self.create_timer(1.0 / self.p["control_rate_hz"], self._on_tick, callback_group=subs)
+        self.create_subscription(StateVector, self.p.state_topic, self._on_state, reliable, callback_group=subs)
+        self._action_pub = self.create_publisher(EefDeltaAction, self.p.action_topic, reliable)
+        self._success = self.create_client(TaskSuccess, self.p.success_service, callback_group=calls)
+        self._end = self.create_client(EndEpisode, self.p.end_episode_service, callback_group=calls)
+        self.create_timer(1.0 / self.p.control_rate_hz, self._on_tick, callback_group=subs)
         self.get_logger().info(f"ready: experts for {sorted(self._experts)}")
 
     def _now_ns(self) -> int:
@@ -103,7 +103,7 @@ class ScriptedTeleop(Node):
                                         f"(have {sorted(self._experts)}); discarding it")
                 self._finish(msg.episode_id, success=False, discard=True)
                 return
-            max_steps = self.p["max_steps"] or self._max_steps[msg.task]
+            max_steps = self.p.max_steps or self._max_steps[msg.task]
             self._episode = _Episode(msg.episode_id, msg.task, _ns(msg.header.stamp), max_steps, self._now_ns())
             self.get_logger().info(f"episode {msg.episode_id}: demonstrating {msg.task!r} (max {max_steps} steps)")
 
@@ -116,18 +116,18 @@ class ScriptedTeleop(Node):
         ep, now = self._episode, self._now_ns()
         if ep is None or (ep.pending_since and now - ep.pending_since < _QUERY_TIMEOUT_NS):
             return  # idle, or waiting for the simulator's answer (asked again after _QUERY_TIMEOUT_NS)
-        if now - ep.last_query_ns < 0.9 * 1e9 / self.p["control_rate_hz"]:
+        if now - ep.last_query_ns < 0.9 * 1e9 / self.p.control_rate_hz:
             return  # at most one action per control period (10% slack for timer jitter)
         fresh_after = max(ep.start_ns, ep.last_action_ns)
         if self._obs is None or self._obs[0] <= fresh_after:
-            if ep.steps == 0 and now - ep.started_ns > self.p["start_timeout_s"] * 1e9:
-                self.get_logger().error(f"episode {ep.episode_id}: no observation on {self.p['state_topic']} "
-                                        f"within {self.p['start_timeout_s']} s; discarding it")
+            if ep.steps == 0 and now - ep.started_ns > self.p.start_timeout_s * 1e9:
+                self.get_logger().error(f"episode {ep.episode_id}: no observation on {self.p.state_topic} "
+                                        f"within {self.p.start_timeout_s} s; discarding it")
                 self._episode = None
                 self._finish(ep.episode_id, success=False, discard=True)
             return
         if not self._success.service_is_ready():
-            self.get_logger().warn(f"waiting for {self.p['success_service']}", throttle_duration_sec=2.0)
+            self.get_logger().warn(f"waiting for {self.p.success_service}", throttle_duration_sec=2.0)
             return
         ep.pending_since = ep.last_query_ns = now
         obs = self._obs
@@ -153,7 +153,7 @@ class ScriptedTeleop(Node):
                 self._episode = None
                 self._finish(ep.episode_id, success=bool(res.success), discard=False)
                 return
-            a4 = noisy(self._experts[ep.task].expert_action(obs[1]), self.p["noise_std"], self._rng)
+            a4 = noisy(self._experts[ep.task].expert_action(obs[1]), self.p.noise_std, self._rng)
             a7 = native_to_eef7(a4)
             msg = EefDeltaAction(translation=a7[:3].tolist(), rotation=a7[3:6].tolist(), gripper=float(a7[6]))
             now = self.get_clock().now()
@@ -164,7 +164,7 @@ class ScriptedTeleop(Node):
 
     def _finish(self, episode_id: str, success: bool, discard: bool) -> None:
         """Ask the recorder to end the episode (asynchronously; the answer is only logged)."""
-        if not self.p["end_episode"]:
+        if not self.p.end_episode:
             return
         request = EndEpisode.Request(episode_id=episode_id, success=success, discard=discard)
         future = self._end.call_async(request)

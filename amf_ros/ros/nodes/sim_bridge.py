@@ -57,8 +57,8 @@ class SimBridge(Node):
     def __init__(self) -> None:
         super().__init__("sim_bridge")
         self.p = declare(self, "sim_bridge")
-        self.sim = make_backend(self.p["backend"], self.p["tasks_file"])
-        self._next_seed = int(self.p["seed"])
+        self.sim = make_backend(self.p.backend, self.p.tasks_file)
+        self._next_seed = int(self.p.seed)
         self._steps = 0
         self._ever_success = False
         self._done = False
@@ -67,20 +67,20 @@ class SimBridge(Node):
         self._names = [str(n) for n in getattr(self.sim, "state_names", [])]
         group = MutuallyExclusiveCallbackGroup()  # every callback that touches the simulator
         reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        self._state_pub = self.create_publisher(StateVector, self.p["state_topic"], reliable)
-        self._image_pub = (self.create_publisher(Image, self.p["image_topic"], QoSProfile(
-            depth=10, reliability=ReliabilityPolicy.RELIABLE)) if self.p["render"] else None)
-        self.create_subscription(EefDeltaAction, self.p["action_topic"], self._on_action, reliable,
+        self._state_pub = self.create_publisher(StateVector, self.p.state_topic, reliable)
+        self._image_pub = (self.create_publisher(Image, self.p.image_topic, QoSProfile(
+            depth=10, reliability=ReliabilityPolicy.RELIABLE)) if self.p.render else None)
+        self.create_subscription(EefDeltaAction, self.p.action_topic, self._on_action, reliable,
                                  callback_group=group)
-        self.create_service(ResetTask, self.p["reset_service"], self._on_reset, callback_group=group)
-        self.create_service(TaskSuccess, self.p["success_service"], self._on_success, callback_group=group)
-        if self.p["idle_publish_period_s"] > 0:
-            self.create_timer(self.p["idle_publish_period_s"] / 2, self._on_idle, callback_group=group)
-        task = self.p["initial_task"] or self.sim.task_keys[0]
+        self.create_service(ResetTask, self.p.reset_service, self._on_reset, callback_group=group)
+        self.create_service(TaskSuccess, self.p.success_service, self._on_success, callback_group=group)
+        if self.p.idle_publish_period_s > 0:
+            self.create_timer(self.p.idle_publish_period_s / 2, self._on_idle, callback_group=group)
+        task = self.p.initial_task or self.sim.task_keys[0]
         message = self._reset(task, -1)
         if message:
             raise ValueError(f"sim_bridge: initial_task: {message}")
-        self.get_logger().info(f"backend {self.p['backend']}, tasks {self.sim.task_keys}, reset to {task!r}")
+        self.get_logger().info(f"backend {self.p.backend}, tasks {self.sim.task_keys}, reset to {task!r}")
 
     def _reset(self, task: str, seed: int) -> str:
         """Reset to ``task``; returns an error message ("" on success)."""
@@ -100,28 +100,28 @@ class SimBridge(Node):
         stamp = self.get_clock().now().to_msg()
         if self._image_pub is not None:
             try:
-                rgb = self.sim.render(self.p["image_width"], self.p["image_height"], self.p["camera_name"])
+                rgb = self.sim.render(self.p.image_width, self.p.image_height, self.p.camera_name)
             except Exception as exc:  # noqa: BLE001 - no camera image this step; the state still goes out
                 self.get_logger().error(f"render failed: {type(exc).__name__}: {exc}", throttle_duration_sec=5.0)
             else:
                 img = Image(height=int(rgb.shape[0]), width=int(rgb.shape[1]), encoding="rgb8", is_bigendian=0,
                             step=int(rgb.shape[1]) * 3, data=np.ascontiguousarray(rgb, dtype=np.uint8).tobytes())
-                img.header.stamp, img.header.frame_id = stamp, self.p["frame_id"]
+                img.header.stamp, img.header.frame_id = stamp, self.p.frame_id
                 self._image_pub.publish(img)
         msg = StateVector(names=self._names, values=[float(v) for v in self._obs])
-        msg.header.stamp, msg.header.frame_id = stamp, self.p["frame_id"]
+        msg.header.stamp, msg.header.frame_id = stamp, self.p.frame_id
         self._state_pub.publish(msg)
         self._last_activity = time.monotonic()
 
     def _on_action(self, msg: EefDeltaAction) -> None:
         a7 = np.array([*msg.translation, *msg.rotation, msg.gripper], dtype=np.float64)
         if a7.shape != (7,) or not np.all(np.isfinite(a7)):
-            self.get_logger().error(f"refused action on {self.p['action_topic']}: not 7 finite values, got "
+            self.get_logger().error(f"refused action on {self.p.action_topic}: not 7 finite values, got "
                                     f"{a7.tolist()}")
             return
         if self._done:
             self.get_logger().warn(f"episode of {self.sim.task!r} is over after {self._steps} steps; action "
-                                   f"ignored (call {self.p['reset_service']})", throttle_duration_sec=2.0)
+                                   f"ignored (call {self.p.reset_service})", throttle_duration_sec=2.0)
             return
         try:
             obs, success, done = self.sim.step_eef7(a7)
@@ -151,7 +151,7 @@ class SimBridge(Node):
         return response
 
     def _on_idle(self) -> None:
-        if time.monotonic() - self._last_activity >= self.p["idle_publish_period_s"]:
+        if time.monotonic() - self._last_activity >= self.p.idle_publish_period_s:
             self._publish()
 
 

@@ -29,29 +29,29 @@ class TaskSelectorNode(Node):
     def __init__(self) -> None:
         super().__init__("task_selector")
         self.p = declare(self, "task_selector")
-        policy_runtime.set_torch_threads(self.p["torch_threads"])
+        policy_runtime.set_torch_threads(self.p.torch_threads)
         self.octo: OctoSelection | None = None
-        if self.p["backend"] == "octo":  # head checkpoints + policy_server's cached Octo frame embeddings
-            self.octo = OctoSelection(self.p, task_set(self.p["tasks_file"], None, self.p["tasks"]))
+        if self.p.backend == "octo":  # head checkpoints + policy_server's cached Octo frame embeddings
+            self.octo = OctoSelection(self.p, task_set(self.p.tasks_file, None, self.p.tasks))
         policy, checkpoint = self._initial_policy()
-        instructions = task_set(self.p["tasks_file"], policy, self.p["tasks"])
+        instructions = task_set(self.p.tasks_file, policy, self.p.tasks)
         if self.octo is not None:
             self.octo.cache.instructions.update(getattr(policy, "instructions", None) or {})
         self.selection = TaskSelection(
-            self.p["selector"], instructions, self.p["dataset_dir"],
-            seed=self.p["seed"], form=self.p["form"], noise_var=self.p["noise_var"], prior_var=self.p["prior_var"],
-            frames_per_episode=self.p["frames_per_episode"], max_points=self.p["max_points"],
-            action_space=self.p["action_space"], targets=self.p["targets"],
-            condition_on_data=self.p["condition_on_data"],
+            self.p.selector, instructions, self.p.dataset_dir,
+            seed=self.p.seed, form=self.p.form, noise_var=self.p.noise_var, prior_var=self.p.prior_var,
+            frames_per_episode=self.p.frames_per_episode, max_points=self.p.max_points,
+            action_space=self.p.action_space, targets=self.p.targets,
+            condition_on_data=self.p.condition_on_data,
             episode_loader=self.octo.episode_loader() if self.octo is not None else None)
         if policy is not None:
             self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint))
         self.reloads = 0
         self.create_service(NextTask, "/amf/next_task", self.on_next_task,
                             callback_group=MutuallyExclusiveCallbackGroup())
-        self.create_subscription(CheckpointInfo, self.p["checkpoint_topic"], self.on_checkpoint, LATCHED,
+        self.create_subscription(CheckpointInfo, self.p.checkpoint_topic, self.on_checkpoint, LATCHED,
                                  callback_group=MutuallyExclusiveCallbackGroup())
-        self.get_logger().info(f"ready: selector={self.p['selector']} tasks={list(self.selection.instructions)} "
+        self.get_logger().info(f"ready: selector={self.p.selector} tasks={list(self.selection.instructions)} "
                                f"checkpoint={checkpoint or '(none)'}")
 
     def _initial_policy(self):
@@ -60,22 +60,22 @@ class TaskSelectorNode(Node):
             head = self.octo.newest_head()
             return (self.octo.load(head), str(head.resolve())) if head is not None else (None, "")
         try:
-            path = policy_runtime.resolve_checkpoint(self.p["checkpoint"], self.p["checkpoint_dir"])
+            path = policy_runtime.resolve_checkpoint(self.p.checkpoint, self.p.checkpoint_dir)
         except ValueError as exc:
-            if self.p["selector"] == "amf":
+            if self.p.selector == "amf":
                 self.get_logger().warn(f"no policy yet ({exc}); AMF scores need one after the warm start")
             return None, ""
         return policy_runtime.load_policy(path), str(path.resolve())
 
     def _pretrain_counts(self, checkpoint: str) -> dict | None:
         """Pre-training demonstrations per task from ``<checkpoint>/pretrain.json`` (written by `amf pretrain`)."""
-        return policy_runtime.pretrain_counts(checkpoint) if self.p["pretrain_counts"] else None
+        return policy_runtime.pretrain_counts(checkpoint) if self.p.pretrain_counts else None
 
     def on_checkpoint(self, msg: CheckpointInfo) -> None:
         """Reload the policy copy (in this callback group, so next_task keeps answering with the old copy)."""
         if msg.path == self.selection.checkpoint:
             return
-        if self.p["selection_policy"] == "frozen" and self.selection.policy is not None:
+        if self.p.selection_policy == "frozen" and self.selection.policy is not None:
             self.get_logger().info(f"checkpoint {msg.path} announced; selection_policy=frozen keeps "
                                    f"{self.selection.checkpoint}")
             return
@@ -95,7 +95,7 @@ class TaskSelectorNode(Node):
             d = self.selection.next_task(list(request.candidate_tasks), int(request.batch_size))
         except Exception as exc:  # caller errors (ValueError) and library failures alike -> ok=false
             response.ok, response.message = False, str(exc)
-            response.selector = self.p["selector"]
+            response.selector = self.p.selector
             self.get_logger().warn(f"next_task refused: {exc}")
             return response
         response.ok, response.message = True, d.message

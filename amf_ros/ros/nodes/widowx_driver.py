@@ -44,22 +44,22 @@ class WidowXDriver(Node):
         self.p = declare(self, "widowx_driver")
         self._JointGroup, self._JointSingle, OperatingModes = _interbotix_msgs()
         self.adapter = widowx.WidowXAdapter(widowx.limits_from_params(self.p))
-        self.adapter.emergency_stop(bool(self.p["start_stopped"]))
+        self.adapter.emergency_stop(bool(self.p.start_stopped))
         group = MutuallyExclusiveCallbackGroup()
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self._arm_pub = self.create_publisher(self._JointGroup, self.p["joint_group_topic"], reliable)
-        self._grip_pub = self.create_publisher(self._JointSingle, self.p["joint_single_topic"], reliable)
-        self._state_pub = self.create_publisher(StateVector, self.p["state_topic"], reliable)
-        self.create_subscription(JointState, self.p["joint_states_topic"], self._on_joints, reliable,
+        self._arm_pub = self.create_publisher(self._JointGroup, self.p.joint_group_topic, reliable)
+        self._grip_pub = self.create_publisher(self._JointSingle, self.p.joint_single_topic, reliable)
+        self._state_pub = self.create_publisher(StateVector, self.p.state_topic, reliable)
+        self.create_subscription(JointState, self.p.joint_states_topic, self._on_joints, reliable,
                                  callback_group=group)
-        self.create_subscription(EefDeltaAction, self.p["action_topic"], self._on_action, reliable,
+        self.create_subscription(EefDeltaAction, self.p.action_topic, self._on_action, reliable,
                                  callback_group=group)
-        self.create_service(SetBool, self.p["estop_service"], self._on_estop, callback_group=group)
-        self._modes = (self.create_client(OperatingModes, self.p["operating_modes_service"])
-                       if self.p["operating_modes_service"] else None)
+        self.create_service(SetBool, self.p.estop_service, self._on_estop, callback_group=group)
+        self._modes = (self.create_client(OperatingModes, self.p.operating_modes_service)
+                       if self.p.operating_modes_service else None)
         self._last_grip: bool | None = None
         self._grip_driving = False
-        self.get_logger().info(f"ready: {self.p['action_topic']} -> {self.p['joint_group_topic']}; "
+        self.get_logger().info(f"ready: {self.p.action_topic} -> {self.p.joint_group_topic}; "
                                f"e-stop {'ENGAGED' if self.adapter.stopped else 'released'}")
 
     def set_profile(self, timeout_s: float = 5.0) -> None:
@@ -67,10 +67,10 @@ class WidowXDriver(Node):
         if self._modes is None:
             return
         if not self._modes.wait_for_service(timeout_sec=timeout_s):
-            self.get_logger().warn(f"{self.p['operating_modes_service']} not available; motion profile unchanged")
+            self.get_logger().warn(f"{self.p.operating_modes_service} not available; motion profile unchanged")
             return
-        period_ms = int(round(self.p["control_period_s"] * 1000))
-        req = self._modes.srv_type.Request(cmd_type="group", name=self.p["arm_group"], mode="position",
+        period_ms = int(round(self.p.control_period_s * 1000))
+        req = self._modes.srv_type.Request(cmd_type="group", name=self.p.arm_group, mode="position",
                                            profile_type="time", profile_velocity=period_ms,
                                            profile_acceleration=max(period_ms // 4, 1))
         future = self._modes.call_async(req)
@@ -83,15 +83,15 @@ class WidowXDriver(Node):
             self.get_logger().error(str(exc), throttle_duration_sec=5.0)
             return
         out = StateVector(names=list(widowx.PROPRIO_NAMES), values=[float(v) for v in proprio])
-        out.header.stamp, out.header.frame_id = msg.header.stamp, self.p["frame_id"]
+        out.header.stamp, out.header.frame_id = msg.header.stamp, self.p.frame_id
         self._state_pub.publish(out)
         if self._grip_driving and widowx.gripper_at_limit(bool(self._last_grip), self.adapter.gripper):
-            self._grip_pub.publish(self._JointSingle(name=self.p["gripper_name"], cmd=0.0))
+            self._grip_pub.publish(self._JointSingle(name=self.p.gripper_name, cmd=0.0))
             self._grip_driving = False
 
     def _on_action(self, msg: EefDeltaAction) -> None:
         stamp_ns = int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
-        if widowx.action_is_stale(stamp_ns, self.get_clock().now().nanoseconds, self.p["action_timeout_s"]):
+        if widowx.action_is_stale(stamp_ns, self.get_clock().now().nanoseconds, self.p.action_timeout_s):
             self.get_logger().warn("stale action dropped", throttle_duration_sec=2.0)
             return
         a7 = np.array([*msg.translation, *msg.rotation, msg.gripper], dtype=np.float64)
@@ -109,9 +109,9 @@ class WidowXDriver(Node):
         self._publish(cmd)
 
     def _publish(self, cmd: widowx.JointCommand) -> None:
-        self._arm_pub.publish(self._JointGroup(name=self.p["arm_group"], cmd=[float(v) for v in cmd.arm]))
+        self._arm_pub.publish(self._JointGroup(name=self.p.arm_group, cmd=[float(v) for v in cmd.arm]))
         if cmd.gripper_pwm != 0.0 and cmd.gripper_open != self._last_grip:
-            self._grip_pub.publish(self._JointSingle(name=self.p["gripper_name"], cmd=float(cmd.gripper_pwm)))
+            self._grip_pub.publish(self._JointSingle(name=self.p.gripper_name, cmd=float(cmd.gripper_pwm)))
             self._last_grip, self._grip_driving = cmd.gripper_open, True
 
     def _on_estop(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
@@ -119,8 +119,8 @@ class WidowXDriver(Node):
         if request.data:
             hold = self.adapter.hold_command()
             if hold is not None:
-                self._arm_pub.publish(self._JointGroup(name=self.p["arm_group"], cmd=[float(v) for v in hold.arm]))
-            self._grip_pub.publish(self._JointSingle(name=self.p["gripper_name"], cmd=0.0))  # stop squeezing
+                self._arm_pub.publish(self._JointGroup(name=self.p.arm_group, cmd=[float(v) for v in hold.arm]))
+            self._grip_pub.publish(self._JointSingle(name=self.p.gripper_name, cmd=0.0))  # stop squeezing
             self._last_grip, self._grip_driving = None, False
         response.success = True
         response.message = "e-stop ENGAGED: arm holds, actions refused" if request.data else "e-stop released"
