@@ -10,12 +10,15 @@ from amf_ros.bringup import graph
 LAUNCH_ARGUMENTS = {
     "config": (graph.ROBOT_CONFIG["sim"], "params YAML (path, or relative to the amf_ros package)"),
     "checkpoint": ("", "checkpoint directory for policy_server and task_selector (empty = the YAML's)"),
+    "namespace": (graph.NAMESPACE, "namespace of every node (relative names: /<namespace>/next_task, ...)"),
+    "workspace": ("", "root of relative dataset/checkpoint folders (empty = $AMF_WORKSPACE, else $ROS_HOME/amf)"),
 }
 
 
-def node_plan(config: str = graph.ROBOT_CONFIG["sim"], checkpoint: str = "") -> list:
+def node_plan(config: str = graph.ROBOT_CONFIG["sim"], checkpoint: str = "", namespace: str = graph.NAMESPACE,
+              workspace: str = "") -> list:
     """The nodes this file starts (graph.NodeSpec list); pure Python, used by the launch test."""
-    return graph.sim_plan(config=config, checkpoint=checkpoint)
+    return graph.sim_plan(config=config, checkpoint=checkpoint, namespace=namespace, workspace=workspace)
 
 
 def generate_launch_description():
@@ -26,10 +29,9 @@ def generate_launch_description():
     from launch_ros.actions import Node
 
     def _nodes(context):
-        config = LaunchConfiguration("config").perform(context)
-        checkpoint = LaunchConfiguration("checkpoint").perform(context)
-        return [Node(package=graph.PACKAGE, executable=s.executable, name=s.name, output="screen",
-                     parameters=[s.params_file, s.overrides]) for s in node_plan(config, checkpoint)]
+        values = {k: LaunchConfiguration(k).perform(context) for k in LAUNCH_ARGUMENTS}
+        return [Node(package=graph.PACKAGE, executable=s.executable, name=s.name, namespace=s.namespace,
+                     output="screen", parameters=[s.params_file, s.overrides]) for s in node_plan(**values)]
 
     args = [DeclareLaunchArgument(k, default_value=d, description=h) for k, (d, h) in LAUNCH_ARGUMENTS.items()]
     return LaunchDescription([*args, OpaqueFunction(function=_nodes)])

@@ -14,13 +14,17 @@ LAUNCH_ARGUMENTS = {
     "robot": ("real", "which arm: real | simpler | sim"),
     "config": ("", "params YAML (empty = config/widowx.yaml for real/simpler, config/sim.yaml for sim)"),
     "checkpoint": ("", "checkpoint directory for policy_server and task_selector (empty = the YAML's)"),
+    "namespace": (graph.NAMESPACE, "namespace of every node (relative names: /<namespace>/next_task, ...)"),
+    "workspace": ("", "root of relative dataset/checkpoint folders (empty = $AMF_WORKSPACE, else $ROS_HOME/amf)"),
     "tasks": ("", "comma-separated candidate task keys for task_selector (empty = the YAML's)"),
 }
 
 
-def node_plan(robot: str = "real", config: str = "", checkpoint: str = "", tasks: str = "") -> list:
+def node_plan(robot: str = "real", config: str = "", checkpoint: str = "", tasks: str = "",
+              namespace: str = graph.NAMESPACE, workspace: str = "") -> list:
     """The nodes this file starts (graph.NodeSpec list); pure Python, used by the launch test."""
-    return graph.plan(robot, config=config, checkpoint=checkpoint, tasks=tasks)
+    return graph.plan(robot, config=config, checkpoint=checkpoint, tasks=tasks, namespace=namespace,
+                      workspace=workspace)
 
 
 def generate_launch_description():
@@ -32,8 +36,8 @@ def generate_launch_description():
 
     def _nodes(context):
         values = {k: LaunchConfiguration(k).perform(context) for k in LAUNCH_ARGUMENTS}
-        return [Node(package=graph.PACKAGE, executable=s.executable, name=s.name, output="screen",
-                     parameters=[s.params_file, s.overrides]) for s in node_plan(**values)]
+        return [Node(package=graph.PACKAGE, executable=s.executable, name=s.name, namespace=s.namespace,
+                     output="screen", parameters=[s.params_file, s.overrides]) for s in node_plan(**values)]
 
     args = [DeclareLaunchArgument(k, default_value=d, description=h) for k, (d, h) in LAUNCH_ARGUMENTS.items()]
     return LaunchDescription([*args, OpaqueFunction(function=_nodes)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,6 +18,8 @@ import pytest
 
 # --import-mode=importlib: make test/support importable. Not test/ itself: test/octo would then shadow the real `octo`.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+# Nodes resolve relative data folders under the workspace (amf_ros.paths): never the user's ~/.ros/amf in tests.
+os.environ.setdefault("AMF_WORKSPACE", tempfile.mkdtemp(prefix="amf_test_workspace_"))
 
 from ros_testing import pick_domain_id, require_ros, spinning_node  # noqa: E402
 

@@ -112,7 +112,7 @@ def _stats_ms(x: Sequence[float]) -> dict[str, float]:
 def _params_file(path: Path, node: str, values: dict[str, Any]) -> Path:
     import yaml
 
-    path.write_text(yaml.safe_dump({node: {"ros__parameters": values}}))
+    path.write_text(yaml.safe_dump({f"/**/{node}": {"ros__parameters": values}}))
     return path
 
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-PACKAGE = "amf_ros"
+from amf_ros.paths import PACKAGE, package_root, resolve_config  # noqa: F401 - re-exported for launch files
+
+NAMESPACE = "amf"  # default namespace of every node (relative names resolve under it: /amf/next_task)
 ROBOTS = ("real", "simpler", "sim")
 
 # The embedded simulation: the whole loop on one machine (Metaworld arm, scripted expert as the human).
@@ -31,16 +33,20 @@ ROBOT_CONFIG = {"real": "config/widowx.yaml", "simpler": "config/widowx.yaml", "
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node process: executable in ``lib/amf_ros``, node name, params file, and per-node overrides."""
+    """One node process: executable in ``lib/amf_ros``, node name, namespace, params file, per-node overrides."""
 
     name: str
     executable: str
     params_file: str
     overrides: dict[str, Any] = field(default_factory=dict)
+    namespace: str = NAMESPACE
 
     def ros_args(self) -> list[str]:
         """Command-line arguments after the executable (``--ros-args ...``), as `amf up` passes them."""
-        args = ["--ros-args", "-r", f"__node:={self.name}", "--params-file", self.params_file]
+        args = ["--ros-args", "-r", f"__node:={self.name}"]
+        if self.namespace:
+            args += ["-r", f"__ns:=/{self.namespace.strip('/')}"]
+        args += ["--params-file", self.params_file]
         for key, value in self.overrides.items():
             args += ["-p", f"{key}:={_yaml_scalar(value)}"]
         return args
@@ -57,24 +63,6 @@ def _yaml_scalar(value: Any) -> str:
     return repr(value)
 
 
-def package_root() -> Path:
-    """The source tree root (holds config/ and launch/); also right for a symlink colcon install."""
-    return Path(__file__).resolve().parents[2]
-
-
-def resolve_config(path: str | os.PathLike) -> Path:
-    """An existing config path: as given, else relative to the package root, else the installed share dir."""
-    p = Path(path)
-    candidates = [p, package_root() / p]
-    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
-        if prefix:
-            candidates.append(Path(prefix) / "share" / PACKAGE / p)
-    for c in candidates:
-        if c.is_file():
-            return c.resolve()
-    raise ValueError(f"config file not found: {path!s} (looked in {[str(c) for c in candidates]})")
-
-
 def node_names(robot: str) -> tuple[str, ...]:
     """Nodes started for ``robot`` (real | simpler | sim), in start order (the arm first, the loop last)."""
     if robot not in ROBOTS:
@@ -83,26 +71,32 @@ def node_names(robot: str) -> tuple[str, ...]:
     return (*extra, *CORE_NODES)
 
 
-def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "") -> dict[str, dict[str, Any]]:
+def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
+              workspace: str = "") -> dict[str, dict[str, Any]]:
     """Per-node parameter overrides implied by the launch arguments (on top of the YAML).
 
     Args:
         robot: real | simpler | sim.
-        checkpoint: checkpoint directory for policy_server and task_selector ("" = keep the YAML's).
+        checkpoint: checkpoint directory for policy_server and task_selector ("" = keep the YAML's); a relative
+            path is taken relative to the directory the launch was started from (made absolute here).
         tasks: candidate task keys for task_selector, a list or a comma-separated string ("" = keep the YAML's).
+        workspace: root of the nodes' relative data paths ("" = the nodes' default, see amf_ros.paths).
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     out: dict[str, dict[str, Any]] = {name: {} for name in node_names(robot)}
     if checkpoint:
-        out["policy_server"]["checkpoint"] = checkpoint
-        out["task_selector"]["checkpoint"] = checkpoint
+        out["policy_server"]["checkpoint"] = str(Path(checkpoint).expanduser().resolve())
+        out["task_selector"]["checkpoint"] = str(Path(checkpoint).expanduser().resolve())
+    if workspace:
+        for name in ("policy_server", "task_selector", "demo_recorder"):
+            out[name]["workspace"] = str(Path(workspace).expanduser().resolve())
     if tasks:
         out["task_selector"]["tasks"] = list(tasks)
     if robot == "simpler":
         out["sim_bridge"]["backend"] = "simpler"
         out["policy_server"]["action_space"] = "eef7"
-        out["policy_server"]["success_service"] = "/amf/sim/success"  # SIMPLER reports success; a real arm cannot
+        out["policy_server"]["task_status_topic"] = "sim/status"  # SIMPLER reports success; a real arm cannot
         out["task_selector"]["action_space"] = "eef7"
     elif robot == "sim":
         out["sim_bridge"]["backend"] = "metaworld"
@@ -110,16 +104,30 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "")
 
 
 def plan(robot: str = "sim", config: str | os.PathLike = "", checkpoint: str = "",
-         tasks: Sequence[str] | str = "") -> list[NodeSpec]:
+         tasks: Sequence[str] | str = "", namespace: str = NAMESPACE, workspace: str = "") -> list[NodeSpec]:
     """The nodes to start, each with its params file and overrides (what both launch files and `amf up` run)."""
     cfg = str(resolve_config(config or ROBOT_CONFIG.get(robot, "config/sim.yaml")))
-    over = overrides(robot, checkpoint, tasks)
-    return [NodeSpec(name=n, executable=n, params_file=cfg, overrides=over[n]) for n in node_names(robot)]
+    over = overrides(robot, checkpoint, tasks, workspace)
+    return [NodeSpec(name=n, executable=n, params_file=cfg, overrides=over[n], namespace=namespace)
+            for n in node_names(robot)]
 
 
-def sim_plan(config: str | os.PathLike = "config/sim.yaml", checkpoint: str = "") -> list[NodeSpec]:
+def sim_plan(config: str | os.PathLike = "config/sim.yaml", checkpoint: str = "", namespace: str = NAMESPACE,
+             workspace: str = "") -> list[NodeSpec]:
     """The embedded simulation (launch/sim.launch.py, `amf up config/sim.yaml`, `amf run`)."""
-    return plan("sim", config=config, checkpoint=checkpoint)
+    return plan("sim", config=config, checkpoint=checkpoint, namespace=namespace, workspace=workspace)
+
+
+def node_section(params_file: str | os.PathLike, node: str) -> dict[str, Any]:
+    """The ``ros__parameters`` of ``node`` in a params YAML (keys ``node``, ``/**/node`` or ``/<ns>/node``)."""
+    import yaml
+
+    with open(resolve_config(params_file), encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh) or {}
+    for key, section in doc.items():
+        if str(key).rsplit("/", 1)[-1] == node and isinstance(section, dict):
+            return dict(section.get("ros__parameters") or {})
+    return {}
 
 
 def find_executable(name: str) -> Path:

@@ -34,14 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _sim_checkpoint(config: str) -> str:
     """For the embedded simulation without any checkpoint yet: the cached pre-trained one (made on first use)."""
-    import yaml
-
-    from amf_ros.bringup.graph import resolve_config
+    from amf_ros.bringup.graph import node_section
     from amf_ros.runtime.policy_server import newest_checkpoint
     from amf_ros.bringup.pretrained import ensure_pretrained
 
-    with open(resolve_config(config), encoding="utf-8") as fh:
-        params = ((yaml.safe_load(fh) or {}).get("policy_server") or {}).get("ros__parameters") or {}
+    params = node_section(config, "policy_server")
     if params.get("checkpoint") or newest_checkpoint(params.get("checkpoint_dir", "runs/checkpoints")):
         return ""
     return str(ensure_pretrained(Path("runs/cache")).resolve())

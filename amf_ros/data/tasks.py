@@ -10,7 +10,7 @@ def read_instructions(path: str | Path) -> dict[str, str]:
     """Ordered ``{key: instruction}`` from a task file ``{tasks: [{key, instruction, ...}, ...]}``."""
     import yaml
 
-    from amf_ros.bringup.graph import resolve_config
+    from amf_ros.paths import resolve_config
 
     p = resolve_config(path)
     with open(p, encoding="utf-8") as fh:
@@ -30,7 +30,7 @@ def read_max_steps(path: str | Path) -> dict[str, int]:
     """``{key: max_steps}`` of the entries of a task file that give one."""
     import yaml
 
-    from amf_ros.bringup.graph import resolve_config
+    from amf_ros.paths import resolve_config
 
     with open(resolve_config(path), encoding="utf-8") as fh:
         doc = yaml.safe_load(fh) or {}

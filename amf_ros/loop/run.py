@@ -104,7 +104,8 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     run_dir = Path(cfg.out) / time.strftime("run_%Y%m%d_%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
     specs = graph.sim_plan(cfg.config, checkpoint=str(checkpoint.resolve()))
-    tasks_file = _yaml_value(specs[0].params_file, "task_selector", "tasks_file") or "config/tasks/metaworld.yaml"
+    tasks_file = graph.node_section(specs[0].params_file, "task_selector").get("tasks_file") or \
+        "config/tasks/metaworld.yaml"
     instructions = checkpoint_tasks(checkpoint)  # the tasks the policy knows = the candidates of task_selector
     max_steps = read_max_steps(tasks_file)
     env = _ros_env()
@@ -184,14 +185,6 @@ def _ros_env() -> dict[str, str]:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     return {"ROS_DOMAIN_ID": os.environ["ROS_DOMAIN_ID"],
             "ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"]}
-
-
-def _yaml_value(path: str, node: str, key: str) -> Any:
-    import yaml
-
-    with open(path, encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh) or {}
-    return ((doc.get(node) or {}).get("ros__parameters") or {}).get(key)
 
 
 def _field_docs(cls: type) -> dict[str, str]:

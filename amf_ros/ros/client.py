@@ -19,6 +19,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from amf_ros.action import FineTune, RunPolicy
+from amf_ros.bringup.graph import NAMESPACE
 from amf_ros.msg import CheckpointInfo, EefDeltaAction, EpisodeInfo, RecorderStatus
 from amf_ros.srv import EndEpisode, NextTask, ResetTask, StartEpisode, TaskSuccess
 
@@ -53,28 +54,29 @@ class AMFClient:
     """Blocking calls into a running AMF graph (default names from docs/contracts.md).
 
     Args:
-        name: node name of this client; record_actions: keep every /amf/action message (for rate checks).
+        name: node name of this client; record_actions: keep every ``action`` message (for rate checks).
+        namespace: namespace of the graph's nodes (bring-up default ``amf``).
     """
 
-    def __init__(self, name: str = "amf_client", record_actions: bool = False) -> None:
-        self.node = Node(name)
+    def __init__(self, name: str = "amf_client", record_actions: bool = False, namespace: str = NAMESPACE) -> None:
+        self.node = Node(name, namespace=namespace)  # relative names below resolve under it (/amf/next_task)
         self.seen = Observed()
         self._fine_tune_handles: list[Any] = []
         self._lock = threading.Lock()
         n = self.node
-        self.next_task_cli = n.create_client(NextTask, "/amf/next_task")
-        self.reset_cli = n.create_client(ResetTask, "/amf/sim/reset")
-        self.success_cli = n.create_client(TaskSuccess, "/amf/sim/success")
-        self.start_cli = n.create_client(StartEpisode, "/amf/recorder/start_episode")
-        self.end_cli = n.create_client(EndEpisode, "/amf/recorder/end_episode")
-        self.fine_tune_cli = ActionClient(n, FineTune, "/amf/fine_tune")
-        self.run_cli = ActionClient(n, RunPolicy, "/amf/run_policy")
-        n.create_subscription(EpisodeInfo, "/amf/episodes", lambda m: self._add(self.seen.episodes, m), RELIABLE_50)
-        n.create_subscription(CheckpointInfo, "/amf/checkpoint", lambda m: self._add(self.seen.checkpoints, m),
+        self.next_task_cli = n.create_client(NextTask, "next_task")
+        self.reset_cli = n.create_client(ResetTask, "sim/reset")
+        self.success_cli = n.create_client(TaskSuccess, "sim/success")
+        self.start_cli = n.create_client(StartEpisode, "recorder/start_episode")
+        self.end_cli = n.create_client(EndEpisode, "recorder/end_episode")
+        self.fine_tune_cli = ActionClient(n, FineTune, "fine_tune")
+        self.run_cli = ActionClient(n, RunPolicy, "run_policy")
+        n.create_subscription(EpisodeInfo, "episodes", lambda m: self._add(self.seen.episodes, m), RELIABLE_50)
+        n.create_subscription(CheckpointInfo, "checkpoint", lambda m: self._add(self.seen.checkpoints, m),
                               LATCHED)
-        n.create_subscription(RecorderStatus, "/amf/recorder/status", self._on_status, LATCHED)
+        n.create_subscription(RecorderStatus, "recorder/status", self._on_status, LATCHED)
         if record_actions:
-            n.create_subscription(EefDeltaAction, "/amf/action",
+            n.create_subscription(EefDeltaAction, "action",
                                   lambda m: self._add(self.seen.actions, (time.monotonic(), m)), RELIABLE_50)
         self.executor = MultiThreadedExecutor(num_threads=2)
         self.executor.add_node(n)
@@ -103,7 +105,7 @@ class AMFClient:
         for cli in clients:
             if not cli.wait_for_service(timeout_sec=max(0.1, deadline - time.monotonic())):
                 raise ROSCallError(f"service {cli.srv_name} did not appear within {timeout:.0f} s")
-        for acli, name in ((self.fine_tune_cli, "/amf/fine_tune"), (self.run_cli, "/amf/run_policy")):
+        for acli, name in ((self.fine_tune_cli, "fine_tune"), (self.run_cli, "run_policy")):
             if not acli.wait_for_server(timeout_sec=max(0.1, deadline - time.monotonic())):
                 raise ROSCallError(f"action {name} did not appear within {timeout:.0f} s")
 
@@ -167,7 +169,7 @@ class AMFClient:
                   feedback: Callable[[Any], None] | None = None) -> Any:
         """Run /amf/fine_tune to completion; returns FineTune.Result (check .ok)."""
         return self._action(self.fine_tune_cli, FineTune.Goal(steps=steps, tasks=list(tasks or [])), timeout,
-                            "/amf/fine_tune", feedback)
+                            "fine_tune", feedback)
 
     def send_fine_tune(self, steps: int = 0, feedback: Callable[[Any], None] | None = None) -> Any:
         """Start a fine-tune without waiting (e.g. as background load); returns its result future.
@@ -196,4 +198,4 @@ class AMFClient:
     def run_policy(self, task: str, max_steps: int = 0, timeout: float = 300.0) -> Any:
         """Run /amf/run_policy to completion; returns RunPolicy.Result (check .ok, .success)."""
         return self._action(self.run_cli, RunPolicy.Goal(task=task, max_steps=max_steps), timeout,
-                            "/amf/run_policy")
+                            "run_policy")

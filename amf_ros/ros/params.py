@@ -14,6 +14,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from amf_ros.bringup.params import Param, load, schema
+from amf_ros.paths import in_workspace
 
 _ROS_TYPES = {
     "bool": Parameter.Type.BOOL,
@@ -69,7 +70,8 @@ def _declare_one(node: Node, p: Param) -> Any:
 
 
 def declare(node: Node, node_name: str | None = None) -> Any:
-    """Declare every parameter of the node's schema on ``node``; return its parameter dataclass after overrides.
+    """Declare every parameter of the node's schema on ``node``; return its parameter dataclass after overrides,
+    with ``dataset_dir`` / ``checkpoint_dir`` made absolute under the node's workspace (amf_ros.paths).
 
     Args:
         node: the rclpy node.
@@ -80,6 +82,10 @@ def declare(node: Node, node_name: str | None = None) -> Any:
     """
     name = node_name or node.get_name()
     values = {p.name: _declare_one(node, p) for p in schema(name)}
+    if "workspace" in values:  # relative data folders resolve under the workspace, never the working directory
+        for key in ("dataset_dir", "checkpoint_dir"):
+            if key in values:
+                values[key] = str(in_workspace(values[key], values["workspace"]))
     try:
         return load(name, values)
     except ValueError as exc:

@@ -18,7 +18,7 @@ def test_schema_defaults_and_yaml_build_valid_limits():
     lim = widowx.limits_from_params(load("widowx_driver", {}))
     assert lim.workspace.low == (0.1, -0.15, -0.01) and lim.period_s == 0.2
     assert lim.gripper_pwm == pytest.approx(250.0)
-    section = yaml.safe_load((REPO / "config" / "widowx.yaml").read_text())["widowx_driver"]["ros__parameters"]
+    section = yaml.safe_load((REPO / "config" / "widowx.yaml").read_text())["/**/widowx_driver"]["ros__parameters"]
     assert validate("widowx_driver", section) == []
     p = load("widowx_driver", section)
     assert widowx.limits_from_params(p).max_joint_speed == section["max_joint_speed"]

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def write_params(path: Path, sections: dict[str, dict[str, Any]]) -> Path:
     """Write a ROS params file ``{node: {ros__parameters: {...}}}``."""
-    doc = {name: {"ros__parameters": values} for name, values in sections.items()}
+    doc = {f"/**/{name}": {"ros__parameters": values} for name, values in sections.items()}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 

@@ -36,11 +36,12 @@ def test_installed_node_answers_client_in_another_process(ros_env, client_node, 
     from amf_ros.srv import NextTask
 
     params = tmp_path / "p.yaml"
-    params.write_text("task_selector:\n  ros__parameters:\n    selector: round_robin\n"
+    params.write_text("/**/task_selector:\n  ros__parameters:\n    selector: round_robin\n"
                       f"    tasks_file: {REPO / 'config/tasks/metaworld.yaml'}\n"
                       f"    dataset_dir: {tmp_path / 'dataset'}\n    checkpoint_dir: {tmp_path / 'ckpt'}\n")
     log = open(tmp_path / "node.log", "wb")
-    proc = subprocess.Popen([str(find_executable("task_selector")), "--ros-args", "--params-file", str(params)],
+    proc = subprocess.Popen([str(find_executable("task_selector")), "--ros-args", "-r", "__ns:=/amf",
+                             "--params-file", str(params)],
                             env={**__import__("os").environ, **ros_env}, stdout=log, stderr=subprocess.STDOUT)
     try:
         resp = call(client_node, NextTask, "/amf/next_task", NextTask.Request(), timeout=60)

@@ -40,8 +40,7 @@ def _real_launch_available() -> bool:
 
 
 def _node_params(config: Path, node: str) -> dict:
-    doc = yaml.safe_load(config.read_text()) or {}
-    return ((doc.get(node) or {}).get("ros__parameters")) or {}
+    return graph.node_section(config, node)
 
 
 @pytest.mark.parametrize("name", sorted(LAUNCH_FILES))
@@ -109,6 +108,8 @@ def test_config_yaml_matches_schemas(config: Path) -> None:
     problems = []
     for node, section in doc.items():
         assert isinstance(section, dict) and "ros__parameters" in section, f"{config}: {node} lacks ros__parameters"
+        assert node.startswith("/**/"), f"{config}: key {node!r} must be /**/<node> to match a namespaced node"
+        node = node.removeprefix("/**/")
         problems += validate(node, section["ros__parameters"])
         for key in ("tasks_file",):
             value = section["ros__parameters"].get(key)

@@ -23,7 +23,7 @@ def _configured_rate() -> float:
     import yaml
 
     doc = yaml.safe_load((REPO / "config" / "sim.yaml").read_text())
-    return float(doc["policy_server"]["ros__parameters"]["control_rate_hz"])
+    return float(doc["/**/policy_server"]["ros__parameters"]["control_rate_hz"])
 
 
 RATE_HZ = _configured_rate()

@@ -16,7 +16,12 @@ class DemoRecorderParams:
     """Every ROS parameter of demo_recorder with its default, description and range (the single source of all three;
     the node declares them from here, `ros2 param describe` shows them)."""
 
-    dataset_dir: str = param("runs/dataset", "Episode store directory (created if missing).")
+    workspace: str = param(
+        "",
+        "Root of every relative data path of this node (dataset_dir, checkpoint_dir); empty = $AMF_WORKSPACE, "
+        "else $ROS_HOME/amf, else ~/.ros/amf (amf_ros.paths). Never the working directory of the launch.",
+    )
+    dataset_dir: str = param("dataset", "Episode store directory (created if missing).")
     tasks_file: str = param(
         "",
         "Task set YAML ({tasks: [{key, instruction}]}): fills an empty StartEpisode instruction and rejects "
@@ -52,7 +57,7 @@ class DemoRecorderParams:
         "Wait at most this long (stream time) for lagging observation streams before deciding a step, s.",
         range=(0.0, 60.0),
     )
-    action_topic: str = param("/amf/action", "Teleop action topic.")
+    action_topic: str = param("action", "Teleop action topic.")
     action_type: str = param(
         "eef_delta",
         "Message type of action_topic: 'eef_delta' = amf_ros/EefDeltaAction; 'twist_stamped' = "
@@ -61,7 +66,7 @@ class DemoRecorderParams:
         choices=("eef_delta", "twist_stamped"),
     )
     twist_gripper: float = param(1.0, "Gripper value (1 = open) stored with twist_stamped actions.", range=(0.0, 1.0))
-    state_topic: str = param("/amf/observation/state", "Robot state topic (empty = record no state).")
+    state_topic: str = param("observation/state", "Robot state topic (empty = record no state).")
     state_type: str = param(
         "state_vector",
         "Message type of state_topic: 'state_vector' = amf_ros/StateVector; 'joint_state' = "
@@ -119,7 +124,7 @@ class DemoRecorderParams:
     status_period_s: float = param(
         1.0, "Period of the latched status re-publication (topic ages, steps), s.", range=(0.05, 3600.0)
     )
-    status_topic: str = param("/amf/recorder/status", "Latched status topic (amf_ros/RecorderStatus).")
-    episodes_topic: str = param("/amf/episodes", "Topic announcing each committed episode (amf_ros/EpisodeInfo).")
-    start_service: str = param("/amf/recorder/start_episode", "StartEpisode service name.")
-    end_service: str = param("/amf/recorder/end_episode", "EndEpisode service name.")
+    status_topic: str = param("recorder/status", "Latched status topic (amf_ros/RecorderStatus).")
+    episodes_topic: str = param("episodes", "Topic announcing each committed episode (amf_ros/EpisodeInfo).")
+    start_service: str = param("recorder/start_episode", "StartEpisode service name.")
+    end_service: str = param("recorder/end_episode", "EndEpisode service name.")

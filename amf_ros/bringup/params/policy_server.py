@@ -12,16 +12,21 @@ class PolicyServerParams:
     """Every ROS parameter of policy_server with its default, description and range (the single source of all three;
     the node declares them from here, `ros2 param describe` shows them)."""
 
+    workspace: str = param(
+        "",
+        "Root of every relative data path of this node (dataset_dir, checkpoint_dir); empty = $AMF_WORKSPACE, "
+        "else $ROS_HOME/amf, else ~/.ros/amf (amf_ros.paths). Never the working directory of the launch.",
+    )
     checkpoint: str = param(
         "",
         "Checkpoint directory to start from (empty = newest under checkpoint_dir); backend octo: the Octo "
         "checkpoint directory.",
     )
     checkpoint_dir: str = param(
-        "runs/checkpoints",
+        "checkpoints",
         "Directory where fine-tuned checkpoints are written (round_NNNN/, each written atomically).",
     )
-    dataset_dir: str = param("runs/dataset", "Episode store that /amf/fine_tune trains on.")
+    dataset_dir: str = param("dataset", "Episode store that /amf/fine_tune trains on.")
     control_rate_hz: float = param(
         5.0, "Rate of the run_policy control loop, Hz (BridgeData: 5).", range=(0.1, 200.0)
     )
@@ -46,28 +51,29 @@ class PolicyServerParams:
     ensemble_exp_weight: float = param(
         0.0, "Exponential weight of temporal ensembling (SimplerEnv: 0 = uniform).", range=(-10.0, 10.0)
     )
-    state_topic: str = param("/amf/observation/state", "Observation topic (amf_ros/StateVector) the policy acts on.")
+    state_topic: str = param("observation/state", "Observation topic (amf_ros/StateVector) the policy acts on.")
     image_topic: str = param(
         "",
         "Camera topic (sensor_msgs/Image) for image-based policies, given to the policy as obs['image'] (RGB "
         "uint8); empty = state only.",
     )
-    action_topic: str = param("/amf/action", "Topic on which actions (amf_ros/EefDeltaAction) are published.")
+    action_topic: str = param("action", "Topic on which actions (amf_ros/EefDeltaAction) are published.")
     action_space: str = param(
         "metaworld",
         "How policy actions map to EefDeltaAction: 'metaworld' = the policy acts in the native 4-D Metaworld "
         "space (converted with native_to_eef7), 'eef7' = already 7-D.",
         choices=("metaworld", "eef7"),
     )
-    success_service: str = param(
-        "/amf/sim/success",
-        "Service (amf_ros/TaskSuccess) asked for success at the end of run_policy; empty = no success detector "
-        "(result.success = false).",
+    task_status_topic: str = param(
+        "sim/status",
+        "Task status topic (amf_ros/TaskStatus, published by sim_bridge with every observation): a run_policy goal "
+        "ends early with success when the status reports its task solved. Empty = no success detector (a real "
+        "arm): result.success = false.",
     )
     observation_timeout_s: float = param(
         2.0, "run_policy fails if no observation arrives within this time, s.", range=(0.01, 600.0)
     )
-    checkpoint_topic: str = param("/amf/checkpoint", "Latched topic announcing each new checkpoint.")
+    checkpoint_topic: str = param("checkpoint", "Latched topic announcing each new checkpoint.")
     torch_threads: int = param(
         1,
         "torch intra-op threads of this process (0 = torch's default). 1 keeps several nodes on a 2-core "

@@ -47,10 +47,10 @@ class ScriptedTeleopParams:
         "it started, s.",
         range=(0.1, 600.0),
     )
-    state_topic: str = param("/amf/observation/state", "Observation topic (amf_ros/StateVector) the expert reads.")
-    action_topic: str = param("/amf/action", "Teleop action topic (amf_ros/EefDeltaAction).")
-    status_topic: str = param("/amf/recorder/status", "Latched recorder status (amf_ros/RecorderStatus).")
-    end_episode_service: str = param("/amf/recorder/end_episode", "Recorder service (amf_ros/EndEpisode).")
+    state_topic: str = param("observation/state", "Observation topic (amf_ros/StateVector) the expert reads.")
+    action_topic: str = param("action", "Teleop action topic (amf_ros/EefDeltaAction).")
+    status_topic: str = param("recorder/status", "Latched recorder status (amf_ros/RecorderStatus).")
+    end_episode_service: str = param("recorder/end_episode", "Recorder service (amf_ros/EndEpisode).")
     success_service: str = param(
-        "/amf/sim/success", "Simulator success service (amf_ros/TaskSuccess), asked before every action."
+        "sim/success", "Simulator success service (amf_ros/TaskSuccess), asked before every action."
     )

@@ -47,13 +47,13 @@ class SimBridgeParams:
         "Simulator camera to render (Metaworld: corner, corner2, corner3, topview, behindGripper, gripperPOV).",
     )
     frame_id: str = param("sim", "header.frame_id of published observations.")
-    state_topic: str = param("/amf/observation/state", "Observation state topic (amf_ros/StateVector).")
+    state_topic: str = param("observation/state", "Observation state topic (amf_ros/StateVector).")
     image_topic: str = param(
-        "/amf/camera/image_raw", "Camera topic (sensor_msgs/Image rgb8, reliable QoS); used only when render is true."
+        "camera/image_raw", "Camera topic (sensor_msgs/Image rgb8, reliable QoS); used only when render is true."
     )
-    action_topic: str = param("/amf/action", "Action topic (amf_ros/EefDeltaAction); each message = one step.")
-    reset_service: str = param("/amf/sim/reset", "Service (amf_ros/ResetTask) resetting the arm to a task.")
-    success_service: str = param("/amf/sim/success", "Service (amf_ros/TaskSuccess) reporting task success.")
+    action_topic: str = param("action", "Action topic (amf_ros/EefDeltaAction); each message = one step.")
+    reset_service: str = param("sim/reset", "Service (amf_ros/ResetTask) resetting the arm to a task.")
+    success_service: str = param("sim/success", "Service (amf_ros/TaskSuccess) reporting task success.")
     idle_publish_period_s: float = param(
         0.5,
         "When no observation was published for this long (no actions arriving), re-publish the current state "

@@ -12,6 +12,11 @@ class TaskSelectorParams:
     """Every ROS parameter of task_selector with its default, description and range (the single source of all three;
     the node declares them from here, `ros2 param describe` shows them)."""
 
+    workspace: str = param(
+        "",
+        "Root of every relative data path of this node (dataset_dir, checkpoint_dir); empty = $AMF_WORKSPACE, "
+        "else $ROS_HOME/amf, else ~/.ros/amf (amf_ros.paths). Never the working directory of the launch.",
+    )
     selector: str = param(
         "amf",
         "Task selector (amf_ros.core.selectors.make_selector name).",
@@ -26,9 +31,9 @@ class TaskSelectorParams:
         "Checkpoint directory to load first (empty = newest under checkpoint_dir); backend octo: the Octo "
         "checkpoint directory.",
     )
-    checkpoint_dir: str = param("runs/checkpoints", "Where policy_server writes checkpoints (newest is loaded).")
-    dataset_dir: str = param("runs/dataset", "Episode store read for demo counts and embeddings.")
-    checkpoint_topic: str = param("/amf/checkpoint", "Latched topic on which new checkpoints are announced.")
+    checkpoint_dir: str = param("checkpoints", "Where policy_server writes checkpoints (newest is loaded).")
+    dataset_dir: str = param("dataset", "Episode store read for demo counts and embeddings.")
+    checkpoint_topic: str = param("checkpoint", "Latched topic on which new checkpoints are announced.")
     seed: int = param(
         0, "Random seed of the selector (tie breaks, uniform draws) and of embeddings.", range=(0, 2147483647)
     )

@@ -31,14 +31,14 @@ class WidowxDriverParams:
     )
     arm_group: str = param("arm", "xs_sdk joint group of the six arm joints.")
     gripper_name: str = param("gripper", "xs_sdk name of the gripper joint.")
-    action_topic: str = param("/amf/action", "amf_ros/EefDeltaAction commands (policy_server or a teleop).")
+    action_topic: str = param("action", "amf_ros/EefDeltaAction commands (policy_server or a teleop).")
     state_topic: str = param(
-        "/amf/observation/state",
+        "observation/state",
         "amf_ros/StateVector with Octo's 8-D WidowX proprio [x, y, z, roll, pitch, yaw, pad, gripper], "
         "published for every joint state.",
     )
     estop_service: str = param(
-        "/amf/widowx/estop",
+        "widowx/estop",
         "std_srvs/SetBool: true engages the emergency stop (the arm holds its current joints and every action "
         "is refused), false releases it.",
     )

@@ -70,14 +70,13 @@ class PolicyServerNode(Node):
         if self.octo is not None and p.wrist_image_topic:
             self.create_subscription(Image, p.wrist_image_topic, self.on_wrist, latest,
                                      callback_group=MutuallyExclusiveCallbackGroup())
-        self.success_client = (self.create_client(TaskSuccess, p.success_service,
-                                                  callback_group=ReentrantCallbackGroup())
-                               if p.success_service else None)
+        self.success_client = (self.create_client(TaskSuccess, "sim/success", callback_group=ReentrantCallbackGroup())
+                               if p.task_status_topic else None)  # interim: replaced by the task status topic
         self.timer = self.create_timer(1.0 / p.control_rate_hz, self.on_tick,
                                        callback_group=MutuallyExclusiveCallbackGroup())
-        ActionServer(self, RunPolicy, "/amf/run_policy", self.execute_run,
+        ActionServer(self, RunPolicy, "run_policy", self.execute_run,
                      cancel_callback=lambda _g: CancelResponse.ACCEPT, callback_group=ReentrantCallbackGroup())
-        ActionServer(self, FineTune, "/amf/fine_tune", self.execute_fine_tune,
+        ActionServer(self, FineTune, "fine_tune", self.execute_fine_tune,
                      cancel_callback=lambda _g: CancelResponse.ACCEPT, callback_group=ReentrantCallbackGroup())
         self.announce()
         self.get_logger().info(f"ready: {p.backend} backend, checkpoint {path}, control {p.control_rate_hz} Hz")

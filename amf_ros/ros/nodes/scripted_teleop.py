@@ -25,7 +25,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
 
-from amf_ros.bringup.graph import resolve_config
+from amf_ros.paths import resolve_config
 from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks, native_to_eef7, noisy
 from amf_ros.msg import EefDeltaAction, RecorderStatus, StateVector
 from amf_ros.ros.params import declare

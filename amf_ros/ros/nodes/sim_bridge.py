@@ -30,7 +30,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 
-from amf_ros.bringup.graph import resolve_config
+from amf_ros.paths import resolve_config
 from amf_ros.msg import EefDeltaAction, StateVector
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin

@@ -47,7 +47,7 @@ class TaskSelectorNode(Node):
         if policy is not None:
             self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint))
         self.reloads = 0
-        self.create_service(NextTask, "/amf/next_task", self.on_next_task,
+        self.create_service(NextTask, "next_task", self.on_next_task,
                             callback_group=MutuallyExclusiveCallbackGroup())
         self.create_subscription(CheckpointInfo, self.p.checkpoint_topic, self.on_checkpoint, LATCHED,
                                  callback_group=MutuallyExclusiveCallbackGroup())

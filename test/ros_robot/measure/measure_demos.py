@@ -39,8 +39,8 @@ def main() -> int:
 
     out = Path(tempfile.mkdtemp(prefix="amf_measure_demos_"))
     config = yaml.safe_load((REPO / "config" / "sim.yaml").read_text())
-    sections = {n: config[n] for n in ("sim_bridge", "scripted_teleop", "demo_recorder")}
-    sections["demo_recorder"]["ros__parameters"]["dataset_dir"] = str(out / "dataset")
+    sections = {f"/**/{n}": config[f"/**/{n}"] for n in ("sim_bridge", "scripted_teleop", "demo_recorder")}
+    sections["/**/demo_recorder"]["ros__parameters"]["dataset_dir"] = str(out / "dataset")
     (out / "params.yaml").write_text(yaml.safe_dump(sections))
     rclpy.init()
     try:

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     params = {"dataset_dir": str(out / "ds"), "sync_mode": "on_action", "control_rate_hz": args.rate,
               "image_topics": [IMAGE_TOPIC], "image_codec": args.codec, "topic_timeout_s": 5.0,
               "status_period_s": 0.1}
-    (out / "params.yaml").write_text(yaml.safe_dump({"demo_recorder": {"ros__parameters": params}}))
+    (out / "params.yaml").write_text(yaml.safe_dump({"/**/demo_recorder": {"ros__parameters": params}}))
     images = [frame(k) for k in range(args.frames)]
     rclpy.init()
     try:
