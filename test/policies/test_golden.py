@@ -10,14 +10,15 @@ Numerics. The expected outputs are computed in float64 from the float32 weights 
 Every check allows a rounding bound, never one CPU's float32 result: summation order, FMA and vectorised libm
 differ between x86-64 CPUs, and a float32 golden at rtol 1e-5 failed on an AMD EPYC by 1.2e-4 in the sample. With
 u = eps(dtype) (2^-23 in float32, 2^-52 in float64; one rounded operation errs by at most u/2 relative):
-* eps, loss, phi (one pass): K_NET u max|output|. K_NET = 64 is the widest fan-in, the worst case of a 64-term
-  sum in any order relative to its terms. Float32 errors, in u max|output|: eps 5.0, loss 1.7, phi 2.8 on an AMD
-  EPYC; eps 5.6 on the machine that made the first (float32) golden; at most 10 over 300 exactly equivalent heads
-  with permuted hidden units (other summation orders) and 28 with every weight moved by 1 ulp.
+* eps, loss, phi (one pass): K_NET u max|output|, K_NET = 64: a sum over the widest fan-in (64 terms), in any
+  order, errs by at most 64 roundings of u/2 = 32 u relative to its terms; doubled for the layers before it.
+  Float32 errors, in u max|output|: eps 5.0, loss 1.7, phi 2.8 on an AMD EPYC; eps 5.6 on the machine that made
+  the first (float32) golden; at most 10 over 300 exactly equivalent heads with permuted hidden units (other
+  summation orders) and 28 with every weight moved by 1 ulp.
 * One sampler step x' = clip((x - c_t eps) / sqrt(a_t) + sqrt(b_t) z), c_t = (1 - a_t) / sqrt(1 - ah_t), adds
   (c_t / sqrt(a_t)) K_NET u max|eps|, the network's error (x31.6 at t = 19, where b_t = 0.999), plus
-  K_OPS u ((|x| + c_t |eps|) / sqrt(a_t) + sqrt(b_t) |z|) for its own roundings, K_OPS = 4 (counted: the c_t eps
-  term carries 7.5 roundings of u/2, x 3, sqrt(b_t) z 3). test_sampler_steps_are_ddpm_updates checks each step.
+  K_OPS u ((|x| + c_t |eps|) / sqrt(a_t) + sqrt(b_t) |z|) for its own roundings, K_OPS = 4 (in roundings of u/2:
+  7.5 on the c_t eps term, 3 on x, 3 on sqrt(b_t) z, all <= 8). test_sampler_steps_are_ddpm_updates checks this.
 * The 20-step chain carries each step's error on (_state_bounds): e_0 = 0, p = |J_i| e_i + step bound, e_{i+1} = p,
   or 0 where the float64 state before the clip is beyond +-max_action by more than p (both runs clip: exact).
   J_i = (I - c_t deps/dx) / sqrt(a_t) is the step's Jacobian, from the network in float64 along the trajectory
