@@ -1,0 +1,212 @@
+"""What sim_bridge does, without ROS: host a simulator, step it once per action, reset it, keep the task status,
+and decide when the current observation is (re-)published.
+
+Stepping semantics (what a publisher of actions can rely on; the node amf_ros/ros/nodes/sim_bridge.py only maps
+messages to these calls):
+- :meth:`SimBridge.step` applies ONE 7-D EefDeltaAction vector (the backend converts it to its native action),
+  then emits the resulting :class:`Frame` at once. The simulator never advances on its own.
+- An action with NaN/inf or of the wrong length, or one arriving after the episode is over (solved, or the task's
+  max_steps reached), is refused (a message is returned) and does not step the simulator.
+- :meth:`SimBridge.reset` starts a new episode (``seed < 0`` = the next seed of ``seed, seed+1, ...``) and emits
+  its first frame before returning.
+- :meth:`SimBridge.idle` re-emits the current frame when nothing was emitted for ``idle_publish_period_s``, as a
+  real arm keeps publishing its joint states.
+Every emitted frame carries the :class:`TaskState` of the same instant (task, resets, steps, success since the
+reset, done); the node publishes image, state and TaskStatus with one stamp, in that order. All simulator access
+holds one lock, so a reset never interleaves with a step whatever thread calls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from amf_ros.paths import resolve_config
+
+
+def make_backend(name: str, tasks_file: str) -> Any:
+    """The simulator: an object with ``task_keys``, ``task``, ``instruction(task)``, ``reset(task, seed) -> obs``,
+    ``step_eef7(a7) -> (obs, success, done)``, ``render(width, height, camera) -> (H, W, 3) uint8`` and optionally
+    ``state_names``.
+
+    Args:
+        name: ``"metaworld"`` (embedded Metaworld suite) or ``"simpler"`` (SIMPLER WidowX scenes, needs simpler_env).
+        tasks_file: task set YAML; "" = the backend's default.
+    """
+    if name == "metaworld":
+        from amf_ros.envs.metaworld_suite import MetaworldSuite, load_tasks
+
+        return MetaworldSuite(load_tasks(resolve_config(tasks_file) if tasks_file else None))
+    if name == "simpler":
+        from amf_ros.envs import simpler
+
+        return simpler.make_suite(str(resolve_config(tasks_file)) if tasks_file else None)
+    raise ValueError(f"unknown sim_bridge backend, got {name=}; choose 'metaworld' or 'simpler'")
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """What the arm is doing (the fields of amf_ros/TaskStatus).
+
+    Attributes:
+        task: task key the arm was last reset to.
+        resets: resets since the bridge was built (the reset at construction counts: the first frame has 1).
+        steps: actions applied since the last reset.
+        success: solved at any step since the last reset.
+        done: episode over (solved or the task's max_steps reached): further actions are refused.
+    """
+
+    task: str
+    resets: int
+    steps: int
+    success: bool
+    done: bool
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One observation to publish: ``state`` (D,) float64, ``image`` (H, W, 3) uint8 or None, and the status.
+
+    ``render_error`` is non-empty when rendering was asked for and failed (the state still goes out)."""
+
+    state: np.ndarray
+    image: np.ndarray | None
+    status: TaskState
+    render_error: str = ""
+
+
+@dataclass(frozen=True)
+class RenderSpec:
+    """Camera image rendered with every frame."""
+
+    width: int = 128
+    height: int = 128
+    camera: str = "corner"
+
+
+class SimBridge:
+    """A simulated arm: reset / step / status / idle re-publish decisions (see the module docstring).
+
+    Args:
+        sim: the backend (:func:`make_backend`).
+        emit: called with every :class:`Frame` to publish (inside the lock, in order).
+        initial_task: task reset to at construction ("" = the first task of the backend).
+        seed: first scene seed of the sequence used by ``reset(task, seed < 0)``.
+        render: camera to render with every frame (None = no image).
+        idle_publish_period_s: re-emit the current frame after this long without one (0 = never).
+        clock: monotonic clock in seconds (tests pass a fake).
+    Raises:
+        ValueError: ``initial_task`` is not a task of the backend, or ``seed < 0``.
+    """
+
+    def __init__(self, sim: Any, emit: Callable[[Frame], None], initial_task: str = "", seed: int = 0,
+                 render: RenderSpec | None = None, idle_publish_period_s: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed=}")
+        if idle_publish_period_s < 0:
+            raise ValueError(f"idle_publish_period_s must be >= 0, got {idle_publish_period_s=}")
+        self.sim = sim
+        self._emit = emit
+        self._render = render
+        self._idle_s = float(idle_publish_period_s)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._next_seed = int(seed)
+        self._resets = 0
+        self._steps = 0
+        self._success = False
+        self._done = False
+        self._obs: np.ndarray | None = None
+        self._last_emit = clock()
+        self.state_names = [str(n) for n in getattr(sim, "state_names", [])]
+        task = initial_task or self.task_keys[0]
+        try:
+            self.reset(task, -1)
+        except ValueError as exc:
+            raise ValueError(f"initial_task: {exc}") from exc
+
+    @property
+    def task_keys(self) -> list[str]:
+        """Task keys of the backend."""
+        return list(self.sim.task_keys)
+
+    def instruction(self, task: str) -> str:
+        """Instruction of ``task``."""
+        return str(self.sim.instruction(task))
+
+    def status(self) -> TaskState:
+        """The current task status."""
+        with self._lock:
+            return self._state()
+
+    def reset(self, task: str, seed: int = -1) -> int:
+        """Reset to ``task`` with scene ``seed`` (< 0: next seed of the sequence) and emit the first frame.
+
+        Returns:
+            the seed used.
+        Raises:
+            ValueError: unknown task (the simulator is left as it was). Backend errors propagate.
+        """
+        with self._lock:
+            if task not in self.sim.task_keys:
+                raise ValueError(f"unknown task {task!r}; this simulator has {list(self.sim.task_keys)}")
+            if seed < 0:
+                seed, self._next_seed = self._next_seed, self._next_seed + 1
+            self._obs = np.asarray(self.sim.reset(task, int(seed)), dtype=np.float64)
+            self._resets += 1
+            self._steps, self._success, self._done = 0, False, False
+            self._publish()
+            return int(seed)
+
+    def step(self, a7: Any) -> str:
+        """Apply one 7-D action and emit the resulting frame.
+
+        Returns:
+            "" when the simulator stepped, else why the action was refused (nothing stepped, nothing emitted).
+        """
+        a = np.asarray(a7, dtype=np.float64).reshape(-1)
+        if a.shape != (7,) or not np.all(np.isfinite(a)):
+            return f"refused action: not 7 finite values, got {a.tolist()}"
+        with self._lock:
+            if self._done:
+                return (f"refused action: the episode of {self.sim.task!r} is over after {self._steps} steps "
+                        "(reset first)")
+            try:
+                obs, success, done = self.sim.step_eef7(a)
+            except Exception as exc:  # noqa: BLE001 - a simulator error must not take the arm's topics down
+                return f"refused action: step failed: {type(exc).__name__}: {exc}"
+            self._obs = np.asarray(obs, dtype=np.float64)
+            self._steps += 1
+            self._success = self._success or bool(success)
+            self._done = bool(done)
+            self._publish()
+            return ""
+
+    def idle(self) -> bool:
+        """Re-emit the current frame if nothing was emitted for ``idle_publish_period_s``; True if it did."""
+        with self._lock:
+            if self._idle_s <= 0 or self._clock() - self._last_emit < self._idle_s:
+                return False
+            self._publish()
+            return True
+
+    def _state(self) -> TaskState:
+        return TaskState(task=str(self.sim.task), resets=self._resets, steps=self._steps, success=self._success,
+                         done=self._done)
+
+    def _publish(self) -> None:
+        """Emit the current observation (lock held)."""
+        image, error = None, ""
+        if self._render is not None:
+            try:
+                image = np.ascontiguousarray(self.sim.render(self._render.width, self._render.height,
+                                                             self._render.camera), dtype=np.uint8)
+            except Exception as exc:  # noqa: BLE001 - no camera image this step; the state still goes out
+                error = f"render failed: {type(exc).__name__}: {exc}"
+        self._emit(Frame(state=self._obs.copy(), image=image, status=self._state(), render_error=error))
+        self._last_emit = self._clock()

@@ -1,0 +1,183 @@
+"""amf_ros.runtime.sim_bridge without rclpy: stepping, refusals, reset seeds, task status and idle re-publish, on a
+small fake backend (Metaworld only in one test of the real backend factory)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from amf_ros.runtime.sim_bridge import Frame, RenderSpec, SimBridge, TaskState, make_backend
+
+
+class FakeSim:
+    """A 1-D arm: the state is [x, seed]; the task is solved when x >= goal; done when solved or max_steps."""
+
+    state_names = ("x", "seed")
+
+    def __init__(self, goal: float = 0.3, max_steps: int = 5, fail_render: bool = False,
+                 done_on_success: bool = True) -> None:
+        self.task_keys = ["reach", "push"]
+        self.task = None
+        self.goal, self.max_steps, self.fail_render = goal, max_steps, fail_render
+        self.done_on_success = done_on_success
+        self.x, self.steps, self.seed = 0.0, 0, None
+        self.calls: list = []
+
+    def instruction(self, task: str) -> str:
+        return f"do {task}"
+
+    def reset(self, task: str, seed: int) -> np.ndarray:
+        self.calls.append(("reset", task, seed))
+        self.task, self.seed, self.x, self.steps = task, seed, 0.0, 0
+        return np.array([self.x, seed], dtype=np.float32)
+
+    def step_eef7(self, a7: np.ndarray) -> tuple[np.ndarray, bool, bool]:
+        self.calls.append(("step", a7.tolist()))
+        if a7[6] < 0:
+            raise RuntimeError("gripper exploded")
+        self.x += float(a7[0])
+        self.steps += 1
+        success = self.x >= self.goal
+        return np.array([self.x, self.seed]), success, (success and self.done_on_success) or self.steps >= self.max_steps
+
+    def render(self, width: int, height: int, camera: str) -> np.ndarray:
+        if self.fail_render:
+            raise RuntimeError("no GL")
+        return np.full((height, width, 3), self.steps, dtype=np.uint8)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def a(x: float, gripper: float = 1.0) -> list[float]:
+    return [x, 0, 0, 0, 0, 0, gripper]
+
+
+def make(**kw) -> tuple[SimBridge, FakeSim, list[Frame], Clock]:
+    sim, frames, clock = kw.pop("sim", FakeSim()), [], Clock()
+    bridge = SimBridge(sim, frames.append, clock=clock, **kw)
+    return bridge, sim, frames, clock
+
+
+def test_construction_resets_to_the_initial_task_and_emits_its_first_frame():
+    bridge, sim, frames, _ = make(initial_task="push", seed=7)
+    assert sim.calls == [("reset", "push", 7)]
+    assert len(frames) == 1 and frames[0].status == TaskState("push", resets=1, steps=0, success=False, done=False)
+    np.testing.assert_array_equal(frames[0].state, [0.0, 7.0])
+    assert frames[0].image is None and bridge.state_names == ["x", "seed"]
+    with pytest.raises(ValueError, match="initial_task.*nope"):
+        make(initial_task="nope")
+    assert make()[1].task == "reach", "empty initial_task = the first task of the backend"
+
+
+def test_one_frame_per_step_with_status_counting_steps_and_success_since_reset():
+    bridge, sim, frames, _ = make(seed=0)
+    for x in (0.2, 0.2):
+        assert bridge.step(a(x)) == ""
+    assert [f.status.steps for f in frames] == [0, 1, 2]
+    assert frames[-1].status.success and frames[-1].status.done
+    np.testing.assert_allclose(frames[-1].state, [0.4, 0.0])
+    # Done: further actions are refused, nothing steps, nothing is emitted.
+    refused = bridge.step(a(0.1))
+    assert "over after 2 steps" in refused and len(frames) == 3 and sim.steps == 2
+    assert bridge.status() == TaskState("reach", resets=1, steps=2, success=True, done=True)
+
+
+def test_success_is_sticky_until_reset():
+    bridge, _, frames, _ = make(sim=FakeSim(goal=0.3, max_steps=10, done_on_success=False))
+    assert bridge.step(a(0.4)) == "" and frames[-1].status.success  # solved ...
+    assert bridge.step(a(-0.4)) == "" and not frames[-1].status.done  # ... and no longer solved at this step
+    assert frames[-1].status.success, "success = solved at any step since the reset"
+    bridge.reset("reach", 0)
+    assert not frames[-1].status.success
+
+
+def test_bad_actions_are_refused_without_stepping():
+    bridge, sim, frames, _ = make()
+    assert bridge.step([float("nan")] * 7).startswith("refused action: not 7 finite")
+    assert bridge.step([0.1] * 6).startswith("refused action: not 7 finite")
+    assert "gripper exploded" in bridge.step(a(0.1, gripper=-1.0))  # a backend error is reported, not raised
+    assert bridge.status().steps == 0 and len(frames) == 1
+    assert [c[0] for c in sim.calls] == ["reset", "step"]
+
+
+def test_reset_seed_sequence_unknown_task_and_resets_counter():
+    bridge, sim, frames, _ = make(seed=3)
+    bridge.step(a(0.1))
+    assert bridge.reset("push", -1) == 4 and bridge.reset("push", 42) == 42 and bridge.reset("reach") == 5
+    assert [c[2] for c in sim.calls if c[0] == "reset"] == [3, 4, 42, 5]
+    assert frames[-1].status == TaskState("reach", resets=4, steps=0, success=False, done=False)
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        bridge.reset("nope", 0)
+    assert bridge.status().resets == 4 and sim.task == "reach", "a refused reset changes nothing"
+
+
+def test_idle_republishes_only_after_the_period_and_not_when_disabled():
+    bridge, _, frames, clock = make(idle_publish_period_s=0.5)
+    clock.t += 0.4
+    assert not bridge.idle() and len(frames) == 1
+    clock.t += 0.1
+    assert bridge.idle() and len(frames) == 2 and frames[1].status == frames[0].status
+    bridge.step(a(0.1))
+    clock.t += 0.3
+    assert not bridge.idle(), "a step counts as activity"
+    off, _, off_frames, off_clock = make(idle_publish_period_s=0.0)
+    off_clock.t += 1e6
+    assert not off.idle() and len(off_frames) == 1
+
+
+def test_render_with_every_frame_and_render_errors_do_not_stop_the_state():
+    bridge, _, frames, _ = make(render=RenderSpec(width=4, height=3))
+    bridge.step(a(0.1))
+    assert frames[-1].image.shape == (3, 4, 3) and frames[-1].image.dtype == np.uint8
+    assert int(frames[-1].image[0, 0, 0]) == 1 and not frames[-1].render_error
+    bad, _, bad_frames, _ = make(sim=FakeSim(fail_render=True), render=RenderSpec())
+    assert bad_frames[0].image is None and "no GL" in bad_frames[0].render_error
+    assert bad.step(a(0.1)) == "" and bad_frames[-1].status.steps == 1
+
+
+def test_frames_hold_a_copy_of_the_state():
+    bridge, _, frames, _ = make()
+    frames[0].state[0] = 123.0
+    bridge.step(a(0.0))
+    assert frames[-1].state[0] == 0.0
+
+
+def test_reset_never_interleaves_with_a_step():
+    """Many threads stepping and resetting: every emitted frame has a status consistent with the order of calls."""
+    sim = FakeSim(goal=1e9, max_steps=10**9)
+    bridge, _, frames, _ = make(sim=sim)
+    threads = [threading.Thread(target=lambda: [bridge.step(a(0.001)) for _ in range(200)]) for _ in range(3)]
+    threads.append(threading.Thread(target=lambda: [bridge.reset("reach", 0) for _ in range(50)]))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for prev, cur in zip(frames, frames[1:]):
+        if cur.status.resets == prev.status.resets:
+            assert cur.status.steps == prev.status.steps + 1
+        else:
+            assert cur.status.resets == prev.status.resets + 1 and cur.status.steps == 0
+    assert len(frames) == 1 + 600 + 50
+
+
+def test_make_backend_rejects_unknown_names():
+    with pytest.raises(ValueError, match="unknown sim_bridge backend.*'mujoco'"):
+        make_backend("mujoco", "")
+
+
+def test_metaworld_backend_behind_the_runtime():
+    pytest.importorskip("metaworld")
+    frames: list[Frame] = []
+    bridge = SimBridge(make_backend("metaworld", "config/tasks/metaworld.yaml"), frames.append, initial_task="reach",
+                       seed=1)
+    assert frames[0].state.shape == (39,) and frames[0].status.task == "reach"
+    assert bridge.step(a(0.01)) == "" and frames[-1].status.steps == 1
+    assert "reach" in bridge.task_keys and bridge.instruction("reach")
