@@ -2,6 +2,10 @@
 
 Why: `amf up`, `amf run` and the process-level tests start each node as its own OS process over real DDS,
 exactly as `ros2 launch` would, on machines where `launch` is not installed.
+
+Supervision: each node runs in a session of its own (a Ctrl-C in the terminal reaches only the parent, which
+forwards one SIGINT to every node, instead of every process receiving it at once) and gets SIGTERM from the kernel
+if the parent dies for any reason, SIGKILL included (Linux ``PR_SET_PDEATHSIG``): no node outlives its starter.
 """
 
 from __future__ import annotations
@@ -17,6 +21,16 @@ from typing import IO, Mapping, Sequence
 from amf_ros.bringup.graph import NodeSpec, find_executable
 
 log = logging.getLogger(__name__)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask the kernel for SIGTERM when the parent dies (no-op off Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class NodeProcesses:
@@ -37,6 +51,7 @@ class NodeProcesses:
         self.env = {**os.environ, **(env or {})}
         self.extra_args = {k: list(v) for k, v in (extra_args or {}).items()}
         self.procs: dict[str, subprocess.Popen] = {}
+        self.killed: set[str] = set()
         self._logs: list[IO[bytes]] = []
 
     def command(self, spec: NodeSpec) -> list[str]:
@@ -54,8 +69,9 @@ class NodeProcesses:
                 out = open(self.log_dir / f"{spec.name}.log", "ab")
                 self._logs.append(out)
             log.info("starting %s: %s", spec.name, " ".join(cmd))
-            self.procs[spec.name] = subprocess.Popen(cmd, env=self.env, stdout=out,
-                                                     stderr=subprocess.STDOUT if out else None)
+            self.procs[spec.name] = subprocess.Popen(cmd, env=self.env, stdout=out, start_new_session=True,
+                                                     stderr=subprocess.STDOUT if out else None,
+                                                     preexec_fn=_die_with_parent)
         return self
 
     def dead(self) -> dict[str, int]:
@@ -70,7 +86,8 @@ class NodeProcesses:
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
     def stop(self, timeout: float = 10.0) -> dict[str, int]:
-        """SIGINT every node, wait up to ``timeout`` s, SIGKILL the rest; return exit codes."""
+        """SIGINT every node, wait up to ``timeout`` s, SIGKILL the rest (listed in :attr:`killed`); return exit
+        codes."""
         for p in self.procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGINT)
@@ -80,6 +97,7 @@ class NodeProcesses:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.warning("%s did not stop on SIGINT within %.1f s: SIGKILL", name, timeout)
+                self.killed.add(name)
                 p.kill()
                 p.wait()
         for fh in self._logs:

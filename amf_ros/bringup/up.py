@@ -1,22 +1,27 @@
 """`amf up CONFIG`: start the nodes of a bring-up as processes, as `ros2 launch` would (no launch needed).
 
     amf up config/sim.yaml                       # the embedded simulation (same nodes as sim.launch.py); without a
-                                                 # checkpoint, the cached pre-trained one (`amf run` makes it)
-    amf up config/widowx.yaml --robot real --checkpoint runs/cache/pretrained --tasks a,b
+                                                 # checkpoint, policy_server pre-trains one on first use
+    amf up config/widowx.yaml --robot real --checkpoint ~/octo-small-1.5 --tasks a,b
 
-Runs until Ctrl-C (or until a node dies), then stops every node (SIGINT, then SIGKILL).
+Runs until Ctrl-C, SIGTERM or SIGHUP (what a terminal, a process supervisor or a test harness sends) or until a
+node dies, then stops every node it started (SIGINT, then SIGKILL after STOP_TIMEOUT_S); exits non-zero if a node
+died or had to be killed. The nodes also die with `amf up` itself if it is killed (amf_ros.bringup.processes).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import time
-from pathlib import Path
+import signal
+import threading
 from typing import Sequence
 
-from amf_ros.bringup.graph import ROBOTS, plan
+from amf_ros.bringup.graph import NAMESPACE, ROBOTS, plan
 from amf_ros.bringup.processes import NodeProcesses
+
+STOP_TIMEOUT_S = 5.0
+"""How long the nodes get to exit after SIGINT before they are killed (each node stops within 3 s)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,21 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which arm: real | simpler | sim (default: sim for a file named sim*.yaml, else real)")
     p.add_argument("--checkpoint", default="", help="checkpoint dir for policy_server and task_selector")
     p.add_argument("--tasks", default="", help="comma-separated candidate tasks for task_selector")
+    p.add_argument("--namespace", default=NAMESPACE, help="namespace of every node (default %(default)s)")
+    p.add_argument("--workspace", default="", help="root of relative data folders (default: $AMF_WORKSPACE, else "
+                   "$ROS_HOME/amf, else ~/.ros/amf)")
     p.add_argument("--log-dir", default=None, help="write each node's output to DIR/<node>.log")
     p.add_argument("--dry-run", action="store_true", help="print the command lines and exit")
     return p
-
-
-def _sim_checkpoint(config: str) -> str:
-    """For the embedded simulation without any checkpoint yet: the cached pre-trained one (made on first use)."""
-    from amf_ros.bringup.graph import node_section
-    from amf_ros.runtime.policy_server import newest_checkpoint
-    from amf_ros.bringup.pretrained import ensure_pretrained
-
-    params = node_section(config, "policy_server")
-    if params.get("checkpoint") or newest_checkpoint(params.get("checkpoint_dir", "runs/checkpoints")):
-        return ""
-    return str(ensure_pretrained(Path("runs/cache")).resolve())
 
 
 def main(argv: Sequence[str]) -> int:
@@ -49,21 +45,36 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="[amf up] %(message)s")
     robot = args.robot or ("sim" if args.config.rsplit("/", 1)[-1].startswith("sim") else "real")
-    checkpoint = args.checkpoint or (_sim_checkpoint(args.config) if robot == "sim" and not args.dry_run else "")
-    specs = plan(robot, config=args.config, checkpoint=checkpoint, tasks=args.tasks)
+    specs = plan(robot, config=args.config, checkpoint=args.checkpoint, tasks=args.tasks, namespace=args.namespace,
+                 workspace=args.workspace)
     nodes = NodeProcesses(specs, log_dir=args.log_dir)
     if args.dry_run:
         for spec in specs:
             print(" ".join(nodes.command(spec)))
         return 0
-    with nodes:
-        try:
-            while True:
-                dead = nodes.dead()
-                if dead:
-                    logging.error("node(s) exited: %s; stopping the others", dead)
-                    return 1
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            logging.info("Ctrl-C: stopping %d nodes", len(specs))
-    return 0
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    nodes.start()
+    dead: dict[str, int] = {}
+    try:
+        while not stop.wait(0.5):
+            dead = nodes.dead()
+            if dead:
+                logging.error("node(s) exited: %s; stopping the others", dead)
+                break
+    finally:
+        if received:
+            logging.info("%s: stopping %d nodes", received[0], len(specs))
+        codes = nodes.stop(timeout=STOP_TIMEOUT_S)
+    killed = sorted(name for name in nodes.killed)
+    if killed:
+        logging.error("node(s) did not stop within %.0f s and were killed: %s", STOP_TIMEOUT_S, killed)
+    failed = {n: c for n, c in codes.items() if c not in (0, -signal.SIGINT)}
+    return 1 if dead or killed or failed else 0

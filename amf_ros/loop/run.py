@@ -44,8 +44,9 @@ class LoopConfig:
     """Params YAML of the nodes (launch/sim.launch.py uses the same)."""
     out: str = "runs/demo"
     """Parent of the run directory (dataset, checkpoints, node logs, results.json, plot)."""
-    cache: str = "runs/cache"
-    """Where the pre-trained checkpoint is cached (made by `amf pretrain` on first use)."""
+    cache: str = ""
+    """Where the pre-trained checkpoint is cached (made by `amf pretrain` on first use; empty = <workspace>/cache, the
+    cache policy_server's pretrain_if_missing also uses: amf_ros.paths)."""
     checkpoint: str = ""
     """Start from this checkpoint instead of the cached pre-trained one."""
     fine_tune_steps: int = 300
@@ -95,12 +96,13 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     from amf_ros.ros.client import AMFClient
     from amf_ros.loop.report import evaluate, print_round, write_outputs
     from amf_ros.bringup.pretrained import ensure_pretrained
+    from amf_ros.paths import workspace_root
     from amf_ros.bringup.processes import NodeProcesses
     from amf_ros.data.tasks import checkpoint_tasks, read_max_steps
 
     t_start = time.monotonic()
-    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else ensure_pretrained(Path(cfg.cache), seed=cfg.seed,
-                                                                                     head=cfg.head)
+    cache = Path(cfg.cache) if cfg.cache else workspace_root() / "cache"
+    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else ensure_pretrained(cache, seed=cfg.seed, head=cfg.head)
     run_dir = Path(cfg.out) / time.strftime("run_%Y%m%d_%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
     specs = graph.sim_plan(cfg.config, checkpoint=str(checkpoint.resolve()))

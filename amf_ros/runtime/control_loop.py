@@ -1,150 +1,230 @@
-"""One run_policy goal as a small state machine stepped by policy_server's control timer (no rclpy import).
+"""One run_policy goal as a loop on a dedicated control thread that keeps time (no rclpy import).
 
-Why a state machine and not a loop: the control timer (its own callback group) calls :meth:`EpisodeRun.tick` once
-per period, so the control loop never sleeps or spins inside a callback (anti-pattern 3); the action's execute
-callback, on another executor thread, just waits for ``done``. The measured periods are the jitter benchmark's raw
-data.
+Why a thread of its own: inference (a 20-step diffusion sampler: ~12 ms) must never run inside an executor
+callback, where it delays every other callback and, with rclpy 9.1.2's MultiThreadedExecutor, makes the executor
+spin (ros2/rclpy#1452). The loop reads the NEWEST observation under a lock (subscription callbacks only store
+it), acts, publishes, and sleeps until the next tick of a monotonic schedule ``t0 + k * period``; a tick that is
+more than one period late is not caught up (no burst of actions): the schedule restarts from now.
+
+Bounds (every wait is one): every action is computed from an observation newer than the previous action's (a
+frozen arm is never driven open-loop) and younger than ``obs_timeout_s``; after ``obs_timeout_s`` without one the
+goal ends with ok=false; with a task status stream, the verdict after the
+last action waits at most ``status_timeout_s`` for the status of that action and otherwise ends ok=false; cancel
+and shutdown are seen within one period.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
-from amf_ros.runtime.policy_server import ActionAdapter
+
+@dataclass(frozen=True)
+class TaskStatusValue:
+    """Latest task status of a (simulated) arm (msg/TaskStatus.msg)."""
+
+    task: str
+    resets: int
+    steps: int
+    success: bool
+    done: bool
 
 
-class DoneEvent(threading.Event):
-    """A one-shot completion flag with the future-like ``done()`` / ``set_result()`` EpisodeRun uses."""
+class Latest:
+    """The newest value of a stream and its arrival time (monotonic), shared between callbacks and the loop.
 
-    def done(self) -> bool:
-        return self.is_set()
-
-    def set_result(self, _value: Any) -> None:
-        self.set()
-
-
-class EpisodeRun:
-    """State of one run_policy goal.
-
-    Args:
-        goal: the rclpy goal handle (only ``is_cancel_requested`` is read here).
-        policy: the policy this run acts with (fixed for the whole run).
-        task: task key; max_steps: step limit.
-        action_space, horizon, exp_weight: see :class:`ActionAdapter`.
-        obs_timeout_s: fail if no fresh observation arrives for this long.
-        now: start time, s; done: completed by :meth:`complete` (a :class:`DoneEvent` in the node).
-        actor: optional ``obs -> (7,)`` callable with ``reset(task)`` that replaces ``policy.act`` + ensembling
-            (the Octo backend: camera window, trunk, head, Octo's post-processing; octo_backend.OctoActor).
+    ``wait_newer(since, timeout)`` blocks (bounded) until a value newer than ``since`` arrives.
     """
 
-    def __init__(self, goal: Any, policy: Any, task: str, max_steps: int, action_space: str, horizon: int,
-                 exp_weight: float, obs_timeout_s: float, now: float, done: Any, actor: Any = None) -> None:
-        self.goal, self.policy, self.task, self.max_steps = goal, policy, task, int(max_steps)
-        self.adapter = ActionAdapter(action_space, horizon, exp_weight)
-        self.actor = actor
-        self.obs_timeout_s, self.start, self.done = float(obs_timeout_s), float(now), done
-        self.steps, self.finished, self.ok, self.cancelled, self.success = 0, False, True, False, False
-        self.message = ""
-        self.completing = False  # set once the node has started completing the goal
-        self.query_pending = False  # a success query is in flight
-        self.tick_times: list[float] = []  # time.monotonic() of every published step
-        self.act_times: list[float] = []  # duration of every policy call (inference + ensembling), s
-        self.elapsed = 0.0
-        self.waiting_since: float | None = None  # first tick of the current wait for a fresh observation
-        known = list(getattr(policy, "tasks", []) or [])
-        if known and task not in known:
-            self._stop(False, f"unknown task {task!r}; the policy knows {known}")
-        elif actor is not None:
-            actor.reset(task)
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._value: Any = None
+        self._time = -1.0
+        self._count = 0
 
-    def _stop(self, ok: bool, message: str) -> None:
-        self.finished, self.ok, self.message = True, ok, message
+    def set(self, value: Any) -> None:
+        with self._cond:
+            self._value, self._time = value, time.monotonic()
+            self._count += 1
+            self._cond.notify_all()
+
+    def get(self) -> tuple[Any, float, int]:
+        """(value or None, monotonic arrival time or -1, number of values so far)."""
+        with self._cond:
+            return self._value, self._time, self._count
+
+    def wait_newer(self, count: int, timeout_s: float) -> bool:
+        """Wait until more than ``count`` values have arrived; False after ``timeout_s``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._count > count, timeout=max(0.0, timeout_s))
+
+
+@dataclass
+class RunResult:
+    """Outcome of one run_policy goal (the RunPolicy.Result fields)."""
+
+    ok: bool = True
+    message: str = ""
+    success: bool = False
+    cancelled: bool = False
+    steps: int = 0
+    tick_times: list[float] = field(default_factory=list)  # time.monotonic() of every published action
+    act_times: list[float] = field(default_factory=list)  # duration of every policy call, s
 
     @property
     def periods(self) -> np.ndarray:
         """(steps - 1,) measured control periods, s."""
         return np.diff(np.asarray(self.tick_times, dtype=np.float64))
 
-    @property
-    def mean_period(self) -> float:
+    def period_stats(self) -> tuple[float, float, float]:
+        """(mean, median, max) control period, s (zeros with fewer than two actions)."""
         p = self.periods
-        return float(p.mean()) if p.size else 0.0
-
-    @property
-    def median_period(self) -> float:
-        p = self.periods
-        return float(np.median(p)) if p.size else 0.0
-
-    @property
-    def max_period(self) -> float:
-        p = self.periods
-        return float(p.max()) if p.size else 0.0
+        return (float(p.mean()), float(np.median(p)), float(p.max())) if p.size else (0.0, 0.0, 0.0)
 
     def timing(self) -> str:
         """Period and inference-time summary for logs and the result message."""
-        p = self.periods
-        spread = f", median {self.median_period * 1e3:.1f} ms, max {self.max_period * 1e3:.1f} ms" if p.size else ""
+        mean, median, worst = self.period_stats()
         act = f", inference max {max(self.act_times) * 1e3:.1f} ms" if self.act_times else ""
-        return f"mean period {self.mean_period * 1e3:.1f} ms{spread}{act}"
+        return f"mean period {mean * 1e3:.1f} ms, median {median * 1e3:.1f} ms, max {worst * 1e3:.1f} ms{act}"
 
-    def tick(self, obs: tuple[dict, float] | None, now: float) -> np.ndarray | None:
-        """One control step: the 7-D action to publish, or None (finished, or still waiting for an observation).
 
-        Args:
-            obs: the newest observation ``({"state": (S,), "image": (H, W, 3) uint8 if a camera is configured},
-                receive time s)``, or None before the first one.
-            now: current time, s.
-        """
-        if self.finished:
-            return None
-        self.elapsed = now - self.start
-        if getattr(self.goal, "is_cancel_requested", False):
-            self.cancelled = True
-            self._stop(False, f"cancelled after {self.steps} steps")
-            return None
-        if obs is None or now - obs[1] > self.obs_timeout_s:
-            # The wait is timed from the first tick that found no fresh observation, not from the goal's start:
-            # after the whole process stalled (a starved machine), the subscription callbacks need one tick to
-            # deliver what arrived meanwhile, so one late tick alone must not end the run.
-            if self.waiting_since is None:
-                self.waiting_since = now
-            elif now - self.waiting_since > self.obs_timeout_s:
-                self._stop(False, f"no observation for {self.obs_timeout_s} s (is the arm/sim_bridge running?)")
-            return None
-        self.waiting_since = None
+@dataclass(frozen=True)
+class LoopConfig:
+    """Timing of the control loop."""
+
+    period_s: float
+    max_steps: int
+    obs_timeout_s: float
+    status_timeout_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.period_s > 0 and self.max_steps >= 1 and self.obs_timeout_s > 0 and self.status_timeout_s > 0):
+            raise ValueError(f"bad control loop timing, got {self}")
+
+
+class ControlLoop:
+    """Act for one task until solved, ``max_steps`` actions, cancel, shutdown or a fault.
+
+    Args:
+        act: ``obs dict -> (7,) wire action`` (policy inference + ensembling/post-processing of this episode).
+        publish: sends one action (called on the control thread; rclpy publishers are thread safe).
+        observations: :class:`Latest` of ``{"state": (S,), ["image": (H, W, 3)], ...}`` dicts.
+        status: :class:`Latest` of :class:`TaskStatusValue`, or None (no success detector: a real arm).
+        task: the task key; cfg: timing; stop: set at shutdown; cancelled: polled once per tick.
+        feedback: ``(step, elapsed_s)`` after every published action.
+    """
+
+    def __init__(self, act: Callable[[dict], np.ndarray], publish: Callable[[np.ndarray], None],
+                 observations: Latest, status: Latest | None, task: str, cfg: LoopConfig, stop: threading.Event,
+                 cancelled: Callable[[], bool] = lambda: False,
+                 feedback: Callable[[int, float], None] | None = None) -> None:
+        self.act, self.publish, self.observations, self.status = act, publish, observations, status
+        self.task, self.cfg, self.stop, self.cancelled, self.feedback = task, cfg, stop, cancelled, feedback
+        self.result = RunResult()
+        self._thread = threading.Thread(target=self._run_safely, name=f"control:{task}", daemon=True)
+
+    # -- the thread ------------------------------------------------------------------------------------------
+    def start(self) -> "ControlLoop":
+        self._thread.start()
+        return self
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait (bounded) for the loop to end; True if it did."""
+        self._thread.join(max(0.0, timeout_s))
+        return not self._thread.is_alive()
+
+    def _run_safely(self) -> None:
         try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - a policy or publisher error ends the goal, never the node
+            self._end(False, f"control loop failed at step {self.result.steps}: {type(exc).__name__}: {exc}")
+
+    def _end(self, ok: bool, message: str, success: bool = False) -> None:
+        r = self.result
+        r.ok, r.success = ok, success
+        r.message = f"{message}; {r.timing()}" if r.steps > 1 else message
+
+    def _status_start(self) -> tuple[TaskStatusValue | None, int]:
+        if self.status is None:
+            return None, 0
+        value, _, count = self.status.get()
+        return value, count
+
+    def _solved(self, first: TaskStatusValue | None) -> bool:
+        """The arm reports this task solved by an action of this run (a status from before the run does not
+        count unless the arm advanced since)."""
+        if self.status is None:
+            return False
+        value, _, _ = self.status.get()
+        if value is None or value.task != self.task or not value.success:
+            return False
+        return first is None or value.resets != first.resets or value.steps > first.steps
+
+    def _run(self) -> None:
+        cfg, r = self.cfg, self.result
+        first_status, _ = self._status_start()
+        start = time.monotonic()
+        next_tick = start
+        waiting_since: float | None = None
+        used = 0  # count of the observation the previous action was computed from
+        while True:
+            if self.stop.is_set():
+                return self._end(False, f"policy_server is shutting down; stopped after {r.steps} steps")
+            if self.cancelled():
+                r.cancelled = True
+                return self._end(False, f"cancelled after {r.steps} steps")
+            now = time.monotonic()
+            obs, t_obs, count = self.observations.get()
+            if obs is None or count == used or now - t_obs > cfg.obs_timeout_s:
+                # Never act twice on one observation (a frozen arm must not be driven open-loop) nor on an old
+                # one; the wait is timed from the first tick that found none, so a stall of the whole process
+                # (the observation arrived meanwhile) does not end the run by itself.
+                waiting_since = now if waiting_since is None else waiting_since
+                if now - waiting_since > cfg.obs_timeout_s:
+                    return self._end(False, f"no new observation for {cfg.obs_timeout_s} s after {r.steps} steps "
+                                            "(is the arm / sim_bridge / camera running?)")
+                self.observations.wait_newer(count, min(cfg.period_s, cfg.obs_timeout_s))
+                continue
+            waiting_since, used = None, count
             t0 = time.monotonic()
-            if self.actor is not None:
-                action = np.asarray(self.actor(obs[0]), dtype=np.float64)
-                if action.shape != (7,) or not np.all(np.isfinite(action)):
-                    raise ValueError(f"actor returned a bad action: shape {action.shape}, values {action}")
-            else:
-                action = self.adapter(self.policy.act(obs[0], self.task))
-            self.act_times.append(time.monotonic() - t0)
-        except Exception as exc:  # a policy error ends the goal with ok=false; the node keeps running
-            self._stop(False, f"policy failed at step {self.steps}: {exc}")
-            return None
-        self.steps += 1
-        self.tick_times.append(time.monotonic())
-        if self.steps >= self.max_steps:
-            self._stop(True, f"{self.steps} steps, {self.timing()}")
-        return action
+            action = np.asarray(self.act(obs), dtype=np.float64)
+            if action.shape != (7,) or not np.all(np.isfinite(action)):
+                return self._end(False, f"policy returned a bad action at step {r.steps}: shape {action.shape}, "
+                                        f"values {action.tolist()}")
+            r.act_times.append(time.monotonic() - t0)
+            if self.stop.is_set() or self.cancelled():
+                continue  # decided above on the next pass: never publish after a stop/cancel request
+            self.publish(action)
+            r.steps += 1
+            r.tick_times.append(time.monotonic())
+            if self.feedback is not None:
+                self.feedback(r.steps, time.monotonic() - start)
+            if self._solved(first_status):
+                return self._end(True, f"solved at step {r.steps}", success=True)
+            if r.steps >= cfg.max_steps:
+                return self._final_verdict(first_status)
+            next_tick += cfg.period_s
+            delay = next_tick - time.monotonic()
+            if delay < -cfg.period_s:  # more than a period late: restart the schedule, no catch-up burst
+                next_tick = time.monotonic()
+            elif delay > 0 and self.stop.wait(delay):
+                continue
 
-    def on_success_reply(self, reply: Any) -> None:
-        """A TaskSuccess answer arrived: a solved task ends the run early (the episode is over for the sim)."""
-        self.query_pending = False
-        if reply is not None and reply.ok and reply.success and reply.task in ("", self.task) and not self.finished:
-            self.success = True
-            self._stop(True, f"solved at step {self.steps}, {self.timing()}")
-
-    def complete(self, success: bool) -> None:
-        """Record the success verdict and release the waiting goal callback."""
-        self.success = self.success or bool(success)
-        if self.ok:
-            self.message += f", success={self.success}"
-        if not self.done.done():
-            self.done.set_result(True)
+    def _final_verdict(self, first: TaskStatusValue | None) -> None:
+        """After the last action: wait (bounded) for the arm's status of that action, then decide success."""
+        r = self.result
+        if self.status is None:
+            return self._end(True, f"{r.steps} steps (no success detector)")
+        deadline = time.monotonic() + self.cfg.status_timeout_s
+        while time.monotonic() < deadline and not self.stop.is_set():
+            value, _, count = self.status.get()
+            if value is not None and value.task == self.task and (
+                    first is None or value.resets != first.resets or value.steps >= first.steps + r.steps):
+                return self._end(True, f"{r.steps} steps, success={self._solved(first)}", success=self._solved(first))
+            self.status.wait_newer(count, deadline - time.monotonic())
+        return self._end(False, f"no task status for the last action within {self.cfg.status_timeout_s} s "
+                                f"(is sim_bridge running?); {r.steps} steps")

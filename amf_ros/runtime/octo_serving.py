@@ -270,6 +270,10 @@ class EmbeddingCache:
 
 
 # ------------------------------------------------------------------------------------------------ node wiring
+OCTO_LOADER = "amf_ros.policies.octo.policy:load_octo_policy"
+"""Loader of Octo head checkpoints (the fine-tune worker process imports it by name)."""
+
+
 class OctoServing:
     """What policy_server needs for backend ``octo``, built from its parameters (a PolicyServerParams).
 
@@ -280,8 +284,6 @@ class OctoServing:
     def __init__(self, p: Any) -> None:
         from amf_ros.runtime import policy_server as policy_runtime
         from amf_ros.data.tasks import read_instructions
-        from amf_ros.policies.octo.policy import load_octo_policy
-
         self.p = p
         octo_ckpt = str(p.checkpoint)
         self.trunk = make_trunk(octo_ckpt, p.octo_trunk_factory, p.t5_path, p.octo_dataset)
@@ -294,7 +296,7 @@ class OctoServing:
         self.runtime = policy_runtime.PolicyRuntime(
             policy, path, p.checkpoint_dir, p.dataset_dir, steps=p.fine_tune_steps,
             batch_size=p.fine_tune_batch_size, lr=p.fine_tune_lr, alpha_steps=p.alpha_steps,
-            seed=p.seed, action_space="eef7", loader=load_octo_policy,
+            seed=p.seed, action_space="eef7", loader=OCTO_LOADER, torch_threads=p.torch_threads,
             transitions_fn=lambda tasks, cancelled: self.cache.transitions(tasks, cancelled=cancelled),
             after_save=lambda d: write_marker(d, octo_ckpt, key))
 

@@ -1,19 +1,25 @@
-"""What policy_server does, without ROS: act for a task with temporal ensembling, fine-tune on the store in a
-worker, write checkpoints atomically, and swap the acting policy between episodes.
+"""What policy_server does, without ROS: act for a task on a control thread that keeps time, fine-tune on the
+store in a worker process, write checkpoints atomically, and swap the acting policy between episodes.
 
 Why here: the node (amf_ros/ros/nodes/policy_server.py) stays a thin adapter (messages <-> these calls), and this
 logic is testable without DDS.
 
-Semantics of run_policy during fine-tuning (documented in docs/ros-system.md and tested): fine-tuning trains a
-*copy* of the acting policy in a worker thread; a run_policy goal that starts or is running meanwhile acts with
-the policy it started with (the pre-fine-tune checkpoint) at the full control rate. When fine-tuning finishes, the
-new policy becomes the acting one for every run_policy goal that starts afterwards; an episode in progress is never
-switched mid-way.
+Threads and processes (docs/ros-system.md, "Concurrency"): subscription callbacks only store the newest
+observation and task status (:class:`~amf_ros.runtime.control_loop.Latest`); a run_policy goal runs on its own
+control thread (:class:`~amf_ros.runtime.control_loop.ControlLoop`); a fine-tune runs in a spawned worker process
+(:mod:`amf_ros.runtime.fine_tune_worker`); the executor threads that serve the two actions only wait for them, each
+wait bounded. :meth:`PolicyServer.close` (called at shutdown) stops all of it within about 3 s.
+
+Semantics of run_policy during fine-tuning (tested): fine-tuning trains a *copy* of the acting checkpoint in the
+worker; a run_policy goal that starts or is running meanwhile acts with the policy it started with at the full
+control rate. When fine-tuning finishes, the new policy becomes the acting one for every run_policy goal that
+starts afterwards; an episode in progress is never switched mid-way.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -24,8 +30,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from amf_ros.data import transitions as datasets
+from amf_ros.runtime.fine_tune_worker import FineTuneCancelled, FineTuneJob, FineTuneWorker, write_transitions
 
 log = logging.getLogger(__name__)
+
+DEFAULT_LOADER = "amf_ros.runtime.policy_server:load_policy"
+"""Loader of the package's own TaskConditionedPolicy checkpoints."""
 
 _ROUND_DIR = re.compile(r"^round_(\d{4,})$")
 
@@ -150,27 +160,31 @@ class ActionAdapter:
 
 
 class PolicyRuntime:
-    """The acting policy of policy_server and its fine-tuning.
+    """The acting policy of policy_server and its fine-tuning (in a worker process).
 
     Args:
-        policy: the loaded TaskConditionedPolicy.
+        policy: the loaded policy (TaskConditionedPolicy, or an Octo head policy).
         checkpoint: directory it was loaded from.
         checkpoint_dir: where fine-tuned checkpoints go (``round_NNNN``).
         dataset_dir: the episode store fine-tuning reads.
         steps, batch_size, lr, alpha_steps, seed: fine-tuning defaults.
-        action_space: which recorded action the policy is trained on (see datasets.ACTION_SPACES).
-        loader: ``path -> policy`` for the fine-tuned copy (default :func:`load_policy`; Octo: its own loader).
+        action_space: which recorded action the policy is trained on (see transitions.ACTION_SPACES).
+        loader: ``"module:function"`` that loads a checkpoint of this policy (path -> policy); the worker process
+            loads the copy it trains with it, and this process the result.
         transitions_fn: ``(tasks, cancelled) -> transitions or None``, may raise :class:`Cancelled` (default: the
-            store's states and actions; Octo: cached trunk embeddings, see octo_backend.EmbeddingCache).
-        after_save: called with each new checkpoint directory before it is announced (Octo: source marker).
+            store's states and actions; Octo: cached trunk embeddings, see octo_serving.EmbeddingCache).
+        after_save: called with each new checkpoint directory before it becomes the acting one (Octo: marker).
+        torch_threads: torch threads of the worker process.
+        worker: the fine-tune worker (default: a new :class:`FineTuneWorker`).
     """
 
     def __init__(self, policy: Any, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
                  steps: int = 300, batch_size: int = 256, lr: float = 1e-3, alpha_steps: int = 100,
-                 seed: int = 0, action_space: str = "metaworld", loader: Callable[[Path], Any] | None = None,
+                 seed: int = 0, action_space: str = "metaworld", loader: str = DEFAULT_LOADER,
                  transitions_fn: Callable[[list[str], Callable[[], bool]], datasets.Transitions | None]
                  | None = None,
-                 after_save: Callable[[Path], None] | None = None) -> None:
+                 after_save: Callable[[Path], None] | None = None, torch_threads: int = 1,
+                 worker: FineTuneWorker | None = None) -> None:
         self._policy = policy
         self.loader = loader
         self.transitions_fn = transitions_fn
@@ -182,6 +196,7 @@ class PolicyRuntime:
         self.dataset_dir = Path(dataset_dir)
         self.steps, self.batch_size, self.lr = int(steps), int(batch_size), float(lr)
         self.alpha_steps, self.seed = int(alpha_steps), int(seed)
+        self.worker = worker if worker is not None else FineTuneWorker(torch_threads=torch_threads)
         self._lock = threading.Lock()
         self._busy = threading.Lock()  # held while a fine-tune runs
 
@@ -196,28 +211,36 @@ class PolicyRuntime:
         """True while a fine-tuning job runs."""
         return self._busy.locked()
 
+    def close(self) -> None:
+        """Stop the worker process (shutdown); a running fine-tune ends as cancelled."""
+        self.worker.close()
+
     def fine_tune(self, steps: int = 0, tasks: Sequence[str] = (),
                   feedback: Callable[[int, int, float], None] | None = None,
-                  cancelled: Callable[[], bool] = lambda: False) -> FineTuneResult:
-        """Fine-tune a copy of the acting policy on the store, save it, make it the acting policy.
+                  cancelled: Callable[[], bool] = lambda: False, timeout_s: float = 3600.0) -> FineTuneResult:
+        """Fine-tune a copy of the acting checkpoint on the store (worker process), save it, make it acting.
 
         Args:
             steps: gradient steps (0 = default).
             tasks: restrict the data to these task keys (empty = all episodes).
             feedback: called with (step, total_steps, loss) as training progresses.
-            cancelled: polled after every gradient step; True -> raise :class:`Cancelled` (nothing is saved).
+            cancelled: polled while waiting; True -> the worker stops, :class:`Cancelled` is raised (nothing saved).
+            timeout_s: the job's bound (the worker is stopped and the goal fails after it).
         Raises:
             ValueError: no data, unknown task, or a fine-tune already running.
+            Cancelled: cancelled or shutting down; RuntimeError: the worker failed or died.
         """
         if not self._busy.acquire(blocking=False):
             raise ValueError("a fine-tune is already running; wait for its result or cancel it")
         try:
-            return self._fine_tune(steps or self.steps, list(tasks), feedback, cancelled)
+            return self._fine_tune(steps or self.steps, list(tasks), feedback, cancelled, timeout_s)
         finally:
             self._busy.release()
 
     def _fine_tune(self, steps: int, tasks: list[str], feedback: Callable[[int, int, float], None] | None,
-                   cancelled: Callable[[], bool]) -> FineTuneResult:
+                   cancelled: Callable[[], bool], timeout_s: float) -> FineTuneResult:
+        from amf_ros._optional import load_object
+
         t0 = time.monotonic()
         if self.transitions_fn is not None:
             transitions = self.transitions_fn(tasks, cancelled)
@@ -233,30 +256,163 @@ class PolicyRuntime:
         if unknown:
             raise ValueError(f"the dataset has episodes of task(s) {unknown} the policy does not know "
                              f"({sorted(known)})")
-        # A fresh copy of the acting checkpoint (sharing the frozen task encoder) is trained; the acting policy is
-        # untouched until the new checkpoint is saved.
-        student = (self.loader(self.checkpoint) if self.loader is not None
-                   else load_policy(self.checkpoint, task_encoder=getattr(acting, "encoder", None)))
-        every = max(1, min(50, steps // 20))  # feedback about 20 times, at least every 50 steps
-
-        def on_step(step: int, loss: float) -> bool:
-            if feedback is not None and (step % every == 0 or step == steps):
-                feedback(step, steps, float(loss))
-            return not cancelled()
-
-        result = student.fit(transitions, steps, batch_size=self.batch_size, lr=self.lr,
-                             seed=self.seed + 1000 * (self.round + 1), callback=on_step)
-        if getattr(result, "cancelled", False) or cancelled():
-            raise Cancelled(f"fine-tune cancelled after {result.steps} of {steps} steps (nothing saved)")
-        if self.alpha_steps > 0 and getattr(student, "prior", None) is not None:
-            student.fit_alpha(transitions, steps=self.alpha_steps, seed=self.seed + self.round)
         new_round = max(self.round, round_of(newest_checkpoint(self.checkpoint_dir) or "")) + 1
-        path = student.save(self.checkpoint_dir / f"round_{new_round:04d}")
+        out = self.checkpoint_dir / f"round_{new_round:04d}"
+        data = write_transitions(transitions, self.checkpoint_dir / f".fine_tune_{os.getpid()}.npz")
+        job = FineTuneJob(checkpoint=str(self.checkpoint), transitions=str(data), out_dir=str(out), steps=steps,
+                          batch_size=self.batch_size, lr=self.lr, alpha_steps=self.alpha_steps,
+                          seed=self.seed + 1000 * (self.round + 1), loader=self.loader)
+        try:
+            res = self.worker.run(job, feedback=feedback, cancelled=cancelled, timeout_s=timeout_s)
+        except FineTuneCancelled as exc:
+            raise Cancelled(str(exc)) from exc
+        finally:
+            data.unlink(missing_ok=True)
+        path = Path(res["checkpoint"])
         if self.after_save is not None:
-            self.after_save(Path(path))
-        alphas = datasets.alphas(student)
+            self.after_save(path)
+        loader = load_object(self.loader, "checkpoint loader")
+        encoder = getattr(acting, "encoder", None)
+        student = loader(path, task_encoder=encoder) if encoder is not None else loader(path)
         with self._lock:
-            self._policy, self.checkpoint, self.round = student, Path(path), new_round
-        return FineTuneResult(checkpoint=Path(path), round=new_round, tasks=list(alphas),
-                              alphas=list(alphas.values()), final_loss=float(result.final_loss),
-                              losses=list(result.losses), wall_time_s=time.monotonic() - t0)
+            self._policy, self.checkpoint, self.round = student, path, new_round
+        alphas = res["alphas"]
+        return FineTuneResult(checkpoint=path, round=new_round, tasks=list(alphas), alphas=list(alphas.values()),
+                              final_loss=float(res["final_loss"]), losses=list(res["losses"]),
+                              wall_time_s=time.monotonic() - t0)
+
+
+def initial_checkpoint(checkpoint: str, checkpoint_dir: str | Path, pretrain_if_missing: bool = False,
+                       workspace: str = "", seed: int = 0, log: Callable[[str], None] = log.info) -> Path:
+    """The checkpoint policy_server starts from: ``checkpoint``, else the newest round under ``checkpoint_dir``,
+    else (``pretrain_if_missing``, the embedded simulation) the cached pre-trained one, made on first use by the
+    same code as `amf run` (amf_ros.bringup.pretrained) under ``<workspace>/cache``."""
+    try:
+        return resolve_checkpoint(checkpoint, str(checkpoint_dir))
+    except ValueError:
+        if checkpoint or not pretrain_if_missing:
+            raise
+    from amf_ros.bringup.pretrained import ensure_pretrained
+    from amf_ros.paths import workspace_root
+
+    cache = workspace_root(workspace) / "cache"
+    log(f"no checkpoint in {str(checkpoint_dir)!r}: using the embedded simulation's pre-trained policy from {cache} "
+        "(pre-trained now if this is the first start: about a minute on 2 cores)")
+    return ensure_pretrained(cache, seed=seed)
+
+
+class PolicyServer:
+    """policy_server without ROS: observations in, actions out through ``publish``; run_policy and fine_tune as
+    blocking calls (each bounded) that the node's action callbacks make from executor threads.
+
+    Args:
+        p: the node's PolicyServerParams (amf_ros/bringup/params/policy_server.py).
+        publish: sends one 7-D wire action (EefDeltaAction vector); called on the control thread.
+        log: info-level log function (the node's logger).
+    """
+
+    def __init__(self, p: Any, publish: Callable[[np.ndarray], None], log: Callable[[str], None] = log.info) -> None:
+        from amf_ros.runtime.control_loop import Latest
+
+        set_torch_threads(p.torch_threads)
+        self.p, self.publish = p, publish
+        self.octo: Any = None
+        if p.backend == "octo":  # Octo: trunk on camera frames, head fine-tuned on cached trunk embeddings
+            from amf_ros.runtime.octo_serving import OctoServing
+
+            self.octo = OctoServing(p)
+            self.runtime = self.octo.runtime
+        else:
+            path = initial_checkpoint(p.checkpoint, p.checkpoint_dir, p.pretrain_if_missing, p.workspace, p.seed,
+                                      log)
+            self.runtime = PolicyRuntime(load_policy(path), path, p.checkpoint_dir, p.dataset_dir,
+                                         steps=p.fine_tune_steps, batch_size=p.fine_tune_batch_size,
+                                         lr=p.fine_tune_lr, alpha_steps=p.alpha_steps, seed=p.seed,
+                                         action_space=p.action_space, torch_threads=p.torch_threads)
+        self.observations = Latest()
+        self.status = Latest() if p.task_status_topic else None
+        self._image: np.ndarray | None = None
+        self._wrist: np.ndarray | None = None
+        self._closing = threading.Event()
+        self._run_slot = threading.Lock()  # held from goal acceptance to the end of the run
+        self._run_stop: threading.Event | None = None
+
+    # -- inputs (subscription callbacks: store the newest value, nothing else) ------------------------------------
+    def observe_state(self, values: Sequence[float]) -> None:
+        obs: dict[str, np.ndarray] = {"state": np.asarray(values, dtype=np.float32)}
+        if self._image is not None:
+            obs["image"] = self._image
+        if self.octo is None:
+            self.observations.set(obs)
+
+    def observe_image(self, rgb: np.ndarray) -> None:
+        self._image = rgb
+        if self.octo is not None:  # Octo acts on the camera frame (+ the newest wrist frame)
+            self.observations.set({"image": rgb} if self._wrist is None else {"image": rgb, "wrist": self._wrist})
+
+    def observe_wrist(self, rgb: np.ndarray) -> None:
+        self._wrist = rgb
+
+    def observe_status(self, value: Any) -> None:
+        """A TaskStatusValue from the arm (sim_bridge)."""
+        if self.status is not None:
+            self.status.set(value)
+
+    # -- run_policy ----------------------------------------------------------------------------------------------
+    def reserve_run(self) -> bool:
+        """Claim the arm for one goal (the action's goal callback); False if a goal is active."""
+        return not self._closing.is_set() and self._run_slot.acquire(blocking=False)
+
+    def run(self, task: str, max_steps: int = 0, cancelled: Callable[[], bool] = lambda: False,
+            feedback: Callable[[int, float], None] | None = None) -> Any:
+        """Act for ``task`` on a control thread and wait for it (bounded); needs :meth:`reserve_run` first, which
+        this releases. Returns a control_loop.RunResult (ok=false with a message on every fault)."""
+        from amf_ros.runtime.control_loop import ControlLoop, LoopConfig, RunResult
+
+        try:
+            policy = self.runtime.policy
+            known = list(getattr(policy, "tasks", []) or [])
+            if known and task not in known:
+                return RunResult(ok=False, message=f"unknown task {task!r}; the policy knows {known}")
+            p = self.p
+            cfg = LoopConfig(period_s=1.0 / p.control_rate_hz, max_steps=int(max_steps or p.max_steps),
+                             obs_timeout_s=p.observation_timeout_s, status_timeout_s=p.observation_timeout_s)
+            if self.octo is not None:
+                act = self.octo.actor(policy)
+                act.reset(task)
+            else:
+                adapter = ActionAdapter(p.action_space, p.ensemble_horizon, p.ensemble_exp_weight)
+                act = lambda obs: adapter(policy.act(obs, task))  # noqa: E731
+            stop = self._run_stop = threading.Event()
+            if self._closing.is_set():
+                stop.set()
+            loop = ControlLoop(act, self.publish, self.observations, self.status, task, cfg, stop,
+                               cancelled=cancelled, feedback=feedback).start()
+            bound = cfg.max_steps * (cfg.period_s + cfg.obs_timeout_s) + cfg.status_timeout_s + 5.0
+            if not loop.join(bound):
+                stop.set()
+                loop.join(2.0)
+                return RunResult(ok=False, message=f"control loop overran its bound of {bound:.0f} s; stopped")
+            return loop.result
+        finally:
+            self._run_stop = None
+            self._run_slot.release()
+
+    # -- fine_tune -----------------------------------------------------------------------------------------------
+    def fine_tune(self, steps: int = 0, tasks: Sequence[str] = (),
+                  feedback: Callable[[int, int, float], None] | None = None,
+                  cancelled: Callable[[], bool] = lambda: False) -> FineTuneResult:
+        """Fine-tune in the worker process (see :meth:`PolicyRuntime.fine_tune`); shutdown cancels it."""
+        return self.runtime.fine_tune(steps, tasks, feedback, lambda: cancelled() or self._closing.is_set())
+
+    @property
+    def fine_tuning(self) -> bool:
+        return self.runtime.fine_tuning
+
+    def close(self) -> None:
+        """Shutdown: stop the control thread and the fine-tune worker (idempotent, returns within ~3 s)."""
+        self._closing.set()
+        stop = self._run_stop
+        if stop is not None:
+            stop.set()
+        self.runtime.close()

@@ -9,20 +9,8 @@ import numpy as np
 import pytest
 
 from amf_ros.bringup import graph
-from amf_ros.runtime.control_loop import EpisodeRun
 from amf_ros.bringup.params import Param, schema, validate
 from amf_ros.runtime.policy_server import newest_checkpoint, resolve_checkpoint, round_of
-
-
-class _Done:
-    def __init__(self) -> None:
-        self.value = None
-
-    def done(self) -> bool:
-        return self.value is not None
-
-    def set_result(self, v) -> None:
-        self.value = v
 
 
 class _Policy:
@@ -30,13 +18,6 @@ class _Policy:
 
     def act(self, obs, task):
         return np.tile(np.array([[1.0, -0.5, 0.25, 1.0]]), (4, 1))  # native Metaworld action chunk (H=4, A=4)
-
-
-def _run(**kw) -> EpisodeRun:
-    args = dict(goal=SimpleNamespace(is_cancel_requested=False), policy=_Policy(), task="reach", max_steps=3,
-                action_space="metaworld", horizon=4, exp_weight=0.0, obs_timeout_s=1.0, now=0.0, done=_Done())
-    args.update(kw)
-    return EpisodeRun(**args)
 
 
 def test_schema_param_checks() -> None:
@@ -53,42 +34,14 @@ def test_schema_param_checks() -> None:
         assert all(p.description for p in schema(node))
 
 
-def test_episode_run_steps_converts_and_stops() -> None:
-    run = _run()
-    actions = [run.tick(({"state": np.zeros(39, np.float32)}, t), t) for t in (0.1, 0.2, 0.3)]
-    assert run.finished and run.ok and run.steps == 3
+def test_action_adapter_converts_native_chunks_to_wire_actions() -> None:
+    from amf_ros.runtime.policy_server import ActionAdapter
+
+    adapter = ActionAdapter("metaworld", horizon=4, exp_weight=0.0)
     # native [1, -0.5, 0.25, grab 1] -> metres 0.01 per unit, gripper (1 - 1) / 2 = 0 (closed)
-    np.testing.assert_allclose(actions[0], [0.01, -0.005, 0.0025, 0, 0, 0, 0.0])
-    assert run.tick(({"state": np.zeros(39)}, 0.4), 0.4) is None
-    run.complete(True)
-    assert run.done.value and run.success and "success=True" in run.message
-
-
-def test_episode_run_errors() -> None:
-    unknown = _run(task="fly")
-    assert unknown.finished and not unknown.ok and "unknown task" in unknown.message
-    starved = _run()
-    assert starved.tick(None, 0.5) is None and not starved.finished
-    assert starved.tick(None, 1.4) is None and not starved.finished  # waiting since the first tick (0.5)
-    assert starved.tick(None, 1.6) is None and starved.finished and "no observation" in starved.message
-    # The process stalled for 5 s: the first late tick sees only an old observation, the next one a fresh one.
-    stalled = _run()
-    assert stalled.tick(({"state": np.zeros(39)}, 0.0), 5.0) is None and not stalled.finished
-    assert stalled.tick(({"state": np.zeros(39)}, 5.05), 5.1) is not None and stalled.steps == 1
-    # A stream that stops mid-run still ends the run one timeout after the first stale tick.
-    stopped = _run(max_steps=100)
-    stopped.tick(({"state": np.zeros(39)}, 0.1), 0.1)
-    for t in (1.2, 1.5, 2.0):
-        stopped.tick(({"state": np.zeros(39)}, 0.1), t)
-    assert not stopped.finished
-    stopped.tick(({"state": np.zeros(39)}, 0.1), 2.3)
-    assert stopped.finished and not stopped.ok and stopped.steps == 1
-    cancelled = _run(goal=SimpleNamespace(is_cancel_requested=True))
-    assert cancelled.tick(({"state": np.zeros(39)}, 0.1), 0.1) is None and cancelled.cancelled
-    solved = _run(max_steps=100)
-    solved.tick(({"state": np.zeros(39)}, 0.1), 0.1)
-    solved.on_success_reply(SimpleNamespace(ok=True, success=True, task="reach"))
-    assert solved.finished and solved.ok and solved.success
+    np.testing.assert_allclose(adapter(_Policy().act(None, "reach")), [0.01, -0.005, 0.0025, 0, 0, 0, 0.0])
+    with pytest.raises(ValueError, match="bad action chunk"):
+        adapter(np.full((4, 4), np.nan))
 
 
 def test_checkpoint_discovery(tmp_path: Path) -> None:
@@ -105,7 +58,7 @@ def test_checkpoint_discovery(tmp_path: Path) -> None:
 def test_plan_overrides_and_ros_args() -> None:
     specs = {s.name: s for s in graph.plan("real", checkpoint="/c k", tasks=["a", "b"])}
     args = specs["task_selector"].ros_args()
-    assert args[:4] == ["--ros-args", "-r", "__node:=task_selector", "--params-file"]
+    assert args[:6] == ["--ros-args", "-r", "__node:=task_selector", "-r", "__ns:=/amf", "--params-file"]
     assert "tasks:=['a', 'b']" in args and "checkpoint:='/c k'" in args
     with pytest.raises(ValueError, match="config file not found"):
         graph.plan("sim", config="nope.yaml")

@@ -22,6 +22,12 @@ class PolicyServerParams:
         "Checkpoint directory to start from (empty = newest under checkpoint_dir); backend octo: the Octo "
         "checkpoint directory.",
     )
+    pretrain_if_missing: bool = param(
+        False,
+        "Embedded simulation: when no checkpoint is given and none is under checkpoint_dir, start from the "
+        "pre-trained policy `amf run` uses (made by `amf pretrain` on first use, about a minute on 2 cores, and "
+        "cached under <workspace>/cache) instead of failing.",
+    )
     checkpoint_dir: str = param(
         "checkpoints",
         "Directory where fine-tuned checkpoints are written (round_NNNN/, each written atomically).",

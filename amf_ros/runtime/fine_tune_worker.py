@@ -1,0 +1,229 @@
+"""policy_server's fine-tuning in a process of its own (spawned once, reused for every fine_tune goal).
+
+Why a process: a fine-tune is seconds to minutes of torch work in many small Python-level steps; in the node's
+process it would share the GIL with the control thread, whose 10 Hz deadline it then stretched (up to seconds
+with the diffusion head: docs/ros-system.md). In its own process it shares nothing but the CPU. ``spawn``, not
+``fork``: a forked child would inherit DDS and torch threads in an undefined state.
+
+The hand-off stays on disk: the parent writes the training transitions to an ``.npz`` file, the child trains a
+copy of the acting checkpoint and saves the new ``round_NNNN`` directory atomically (policies/checkpoint.py), and
+the parent loads it. Messages back (a ``multiprocessing`` queue): ``("feedback", step, total, loss)`` while
+training, then exactly one of ``("done", result dict)``, ``("cancelled", text)`` or ``("error", text)``.
+Cancellation: an Event the child checks after every gradient step (nothing is saved when it is set).
+
+Every wait of the parent is bounded: :meth:`FineTuneWorker.run` polls the queue with a short timeout, checks
+cancellation, the child's liveness, shutdown and the job's deadline; a dead child ends the job with an error and is
+started afresh for the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import queue
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.1
+"""How often the waiting parent looks at the queue, cancellation and the child (bounds cancel/shutdown latency)."""
+
+
+@dataclass(frozen=True)
+class FineTuneJob:
+    """One fine-tune, everything as plain data (it crosses a process boundary).
+
+    Attributes:
+        checkpoint: checkpoint directory whose copy is trained.
+        transitions: ``.npz`` file of training transitions (policies/base.py layout).
+        out_dir: directory the new checkpoint is saved to (``round_NNNN``).
+        steps, batch_size, lr, seed: training settings; alpha_steps: adaptive-prior fit steps (0 = none).
+        loader: ``"module:function"`` loading ``checkpoint`` (path -> policy).
+        torch_threads: torch intra-op threads of the worker (0 = torch's default).
+    """
+
+    checkpoint: str
+    transitions: str
+    out_dir: str
+    steps: int
+    batch_size: int
+    lr: float
+    alpha_steps: int
+    seed: int
+    loader: str = "amf_ros.runtime.policy_server:load_policy"
+    torch_threads: int = 1
+
+
+class FineTuneCancelled(Exception):
+    """The job was cancelled; nothing was saved."""
+
+
+def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) -> dict[str, Any]:
+    """Run one job inside the worker; returns the result dict (raises FineTuneCancelled when cancelled)."""
+    import numpy as np
+
+    from amf_ros._optional import load_object
+
+    loader = load_object(job.loader, "fine-tune checkpoint loader")
+    encoder = cache.get("encoder")  # share the language model between jobs (loading MiniLM takes seconds)
+    try:
+        student = loader(job.checkpoint, task_encoder=encoder) if encoder is not None else loader(job.checkpoint)
+    except TypeError:  # a loader without task_encoder (e.g. the Octo head loader)
+        student = loader(job.checkpoint)
+    cache["encoder"] = getattr(student, "encoder", None)
+    with np.load(job.transitions, allow_pickle=False) as npz:
+        transitions = {k: npz[k] for k in npz.files}
+    every = max(1, min(50, job.steps // 20))  # feedback about 20 times, at least every 50 steps
+
+    def on_step(step: int, loss: float) -> bool:
+        if step % every == 0 or step == job.steps:
+            events.put(("feedback", int(step), int(job.steps), float(loss)))
+        return not cancel.is_set()
+
+    t0 = time.monotonic()
+    result = student.fit(transitions, job.steps, batch_size=job.batch_size, lr=job.lr, seed=job.seed,
+                         callback=on_step)
+    if getattr(result, "cancelled", False) or cancel.is_set():
+        raise FineTuneCancelled(f"fine-tune cancelled after {result.steps} of {job.steps} steps (nothing saved)")
+    if job.alpha_steps > 0 and getattr(student, "prior", None) is not None:
+        student.fit_alpha(transitions, steps=job.alpha_steps, seed=job.seed)
+    if cancel.is_set():
+        raise FineTuneCancelled("fine-tune cancelled before saving (nothing saved)")
+    path = student.save(job.out_dir)
+    alphas = {str(k): float(v) for k, v in dict(getattr(student, "alphas", None) or {}).items()}
+    return {"checkpoint": str(path), "final_loss": float(result.final_loss), "losses": list(map(float, result.losses)),
+            "alphas": alphas, "train_time_s": time.monotonic() - t0}
+
+
+def _worker_main(jobs: Any, events: Any, cancel: Any, torch_threads: int) -> None:
+    """The child: take jobs until a None arrives (or the parent dies: the queue read times out and we check)."""
+    import os
+
+    if torch_threads > 0:
+        import torch
+
+        torch.set_num_threads(int(torch_threads))
+    parent = os.getppid()
+    cache: dict[str, Any] = {}
+    while True:
+        try:
+            job = jobs.get(timeout=1.0)
+        except queue.Empty:
+            if os.getppid() != parent:  # orphaned (the node was SIGKILLed): do not live on
+                return
+            continue
+        if job is None:
+            return
+        try:
+            events.put(("done", _train(FineTuneJob(**job), events, cancel, cache)))
+        except FineTuneCancelled as exc:
+            events.put(("cancelled", str(exc)))
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which answers the goal with ok=false
+            events.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class FineTuneWorker:
+    """The parent side: starts the worker process on first use and runs one job at a time.
+
+    Args:
+        torch_threads: torch intra-op threads of the worker process.
+        start_timeout_s: how long the first job may wait for the worker to import torch and the policy code.
+    """
+
+    def __init__(self, torch_threads: int = 1, start_timeout_s: float = 120.0) -> None:
+        self.torch_threads = int(torch_threads)
+        self.start_timeout_s = float(start_timeout_s)
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._jobs: Any = None
+        self._events: Any = None
+        self._cancel = self._ctx.Event()
+        self._closed = False
+
+    def _ensure_started(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            return
+        self._jobs, self._events = self._ctx.Queue(), self._ctx.Queue()
+        self._proc = self._ctx.Process(target=_worker_main, name="amf_fine_tune",
+                                       args=(self._jobs, self._events, self._cancel, self.torch_threads),
+                                       daemon=True)
+        self._proc.start()
+        log.info("fine-tune worker process started (pid %d)", self._proc.pid)
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the worker (None before the first job)."""
+        return self._proc.pid if self._proc is not None and self._proc.is_alive() else None
+
+    def run(self, job: FineTuneJob, feedback: Callable[[int, int, float], None] | None = None,
+            cancelled: Callable[[], bool] = lambda: False, timeout_s: float = 3600.0) -> dict[str, Any]:
+        """Run ``job`` in the worker and wait for it (bounded); returns the result dict.
+
+        Raises:
+            FineTuneCancelled: ``cancelled()`` became true, or the worker was closed (shutdown).
+            RuntimeError: the worker failed, died, or the job overran ``timeout_s``.
+        """
+        if self._closed:
+            raise FineTuneCancelled("policy_server is shutting down")
+        self._ensure_started()
+        self._cancel.clear()
+        self._jobs.put(asdict(job))
+        deadline = time.monotonic() + timeout_s + self.start_timeout_s
+        while True:
+            if cancelled() or self._closed:
+                self._cancel.set()  # the child stops after its current gradient step and reports "cancelled"
+            try:
+                event = self._events.get(timeout=POLL_S)
+            except queue.Empty:
+                if not self._proc.is_alive():
+                    raise RuntimeError(f"the fine-tune worker died (exit code {self._proc.exitcode}); the acting "
+                                       "checkpoint is unchanged") from None
+                if time.monotonic() > deadline:
+                    self._stop()
+                    raise RuntimeError(f"fine-tune did not finish within {timeout_s:.0f} s; worker stopped") from None
+                continue
+            kind = event[0]
+            if kind == "feedback":
+                if feedback is not None:
+                    feedback(*event[1:])
+            elif kind == "done":
+                return event[1]
+            elif kind == "cancelled":
+                raise FineTuneCancelled(event[1])
+            else:
+                raise RuntimeError(event[1])
+
+    def close(self, timeout_s: float = 1.0) -> None:
+        """Stop the worker for good (shutdown); idempotent, returns within about 3 * ``timeout_s``."""
+        self._closed = True
+        self._stop(timeout_s)
+
+    def _stop(self, timeout_s: float = 1.0) -> None:
+        """Cancel the job, ask the worker to exit, then terminate/kill it (a later job starts a new one)."""
+        self._cancel.set()
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            self._jobs.put_nowait(None)
+        except Exception:  # noqa: BLE001 - a full or broken queue: terminate below
+            pass
+        proc.join(timeout_s)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout_s)
+
+
+def write_transitions(transitions: dict[str, Any], path: Path) -> Path:
+    """Save training transitions for the worker (numpy arrays only; strings as unicode arrays, no pickle)."""
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **{k: np.asarray(v) for k, v in transitions.items()})
+    return path

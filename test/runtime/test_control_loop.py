@@ -1,0 +1,150 @@
+"""The run_policy control loop without ROS: a fake policy, a fake arm (observations and task status as the
+subscription callbacks would store them), and the verdicts the goal gets in every fault the issue lists."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from amf_ros.runtime.control_loop import ControlLoop, Latest, LoopConfig, TaskStatusValue
+
+CFG = LoopConfig(period_s=0.02, max_steps=5, obs_timeout_s=0.3, status_timeout_s=0.3)
+
+
+class FakeArm:
+    """Applies every published action: a new observation and a new task status per action (like sim_bridge)."""
+
+    def __init__(self, task: str = "reach", solve_at: int = 0, respond: bool = True) -> None:
+        self.obs, self.status = Latest(), Latest()
+        self.task, self.solve_at, self.respond = task, solve_at, respond
+        self.actions: list[np.ndarray] = []
+        self.obs.set({"state": np.zeros(3, np.float32)})
+        self.status.set(TaskStatusValue(task, resets=1, steps=0, success=False, done=False))
+
+    def publish(self, action: np.ndarray) -> None:
+        self.actions.append(action)
+        if self.respond:
+            n = len(self.actions)
+            self.obs.set({"state": np.full(3, n, np.float32)})
+            solved = bool(self.solve_at) and n >= self.solve_at
+            self.status.set(TaskStatusValue(self.task, resets=1, steps=n, success=solved, done=solved))
+
+
+def _loop(arm: FakeArm, cfg: LoopConfig = CFG, **kw) -> ControlLoop:
+    stop = kw.pop("stop", threading.Event())
+    act = kw.pop("act", lambda obs: np.r_[obs["state"][:1], np.zeros(6)])
+    return ControlLoop(act, arm.publish, arm.obs, kw.pop("status", arm.status), "reach", cfg, stop, **kw)
+
+
+def test_runs_max_steps_on_the_newest_observation_and_asks_the_arm_for_the_verdict() -> None:
+    arm = FakeArm()
+    loop = _loop(arm).start()
+    assert loop.join(5.0)
+    r = loop.result
+    assert r.ok and not r.success and r.steps == 5 == len(arm.actions)
+    # each action was computed from the observation the previous action produced
+    assert [a[0] for a in arm.actions] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert len(r.periods) == 4 and "success=False" in r.message
+
+
+def test_solved_task_ends_the_run_early_with_success() -> None:
+    arm = FakeArm(solve_at=2)
+    loop = _loop(arm).start()
+    assert loop.join(5.0)
+    assert loop.result.ok and loop.result.success and loop.result.steps == 2
+
+
+def test_a_status_from_before_the_run_does_not_count_as_success() -> None:
+    arm = FakeArm()
+    arm.status.set(TaskStatusValue("reach", resets=1, steps=0, success=True, done=False))  # stale verdict
+    loop = _loop(arm).start()
+    assert loop.join(5.0)
+    assert loop.result.steps == 5  # did not stop at step 1
+
+
+def test_dead_arm_ends_the_goal_within_the_observation_bound() -> None:
+    arm = FakeArm(respond=False)
+    arm.obs = Latest()  # no observation at all
+    t0 = time.monotonic()
+    loop = _loop(arm).start()
+    assert loop.join(5.0)
+    assert not loop.result.ok and "no new observation" in loop.result.message and not arm.actions
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_observations_that_stop_mid_run_end_the_goal_and_no_action_uses_a_stale_one() -> None:
+    arm = FakeArm()
+    cfg = LoopConfig(period_s=0.02, max_steps=1000, obs_timeout_s=0.3, status_timeout_s=0.3)
+    loop = _loop(arm, cfg).start()
+    time.sleep(0.2)
+    arm.respond = False  # the arm dies: no observation after the current one
+    assert loop.join(5.0)
+    assert not loop.result.ok and "no new observation" in loop.result.message
+    assert len(arm.actions) < 1000
+    # the last observation was acted on once: no open-loop actions on a frozen arm
+    assert sum(1 for a in arm.actions if a[0] == arm.actions[-1][0]) == 1
+
+
+def test_lost_final_status_ends_the_goal_ok_false_in_bounded_time() -> None:
+    arm = FakeArm()
+    stalled = Latest()
+    stalled.set(TaskStatusValue("reach", 1, 0, False, False))  # never updated: the simulator stopped replying
+    loop = _loop(arm, status=stalled).start()
+    assert loop.join(5.0)
+    assert not loop.result.ok and "no task status" in loop.result.message and loop.result.steps == 5
+
+
+def test_cancel_and_stop_end_the_loop_within_a_period_and_nothing_is_published_after() -> None:
+    for how in ("cancel", "stop"):
+        arm = FakeArm()
+        flag = threading.Event()
+        stop = threading.Event()
+        cfg = LoopConfig(period_s=0.02, max_steps=100000, obs_timeout_s=1.0, status_timeout_s=1.0)
+        loop = _loop(arm, cfg, stop=stop, cancelled=flag.is_set).start()
+        time.sleep(0.1)
+        (flag if how == "cancel" else stop).set()
+        t0 = time.monotonic()
+        assert loop.join(2.0), how
+        n = len(arm.actions)
+        time.sleep(0.1)
+        assert len(arm.actions) == n and not loop.result.ok
+        assert loop.result.cancelled == (how == "cancel")
+        assert time.monotonic() - t0 < 2.0
+
+
+def test_policy_errors_and_bad_actions_end_the_goal_not_the_thread() -> None:
+    def boom(obs):
+        raise RuntimeError("CUDA out of memory")
+
+    for act, text in ((boom, "CUDA out of memory"), (lambda obs: np.full(7, np.nan), "bad action")):
+        arm = FakeArm()
+        loop = _loop(arm, act=act).start()
+        assert loop.join(5.0)
+        assert not loop.result.ok and text in loop.result.message and not arm.actions
+
+
+def test_no_success_detector_runs_all_steps() -> None:
+    arm = FakeArm()
+    loop = _loop(arm, status=None).start()
+    assert loop.join(5.0)
+    assert loop.result.ok and not loop.result.success and "no success detector" in loop.result.message
+
+
+def test_schedule_does_not_burst_after_a_stall() -> None:
+    """One slow inference (a stalled machine) must not be followed by a burst of catch-up actions."""
+    arm = FakeArm()
+    calls = []
+
+    def act(obs):
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            time.sleep(0.2)  # 10 periods late
+        return np.zeros(7)
+
+    cfg = LoopConfig(period_s=0.05, max_steps=6, obs_timeout_s=1.0, status_timeout_s=1.0)
+    loop = _loop(arm, cfg, act=act).start()
+    assert loop.join(5.0)
+    gaps = np.diff(calls)[2:]  # after the stall
+    assert np.all(gaps > 0.025), gaps  # no back-to-back catch-up calls
