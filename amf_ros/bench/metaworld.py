@@ -6,7 +6,7 @@ select ``demos_per_round`` tasks, collect scripted demonstrations, fine-tune on 
 far (continuing from the previous round's weights), refit alpha(c) for methods with the adaptive prior, and
 evaluate success per task. Methods:
 
-* ``amf``: AMF-NN: warm start (every task once), then the argmin of the criterion (core/criterion.py, App. E)
+* ``amf``: AMF-NN: warm start (every task once), then the argmin of the criterion (core/amf_nn.py, App. E)
   over loss-gradient embeddings of a separate selection copy of the policy that is not trained on the warm-start
   demonstrations (App. M.3.4; by default the frozen pre-trained policy, with the later demonstrations conditioned
   on in the posterior); with the adaptive prior.
@@ -94,6 +94,8 @@ class MetaworldBenchConfig:
     """AMF criterion form: "log_variance" (entropy, eq. 3) or "variance"."""
     noise_var: float = 1.0
     """Observation noise sigma^2 of the linear-Gaussian model over embeddings."""
+    prior_var: float = 1.0
+    """Prior variance of its weights (scales the loss-gradient kernel; as task_selector's prior_var)."""
     selection_copy: str = "frozen"
     """Policy whose loss gradients feed the criterion: "frozen" = the pre-trained policy, never fine-tuned (the
     data enter through the posterior, ``condition_on_data``); "holdout" = a copy fine-tuned every round on all but
@@ -105,6 +107,9 @@ class MetaworldBenchConfig:
     """Also condition the criterion's posterior on the non-validation demonstrations."""
     frames_per_demo: int = 16
     """States per demonstration used for the criterion (evenly spaced; fewer = faster)."""
+    max_points: int = 1024
+    """Cap on the criterion's data points (fewer frames per demonstration beyond it; as task_selector's max_points).
+    16 frames x up to 64 demonstrations fit, so no configuration in config/bench (<= 30 demonstrations) hits it."""
     eval_episodes: int = 10
     """Evaluation episodes per task and round (paper: 50)."""
     eval_slots: int = 5
@@ -119,16 +124,16 @@ class MetaworldBenchConfig:
         if bad or not self.allocations:
             raise ValueError(f"unknown allocations {bad}; choose from {list(ALLOCATIONS)}")
         for name in ("seeds", "rounds", "demos_per_round", "pretrain_steps", "finetune_steps", "batch_size",
-                     "frames_per_demo", "eval_episodes", "eval_slots"):
+                     "frames_per_demo", "eval_episodes", "eval_slots", "max_points"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)=}")
         if self.selection_copy not in ("frozen", "holdout", "current"):
             raise ValueError(f"selection_copy must be 'frozen', 'holdout' or 'current', got {self.selection_copy=}")
         if self.criterion_targets not in ("warm", "all"):
             raise ValueError(f"criterion_targets must be 'warm' or 'all', got {self.criterion_targets=}")
-        if self.alpha_steps < 0 or self.noise_var <= 0 or self.lr <= 0:
-            raise ValueError(f"need alpha_steps >= 0, noise_var > 0, lr > 0, got {self.alpha_steps=} "
-                             f"{self.noise_var=} {self.lr=}")
+        if self.alpha_steps < 0 or self.noise_var <= 0 or self.prior_var <= 0 or self.lr <= 0:
+            raise ValueError(f"need alpha_steps >= 0, noise_var > 0, prior_var > 0, lr > 0, got {self.alpha_steps=} "
+                             f"{self.noise_var=} {self.prior_var=} {self.lr=}")
 
     def pretrain_config(self, allocation: str, seed: int) -> PretrainConfig:
         """The pre-training config of one (allocation, seed)."""
@@ -235,46 +240,20 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
 
 
 def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: MetaworldBenchConfig) -> Any:
-    """The criterion's ScoreFn from loss-gradient embeddings of the selection copy (App. E, indicator weights).
+    """The criterion's ScoreFn for this benchmark: :func:`amf_ros.core.amf_nn.amf_nn_score_fn` (the same function
+    task_selector uses) on the selection copy ``policy``.
 
-    ``policy`` is the selection copy, fine-tuned on every demonstration except the warm-start ones, so those
-    (one per task) are a validation set whose loss gradients measure what the policy does not know yet
-    (App. M.3.4). Targets: the states of the validation demonstrations, each paired with the task it was
-    demonstrated for (w = 1 for a deterministic policy, App. M.3.3), each task weighted 1/|C| (mu_c uniform).
-    Candidate c': the validation demonstration of c' (its hallucinated demonstration). Data conditioned on:
-    every non-validation demonstration with ``condition_on_data`` (default), else none (then the other
-    demonstrations enter only through fine-tuning a "holdout" copy, Sec. 4.2).
+    Validation set: the warm-start demonstrations (``warm``; App. M.3.4), or every demonstration with
+    ``criterion_targets="all"``; targets over ``cfg.tasks`` (mu_c uniform; each needs a validation demonstration).
     """
-    from amf_ros.core.criterion import feature_score_fn
+    from amf_ros.core.amf_nn import amf_nn_score_fn
     from amf_ros.envs.metaworld_rollouts import demos_to_transitions
 
-    val = [i for i, w in enumerate(warm) if w]
-    if cfg.criterion_targets == "all":
-        val = list(range(len(demos)))
-    phi = {i: policy.embed(demos_to_transitions([demos[i]]))[_spaced(len(demos[i]), cfg.frames_per_demo)]
-           for i in range(len(demos)) if i in val or cfg.condition_on_data}
-    per_task = {t: [i for i in val if demos[i].task == t] for t in cfg.tasks}
-    missing = [t for t, idx in per_task.items() if not idx]
-    if missing:
-        raise ValueError(f"the criterion needs a validation demonstration of every task, missing {missing}")
-    target_phi = np.concatenate([phi[i] for i in val])
-    weights = np.concatenate([np.full(len(phi[i]), 1.0 / (len(cfg.tasks) * len(per_task[demos[i].task])
-                                                            * len(phi[i]))) for i in val])
-    rest = [phi[i] for i in phi if i not in val]
-    data_phi = np.concatenate(rest) if rest else np.zeros((0, target_phi.shape[1]))
-
-    def candidate(task: str) -> tuple[list[np.ndarray], np.ndarray]:
-        idx = per_task[task]
-        return [phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
-
-    norms = {t: float(np.mean([np.square(phi[i]).sum(1).mean() for i in idx])) for t, idx in per_task.items()}
-    return feature_score_fn(data_phi, candidate, target_phi, weights, noise_var=cfg.noise_var,
-                            form=cfg.criterion_form, info={"mean_sq_norm_phi": norms})
-
-
-def _spaced(length: int, n: int) -> np.ndarray:
-    """Up to ``n`` evenly spaced row indices of a demonstration of ``length`` frames."""
-    return np.unique(np.linspace(0, length - 1, num=min(n, length)).round().astype(int))
+    val = list(range(len(demos))) if cfg.criterion_targets == "all" else [i for i, w in enumerate(warm) if w]
+    return amf_nn_score_fn(policy, [demos_to_transitions([d]) for d in demos], val, tasks=cfg.tasks,
+                           noise_var=cfg.noise_var, prior_var=cfg.prior_var, form=cfg.criterion_form,
+                           condition_on_data=cfg.condition_on_data, frames_per_episode=cfg.frames_per_demo,
+                           max_points=cfg.max_points)
 
 
 def _single_thread() -> None:

@@ -1,0 +1,180 @@
+"""AMF-NN: the criterion's ScoreFn from loss-gradient embeddings of recorded episodes -- the ONE implementation,
+used by ``amf bench metaworld`` (bench/metaworld.py) and by task_selector (runtime/task_selector.py).
+
+Paper: Sec. 4.2 (eq. ``criterion_nn``: the policy as a GP with kernel <phi(x), phi(x')>), App. E (the practical
+estimate of eq. 3 that :mod:`amf_ros.core.criterion` computes) and App. M ("Importance sampling weights", "AMF").
+Given the recorded episodes (one transitions dict per demonstration) and which of them form the validation set:
+
+* features: phi = ``embed(transitions)``, the loss-gradient embeddings of the selection copy of the policy (label =
+  the demonstrated action chunk), at ``frames_per_episode`` evenly spaced steps of every episode used (first and last
+  kept; :func:`evenly_spaced_rows`). With many episodes each gets fewer frames (at least 1), so that the total stays
+  within ``max_points``: the criterion factorises a matrix over the data points. The label chunk of step t is the
+  demonstrated actions t..t+H-1 of the whole episode (not of the subsampled frames): only the rows those chunks read
+  are embedded (:func:`episode_features`);
+* validation set (App. M "AMF": a copy of the policy not trained on the warm-start demonstrations, which thus act as
+  a small validation set): ``validation`` = indices of those episodes (:func:`warm_start_validation` = the first
+  episode of every task; every index = all episodes);
+* targets x_q = (s_t, c): the validation states with the task they were demonstrated for. The importance weight
+  w(tau, c) of eq. 4 is the indicator "tau was demonstrated for c" (deterministic / diffusion policies, App. M), so
+  every other pairing has weight 0 and is dropped. mu_c is uniform over ``tasks``: a target state of episode i of
+  task c weighs 1 / (|C| * #validation episodes of c * #frames of i);
+* candidate c': its validation episode(s) as hallucinated demonstration(s) tau' (App. E's outer sum, omega uniform);
+* data conditioned on: every non-validation episode (``condition_on_data``; else none, and the other episodes enter
+  only by fine-tuning the selection copy, Sec. 4.2);
+* effective sample size of task c's target weights: with 0/1 importance weights, its number of validation episodes.
+
+Reconciled semantics (issue #11; before, the benchmark and task_selector each had a copy): ``prior_var`` 1.0 (the
+benchmark used feature_score_fn's default 1.0, task_selector its parameter, default 1.0); ``max_points`` 1024 in both
+(the benchmark never hits it: 16 frames x at most 64 episodes fit, its configurations have at most 30 demonstrations);
+frames are chosen, then embedded with their full-episode label chunks (task_selector used to embed the subsampled
+frames alone, so a chunk of H > 1 actions spanned frames far apart: a wrong label); the benchmark's scores are
+unchanged bit for bit (test/core/test_amf_nn.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, MutableMapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from amf_ros.core.criterion import feature_score_fn
+from amf_ros.core.selectors import ScoreFn
+
+Transitions = Mapping[str, np.ndarray]
+EmbedFn = Callable[[Transitions], np.ndarray]
+
+DEFAULT_MAX_POINTS = 1024
+"""Default cap on the criterion's data points (task_selector's ``max_points``; the benchmark's too)."""
+
+
+def evenly_spaced_rows(length: int, frames: int) -> np.ndarray:
+    """Up to ``frames`` evenly spaced, increasing row indices of an episode of ``length`` steps (first and last kept)."""
+    if length < 1 or frames < 1:
+        raise ValueError(f"need length >= 1 and frames >= 1, got {length=} {frames=}")
+    return np.unique(np.linspace(0, length - 1, num=min(frames, length)).round().astype(int))
+
+
+def frames_under_cap(frames_per_episode: int, episodes: int, max_points: int | None) -> int:
+    """Frames per episode so that ``episodes`` of them hold at most ``max_points`` points (at least 1; None = no cap)."""
+    if max_points is None:
+        return int(frames_per_episode)
+    return max(1, min(int(frames_per_episode), int(max_points) // max(1, episodes)))
+
+
+def label_horizon(policy: Any) -> int | None:
+    """H, the action-chunk length a policy's embedding labels read (``config.action_horizon``); None if unknown."""
+    horizon = getattr(getattr(policy, "config", None), "action_horizon", None)
+    return int(horizon) if isinstance(horizon, (int, np.integer)) and horizon >= 1 else None
+
+
+def episode_features(embed: EmbedFn, episode: Transitions, frames: int, horizon: int | None = None) -> np.ndarray:
+    """(F, P) embeddings of ``frames`` evenly spaced steps of one episode, each with its full-episode label.
+
+    Args:
+        embed: ``transitions -> (N, P)`` loss-gradient embeddings, one row per transition, each row depending on
+            its own state and its label chunk (the next ``horizon`` rows of its episode) only.
+        episode: transitions of ONE episode, rows in step order.
+        horizon: H of the label chunks; None = embed the whole episode (always right, slower).
+    Returns:
+        the rows of the chosen steps, in the dtype ``embed`` returns (the criterion casts to float64 exactly).
+    """
+    n = len(episode["task"])
+    keep = evenly_spaced_rows(n, frames)
+    if horizon is None:
+        rows = np.arange(n)
+    else:  # each kept step with the steps its label chunk reads: chunks are built from consecutive rows
+        rows = np.unique(np.minimum((keep[:, None] + np.arange(horizon)[None, :]).reshape(-1), n - 1))
+    part = episode if len(rows) == n else {k: np.asarray(v)[rows] for k, v in episode.items()}
+    phi = np.asarray(embed(part))
+    if phi.ndim != 2 or phi.shape[0] != len(rows):
+        raise ValueError(f"embed must return ({len(rows)}, P) for {len(rows)} transitions, got shape {phi.shape}")
+    return phi[np.searchsorted(rows, keep)]
+
+
+def warm_start_validation(tasks_of: Sequence[str]) -> list[int]:
+    """Indices of the first episode of every task (the warm start's demonstrations), in episode order."""
+    seen: set[str] = set()
+    out = []
+    for i, t in enumerate(tasks_of):
+        if t not in seen:
+            seen.add(t)
+            out.append(i)
+    return out
+
+
+def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], validation: Sequence[int], *,
+                    tasks: Sequence[str] | None = None, noise_var: float = 1.0, prior_var: float = 1.0,
+                    form: str = "log_variance", condition_on_data: bool = True, frames_per_episode: int = 16,
+                    max_points: int | None = DEFAULT_MAX_POINTS,
+                    cache: MutableMapping[tuple[Hashable, int], np.ndarray] | None = None,
+                    keys: Sequence[Hashable] | None = None) -> ScoreFn:
+    """The AMF-NN ScoreFn of the selector (see the module docstring for what enters it, with the paper's equations).
+
+    Args:
+        embed: the selection copy of the policy (its ``embed`` is used, and its action horizon so that only the
+            rows the label chunks read are embedded) or a bare ``transitions -> (N, P)`` function (then every
+            episode is embedded whole).
+        episodes: per demonstration, its transitions (``task`` (N,) column constant; the policy's ``embed`` keys).
+        validation: indices into ``episodes`` of the validation set (targets and hallucinated demonstrations).
+        tasks: the target tasks, mu_c uniform over them; every one needs a validation episode. None = the tasks of
+            the validation episodes.
+        noise_var, prior_var: observation noise sigma^2 and weight prior of the linear-Gaussian model (App. E).
+        form: "log_variance" (entropy, eq. 3) or "variance".
+        condition_on_data: condition the posterior on the non-validation episodes.
+        frames_per_episode: evenly spaced steps per episode; max_points: cap on their total (None = no cap).
+        cache: ``{(key, frames): (F, P) phi}`` reused across calls; valid for ONE policy (the caller drops it when
+            the policy changes). keys: per episode, its cache key (required with ``cache``).
+    Returns:
+        ScoreFn; ``last_info`` holds ``effective_sample_size`` and ``mean_sq_norm_phi`` per target task.
+    Raises:
+        ValueError: no episodes, a bad validation index, a target task without a validation episode.
+    """
+    n = len(episodes)
+    if n == 0:
+        raise ValueError("the AMF criterion needs recorded episodes; there are none")
+    val = [int(i) for i in validation]
+    if not val or any(not 0 <= i < n for i in val) or len(set(val)) != len(val):
+        raise ValueError(f"validation must be distinct indices in [0, {n}), got {list(validation)}")
+    if cache is not None and (keys is None or len(keys) != n):
+        raise ValueError(f"a cache needs one key per episode, got {None if keys is None else len(keys)} for {n}")
+    embed_fn = embed.embed if hasattr(embed, "embed") else embed
+    horizon = label_horizon(embed)
+    task_of = [str(np.asarray(ep["task"])[0]) for ep in episodes]
+    in_val = set(val)
+    use = [i for i in range(n) if i in in_val or condition_on_data]
+    frames = frames_under_cap(frames_per_episode, len(use), max_points)
+    phi: dict[int, np.ndarray] = {}
+    for i in use:
+        if cache is None:
+            phi[i] = episode_features(embed_fn, episodes[i], frames, horizon)
+            continue
+        key = (keys[i], frames)
+        if key not in cache:
+            cache[key] = episode_features(embed_fn, episodes[i], frames, horizon)
+        phi[i] = cache[key]
+    target_tasks = list(dict.fromkeys(task_of[i] for i in val)) if tasks is None else list(tasks)
+    per_task = {t: [i for i in val if task_of[i] == t] for t in target_tasks}
+    missing = [t for t, idx in per_task.items() if not idx]
+    if missing:
+        raise ValueError(f"the criterion needs a validation demonstration of every task, missing {missing}")
+    targets = [i for i in val if task_of[i] in per_task]
+    # Targets: validation states with their own task (w = 1, eq. 4 for a deterministic policy), mu_c uniform.
+    target_phi = np.concatenate([phi[i] for i in targets])
+    weights = np.concatenate([np.full(len(phi[i]), 1.0 / (len(target_tasks) * len(per_task[task_of[i]])
+                                                            * len(phi[i]))) for i in targets])
+    rest = [phi[i] for i in use if i not in in_val]
+    data_phi = np.concatenate(rest) if rest else np.zeros((0, target_phi.shape[1]))
+
+    def candidate(task: str) -> tuple[list[np.ndarray], np.ndarray]:
+        idx = per_task.get(task)
+        if not idx:
+            raise ValueError(f"no recorded episode of candidate {task!r} to hallucinate from (warm start "
+                             "demonstrates every candidate once first)")
+        return [phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
+
+    ess = {t: float(len(idx)) for t, idx in per_task.items()}  # 0/1 importance weights: episodes per task
+    norms = {t: float(np.mean([np.square(phi[i]).sum(1).mean() for i in idx])) for t, idx in per_task.items()}
+    return feature_score_fn(data_phi, candidate, target_phi, weights, noise_var=noise_var, prior_var=prior_var,
+                            form=form, info={"effective_sample_size": ess, "mean_sq_norm_phi": norms,
+                                             "frames_per_episode": frames})
