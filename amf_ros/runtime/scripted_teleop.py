@@ -28,8 +28,9 @@ task by someone else mid-episode; an expert error.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -55,7 +56,12 @@ def metaworld_experts(tasks_file: str = "", noise_std: float = 0.0, seed: int = 
         noise_std: std of Gaussian noise on the native action (the paper's noisy experts); 0 = exact expert.
         seed: seed of that noise (one generator shared by all tasks).
     """
-    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks, native_to_eef7, noisy
+    from amf_ros.envs.metaworld_suite import (
+        MetaworldTaskEnv,
+        load_tasks,
+        native_to_eef7,
+        noisy,
+    )
 
     rng = np.random.default_rng(seed)
     experts = {}

@@ -1,9 +1,10 @@
 """sim_bridge + scripted_teleop over real DDS (each its own process), with the test playing the recorder.
 
-Checks the stepping semantics of sim_bridge (one action = one step, one observation per step, reset/success
-services, refusal of NaN actions and of unknown tasks) and that scripted_teleop acts like an operator: it starts
-on the latched recorder status, sends every action from the newest observation (the expert's own action for
-that observation), and ends the episode with the simulator's success.
+Checks the stepping semantics of sim_bridge (one action = one step, one observation and one TaskStatus of the same
+stamp per step, reset/success services, refusal of NaN actions and of unknown tasks) and that scripted_teleop acts
+like an operator: it starts on the latched recorder status, sends every action from the newest observation (the
+expert's own action for that observation), and ends the episode with the simulator's success; and, with the real
+demo_recorder, that StartEpisode for another task than the simulator's puts the simulator on that task and records.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ def sim_params(**over):
 
 
 def test_sim_bridge_steps_once_per_action_and_refuses_bad_input(start_nodes, client_node):
-    from rclpy.qos import QoSProfile, ReliabilityPolicy
-
-    from amf_ros.msg import EefDeltaAction, StateVector
+    from amf_ros.msg import EefDeltaAction, StateVector, TaskStatus
     from amf_ros.srv import ResetTask, TaskSuccess
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
     procs = start_nodes({"sim_bridge": sim_params(idle_publish_period_s=0.0)}, name="sim")
     states: list = []
+    statuses: list = []
     lock = threading.Lock()
     qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 
@@ -41,7 +42,13 @@ def test_sim_bridge_steps_once_per_action_and_refuses_bad_input(start_nodes, cli
         with lock:
             states.append((stamp_ns(m.header.stamp), np.array(m.values)))
 
+    def on_status(m):
+        with lock:
+            statuses.append((stamp_ns(m.header.stamp), m.task, m.resets, m.steps, m.success, m.done))
+
     client_node.create_subscription(StateVector, "/amf/observation/state", on_state, qos)
+    every_status = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    client_node.create_subscription(TaskStatus, "/amf/sim/status", on_status, every_status)
     pub = client_node.create_publisher(EefDeltaAction, "/amf/action", qos)
     def after(t_ns):  # observations stamped after t_ns, in arrival order
         with lock:
@@ -60,6 +67,14 @@ def test_sim_bridge_steps_once_per_action_and_refuses_bad_input(start_nodes, cli
         pub.publish(make_action([0.01, 0.0, 0.0, 0, 0, 0, 1.0], client_node.get_clock().now().nanoseconds))
     wait_for(lambda: len(after(t_reset)) == 6, 10, "one observation per step")
     assert call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request()).steps == 5
+    # One TaskStatus per observation, with the observation's stamp, counting the steps since the reset.
+    wait_for(lambda: len([x for x in list(statuses) if x[0] > t_reset]) == 6, 10, "one status per observation")
+    with lock:
+        after_status = [x for x in statuses if x[0] > t_reset]
+        stamps = [ts for ts, _ in states if ts > t_reset]
+    assert [x[0] for x in after_status] == stamps
+    assert [x[3] for x in after_status] == [0, 1, 2, 3, 4, 5] and {x[1] for x in after_status} == {TASK}
+    assert len({x[2] for x in after_status}) == 1 and not any(x[5] for x in after_status)
     moved = after(t_reset)[-1]
     # Five +1 cm mocap steps along x: the hand follows the mocap target with some lag.
     assert 0.005 < moved[0] - first[0] <= 0.051, (first[:3], moved[:3])
@@ -83,13 +98,21 @@ def test_sim_bridge_steps_once_per_action_and_refuses_bad_input(start_nodes, cli
 
 
 def test_scripted_teleop_demonstrates_with_the_experts_own_actions(start_nodes, client_node):
+    from amf_ros.msg import EefDeltaAction, RecorderStatus, StateVector, TaskStatus
+    from amf_ros.srv import EndEpisode, ResetTask, TaskSuccess
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks, native_to_eef7
-    from amf_ros.msg import EefDeltaAction, RecorderStatus, StateVector
-    from amf_ros.srv import EndEpisode, ResetTask, TaskSuccess
+    from amf_ros.envs.metaworld_suite import (
+        MetaworldTaskEnv,
+        load_tasks,
+        native_to_eef7,
+    )
+    from amf_ros.ros import qos as amf_qos
 
     ended: list = []
+    resets: list = []
+    client_node.create_subscription(TaskStatus, "/amf/sim/status", lambda m: resets.append(m.resets), amf_qos.LATCHED)
+    # (latest value only, as a reader of the status takes it)
 
     def on_end(req, res):
         ended.append((req.episode_id, req.success, req.discard))
@@ -118,6 +141,8 @@ def test_scripted_teleop_demonstrates_with_the_experts_own_actions(start_nodes, 
                          "scripted_teleop": {"control_rate_hz": 40.0, "start_timeout_s": 10.0}}, name="teleop")
     assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=11), timeout=30).ok
     wait_for(lambda: status_pub.get_subscription_count() > 0, 20, "scripted_teleop subscribing to the status")
+    wait_for(lambda: resets, 10, "a TaskStatus")
+    seeded = resets[-1]
     status = RecorderStatus(recording=True, episode_id="ep_test", task=TASK, instruction="x")
     status.header.stamp = client_node.get_clock().now().to_msg()
     status_pub.publish(status)
@@ -128,6 +153,7 @@ def test_scripted_teleop_demonstrates_with_the_experts_own_actions(start_nodes, 
     with lock:
         acts, obs = list(actions), list(states)
     assert sim.success and sim.steps == len(acts) > 10, (sim.steps, len(acts))
+    assert set(resets[resets.index(seeded):]) == {seeded}, "on the right task and fresh: the seeded scene is kept"
     # Every action is the expert's action on the newest observation stamped before it (the pair to record).
     expert = MetaworldTaskEnv(load_tasks(keys=[TASK])[0])
     start = stamp_ns(status.header.stamp)
@@ -148,12 +174,12 @@ def test_sim_bridge_hosts_simpler_backend_with_camera(start_nodes, client_node):
     import os
     from pathlib import Path
 
+    from amf_ros.msg import EefDeltaAction, StateVector
+    from amf_ros.srv import ResetTask, TaskSuccess
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
 
     from amf_ros.envs.simpler import STATE_NAMES
-    from amf_ros.msg import EefDeltaAction, StateVector
-    from amf_ros.srv import ResetTask, TaskSuccess
 
     standin = Path(__file__).resolve().parents[1] / "octo" / "standin"
     if not (standin / "simpler_env" / "__init__.py").is_file():
@@ -186,4 +212,36 @@ def test_sim_bridge_hosts_simpler_backend_with_camera(start_nodes, client_node):
     assert after(states, t_reset)[1].values[0] == pytest.approx(s0.values[0] + 0.02, abs=1e-6)
     ok = call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
     assert ok.task == "carrot_on_plate" and ok.steps == 1 and not ok.success
+    assert procs.dead() == {}
+
+
+def test_start_episode_for_another_task_puts_the_simulator_on_it_and_records(start_nodes, client_node, tmp_path):
+    """The README's record sequence with the embedded simulation: the simulator is on task A, StartEpisode for task
+    B through the recorder; the scripted operator resets the simulator to B, demonstrates and ends the episode."""
+    from amf_ros.msg import EpisodeInfo
+    from amf_ros.srv import ResetTask, StartEpisode, TaskSuccess
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    task_a, task_b = "push", TASK
+    rec = {"dataset_dir": str(tmp_path / "dataset"), "tasks_file": "config/tasks/metaworld.yaml",
+           "robot": "metaworld", "control_rate_hz": 40.0, "sync_mode": "on_action", "status_period_s": 0.5}
+    procs = start_nodes({"sim_bridge": sim_params(initial_task=task_a),
+                         "scripted_teleop": {"control_rate_hz": 40.0, "start_timeout_s": 10.0},
+                         "demo_recorder": rec}, name="other_task")
+    announced: list = []
+    client_node.create_subscription(EpisodeInfo, "/amf/episodes", announced.append,
+                                    QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+    assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=task_a, seed=2), timeout=30).ok
+
+    def started():
+        res = call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=task_b))
+        return res if res.ok else None
+    res = wait_for(started, 30, "StartEpisode to succeed", poll=0.3)
+    wait_for(lambda: any(m.episode_id == res.episode_id for m in list(announced)), 60,
+             f"episode {res.episode_id} to be announced on /amf/episodes")
+    info = next(m for m in list(announced) if m.episode_id == res.episode_id)
+    sim = call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
+    assert sim.task == task_b and sim.success, "the operator put the simulator on the episode's task"
+    assert info.task == task_b and info.success and info.num_steps == sim.steps > 0
+    assert "resetting it to" in procs.log_tail("scripted_teleop", 20000)
     assert procs.dead() == {}

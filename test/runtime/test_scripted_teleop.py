@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from amf_ros.runtime.scripted_teleop import RUNNING, Expert, ScriptedTeleop, SimStatus, metaworld_experts
+from amf_ros.runtime.scripted_teleop import (
+    RUNNING,
+    Expert,
+    ScriptedTeleop,
+    SimStatus,
+    metaworld_experts,
+)
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -293,7 +299,11 @@ def test_bad_configuration_is_refused():
 
 def test_metaworld_experts_act_in_the_wire_action_space():
     pytest.importorskip("metaworld")
-    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks, native_to_eef7
+    from amf_ros.envs.metaworld_suite import (
+        MetaworldTaskEnv,
+        load_tasks,
+        native_to_eef7,
+    )
 
     experts = metaworld_experts("config/tasks/metaworld.yaml")
     env = MetaworldTaskEnv(load_tasks(keys=["reach"])[0])

@@ -3,12 +3,19 @@ small fake backend (Metaworld only in one test of the real backend factory)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import numpy as np
 import pytest
 
-from amf_ros.runtime.sim_bridge import Frame, RenderSpec, SimBridge, TaskState, make_backend
+from amf_ros.runtime.sim_bridge import (
+    Frame,
+    RenderSpec,
+    SimBridge,
+    TaskState,
+    make_backend,
+)
 
 
 class FakeSim:
@@ -160,7 +167,7 @@ def test_reset_never_interleaves_with_a_step():
         t.start()
     for t in threads:
         t.join()
-    for prev, cur in zip(frames, frames[1:]):
+    for prev, cur in itertools.pairwise(frames):
         if cur.status.resets == prev.status.resets:
             assert cur.status.steps == prev.status.steps + 1
         else:

@@ -1,7 +1,8 @@
 """Parameters of scripted_teleop (declared by amf_ros.ros.nodes.scripted_teleop; set in config/sim.yaml).
 
 scripted_teleop stands in for the human operator of the embedded simulation: when the recorder's latched
-status shows a new episode, it drives the arm with that task's scripted expert and ends the episode.
+status shows a new episode, it puts the simulator on that task if needed (one reset), drives the arm with that
+task's scripted expert and ends the episode.
 """
 
 from __future__ import annotations
@@ -38,19 +39,25 @@ class ScriptedTeleopParams:
     seed: int = param(0, "Seed of the action noise.", range=(0, 2147483647))
     end_episode: bool = param(
         True,
-        "Call EndEpisode (success from the simulator) when the task is solved or max_steps actions were sent, "
-        "like an operator pressing 'done'.",
+        "Call EndEpisode (success from the simulator's task status) when the task is solved or done, or max_steps "
+        "actions were sent, like an operator pressing 'done'.",
     )
     start_timeout_s: float = param(
         5.0,
-        "Give up an episode (EndEpisode with discard) when no fresh observation arrives within this time after "
-        "it started, s.",
+        "Bound on each wait before the first action (a task status newer than the episode start, the reset reply, "
+        "the status after the reset, the first observation), s; past it the episode is ended with discard.",
         range=(0.1, 600.0),
     )
     state_topic: str = param("observation/state", "Observation topic (amf_ros/StateVector) the expert reads.")
     action_topic: str = param("action", "Teleop action topic (amf_ros/EefDeltaAction).")
     status_topic: str = param("recorder/status", "Latched recorder status (amf_ros/RecorderStatus).")
     end_episode_service: str = param("recorder/end_episode", "Recorder service (amf_ros/EndEpisode).")
-    success_service: str = param(
-        "sim/success", "Simulator success service (amf_ros/TaskSuccess), asked before every action."
+    task_status_topic: str = param(
+        "sim/status",
+        "Simulator's latched task status (amf_ros/TaskStatus): decides reset, when to end and the success reported.",
+    )
+    reset_service: str = param(
+        "sim/reset",
+        "Simulator reset service (amf_ros/ResetTask), called once (seed -1) at an episode start when the simulator "
+        "is on another task or its scene was already used.",
     )

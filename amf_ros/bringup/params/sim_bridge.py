@@ -1,7 +1,8 @@
 """Parameters of sim_bridge (declared by amf_ros.ros.nodes.sim_bridge; set in config/*.yaml).
 
 sim_bridge hosts a simulated arm behind the topics a real robot uses. Stepping semantics: every EefDeltaAction
-received on ``action_topic`` is one environment step; the resulting observation is published at once.
+received on ``action_topic`` is one environment step; the resulting observation is published at once, followed
+by its TaskStatus on ``status_topic`` (same stamp).
 """
 
 from __future__ import annotations
@@ -53,7 +54,16 @@ class SimBridgeParams:
     )
     action_topic: str = param("action", "Action topic (amf_ros/EefDeltaAction); each message = one step.")
     reset_service: str = param("sim/reset", "Service (amf_ros/ResetTask) resetting the arm to a task.")
-    success_service: str = param("sim/success", "Service (amf_ros/TaskSuccess) reporting task success.")
+    success_service: str = param(
+        "sim/success",
+        "Service (amf_ros/TaskSuccess) reporting task, success since the reset and steps (kept for tools; per-tick "
+        "readers take status_topic instead).",
+    )
+    status_topic: str = param(
+        "sim/status",
+        "Latched task status (amf_ros/TaskStatus: task, resets, steps, success, done), published right after every "
+        "state with the same header.stamp.",
+    )
     idle_publish_period_s: float = param(
         0.5,
         "When no observation was published for this long (no actions arriving), re-publish the current state "
