@@ -1,16 +1,14 @@
-"""What task_selector does per /amf/next_task request, without ROS: demo counts from the store, loss-gradient
-embeddings from its own copy of the policy, the configured selector from amf_ros.core, a decision with every score.
+"""What task_selector does, without ROS: its own copy of the policy (initial choice, reload on a checkpoint
+announcement), demo counts from the store, the configured selector from amf_ros.core, a decision with every score.
 
-AMF-NN as ``amf bench metaworld`` computes it (its ``amf_score_fn``: paper Sec. 4, App. E, M.3.3-M.3.4), so that the
-ROS loop and the benchmark make the same decisions:
-  * features phi = the policy's loss-gradient embeddings of recorded steps (label = the demonstrated action), at
-    ``frames_per_episode`` evenly spaced steps of every episode (fewer when the store is large, so that the total
-    stays within ``max_points``: the criterion factorises a matrix over the data points);
-  * validation set: the first recorded episode of every task (the warm start; ``targets="all"``: every episode);
-  * targets: the validation states with their own task (importance weight 1 when demonstrated for that task, 0
-    otherwise: deterministic/diffusion policies, eq. 4), each task weighted equally (mu_c uniform);
-  * a candidate c': its validation episode(s) as its hallucinated demonstration;
-  * data conditioned on: every other episode (``condition_on_data``).
+The AMF-NN score is :func:`amf_ros.core.amf_nn.amf_nn_score_fn`, the same function ``amf bench metaworld`` uses
+(paper Sec. 4, App. E, M), so that the ROS loop and the benchmark make the same decisions. Here: the validation set is
+the first recorded episode of every task (the warm start; ``targets="all"``: every episode), the target tasks are
+the tasks of those episodes, and the embeddings of each (episode, frames) are cached until the policy changes.
+
+Concurrency: a request takes the (policy, embedding cache) pair once, under the lock, and uses only that pair; a
+reload swaps in a new pair (never mutates the one a request is reading), so a reload during a request neither
+mixes two policies' embeddings in one score nor leaves the old policy's embeddings in the new policy's cache.
 """
 
 from __future__ import annotations
@@ -20,11 +18,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from amf_ros.data import transitions as datasets
+
+if TYPE_CHECKING:
+    from amf_ros.bringup.params.task_selector import TaskSelectorParams
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class TaskSelection:
         selector: name for :func:`amf_ros.core.selectors.make_selector`.
         instructions: ordered ``{task key: instruction}`` (the configured task set).
         dataset_dir: the episode store.
-        seed: RNG seed (selector tie breaks / random draws, subsampling).
+        seed: RNG seed (selector tie breaks / random draws).
         form, noise_var, prior_var: AMF criterion settings (App. E).
         frames_per_episode: steps of each episode used as data/target points.
         max_points: cap on the total number of data points (fewer frames per episode in large stores).
@@ -85,26 +86,31 @@ class TaskSelection:
             raise ValueError(f"targets must be 'warm' or 'all', got {targets=}")
         self.targets, self.condition_on_data = targets, bool(condition_on_data)
         self.cache = datasets.EpisodeCache(dataset_dir, action_space, loader=episode_loader)
-        self._phi: dict[tuple[str, int], np.ndarray] = {}
-        self.pretrain_counts: dict[str, int] | None = None
-        self._policy: Any = None
-        self.checkpoint: str = ""
         self._lock = threading.Lock()
+        self._state = _PolicyState(None, {}, "", None)
 
     def set_policy(self, policy: Any, checkpoint: str | Path = "",
                    pretrain_counts: Mapping[str, int] | None = None) -> None:
-        """Swap in a (re)loaded policy; the next request uses it."""
+        """Swap in a (re)loaded policy with a fresh embedding cache; the next request uses it (a running one keeps
+        the pair it started with)."""
         with self._lock:
-            self._policy = policy
-            self._phi = {}
-            self.checkpoint = str(checkpoint)
-            if pretrain_counts is not None:
-                self.pretrain_counts = dict(pretrain_counts)
+            counts = dict(pretrain_counts) if pretrain_counts is not None else self._state.pretrain_counts
+            self._state = _PolicyState(policy, {}, str(checkpoint), counts)
 
     @property
     def policy(self) -> Any:
         with self._lock:
-            return self._policy
+            return self._state.policy
+
+    @property
+    def checkpoint(self) -> str:
+        with self._lock:
+            return self._state.checkpoint
+
+    @property
+    def pretrain_counts(self) -> dict[str, int] | None:
+        with self._lock:
+            return self._state.pretrain_counts
 
     def next_task(self, candidates: Sequence[str] = (), batch_size: int = 1) -> Decision:
         """Choose ``batch_size`` task(s) among ``candidates`` (empty = the whole task set).
@@ -113,6 +119,8 @@ class TaskSelection:
             ValueError: unknown candidate task, or AMF without a loaded policy.
         """
         t0 = time.perf_counter()
+        with self._lock:  # one consistent (policy, embedding cache) pair for the whole request
+            state = self._state
         cands = list(candidates) or list(self.instructions)
         unknown = [c for c in cands if c not in self.instructions]
         if unknown:
@@ -124,14 +132,14 @@ class TaskSelection:
         demo_counts = {c: int(counts.get(c, 0)) for c in cands}
         score_fn = None
         if self.selector_name == "amf" and all(v > 0 for v in demo_counts.values()):
-            score_fn = self._amf_score_fn()  # during warm start the selector needs no scores
+            score_fn = self._amf_score_fn(state)  # during warm start the selector needs no scores
         selection = self.selector.select(cands, demo_counts, self.rng, batch_size=batch_size, score_fn=score_fn,
-                                         pretrain_counts=self.pretrain_counts)
+                                         pretrain_counts=state.pretrain_counts)
         ess = selection.info.get("effective_sample_size", {}) if isinstance(selection.info, dict) else {}
         scores = [float(selection.scores.get(c, float("nan"))) for c in cands]
         chosen = list(selection.tasks)
         msg = (f"{self.selector_name}: {'warm start, ' if selection.warm_start else ''}chose {chosen} "
-               f"(counts {demo_counts}); policy: {self.checkpoint or 'none'}")
+               f"(counts {demo_counts}); policy: {state.checkpoint or 'none'}")
         return Decision(task=chosen[0], instruction=self.instructions[chosen[0]], selected_tasks=chosen,
                         tasks=cands, scores=scores, demo_counts=[demo_counts[c] for c in cands],
                         warm_start=bool(selection.warm_start), selector=self.selector_name,
@@ -139,48 +147,121 @@ class TaskSelection:
                         effective_sample_size=[float(ess.get(c, float("nan"))) for c in cands] if ess else [],
                         message=msg)
 
-    def _amf_score_fn(self) -> Any:
-        """ScoreFn of the AMF criterion on loss-gradient embeddings of the policy (see module docstring)."""
-        from amf_ros.core.criterion import feature_score_fn
+    def _amf_score_fn(self, state: _PolicyState) -> Any:
+        """ScoreFn of AMF-NN (core/amf_nn.py) on ``state``'s policy, filling ``state``'s embedding cache."""
+        from amf_ros.core.amf_nn import amf_nn_score_fn, warm_start_validation
 
-        policy = self.policy
-        if policy is None:
+        if state.policy is None:
             raise ValueError("selector 'amf' needs a policy: no checkpoint is loaded yet (set 'checkpoint' or "
                              "'checkpoint_dir', or wait for /amf/checkpoint)")
         episodes = self.cache.episodes()
         if not episodes:
             raise ValueError(f"selector 'amf' needs recorded episodes; none in {str(self.dataset_dir)!r}")
         task_of = [str(ep["task"][0]) for _, ep in episodes]
-        # Validation set (App. M.3.4): the first recorded episode of every task (the warm start), or every episode.
-        val = [i for i, t in enumerate(task_of) if self.targets == "all" or task_of.index(t) == i]
-        use = [i for i in range(len(episodes)) if i in val or self.condition_on_data]
-        # Bound the criterion's cost (a Cholesky over the data points): at most max_points points in total.
-        frames = max(1, min(self.frames_per_episode, self.max_points // max(1, len(use))))
-        phi: dict[int, np.ndarray] = {}
-        for i in use:
-            eid, ep = episodes[i]
-            if (eid, frames) not in self._phi:  # depends only on the policy (cleared on reload) and the episode
-                self._phi[(eid, frames)] = np.asarray(policy.embed(datasets.evenly_spaced(ep, frames)), np.float64)
-            phi[i] = self._phi[(eid, frames)]
-        per_task: dict[str, list[int]] = {}
-        for i in val:
-            per_task.setdefault(task_of[i], []).append(i)
-        # Targets: the validation states with their own task (w = 1), each task weighted equally (mu_c uniform).
-        target_phi = np.concatenate([phi[i] for i in val])
-        weights = np.concatenate([np.full(len(phi[i]), 1.0 / (len(per_task) * len(per_task[task_of[i]])
-                                                                * len(phi[i]))) for i in val])
-        rest = [phi[i] for i in use if i not in val]
-        data_phi = np.concatenate(rest) if rest else np.zeros((0, target_phi.shape[1]))
+        val = list(range(len(episodes))) if self.targets == "all" else warm_start_validation(task_of)
+        return amf_nn_score_fn(state.policy, [ep for _, ep in episodes], val, noise_var=self.noise_var,
+                               prior_var=self.prior_var, form=self.form, condition_on_data=self.condition_on_data,
+                               frames_per_episode=self.frames_per_episode, max_points=self.max_points,
+                               cache=state.phi, keys=[eid for eid, _ in episodes])
 
-        def candidate(task: str) -> tuple[list[np.ndarray], np.ndarray]:
-            idx = per_task.get(task)
-            if not idx:
-                raise ValueError(f"no recorded episode of candidate {task!r} to hallucinate from (warm start "
-                                 "demonstrates every candidate once first)")
-            return [phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
 
-        # Importance weights are 0/1 per trajectory (eq. 4, deterministic policy), so the effective sample size of
-        # task c's target weights is its number of target episodes.
-        ess = {t: float(len(v)) for t, v in per_task.items()}
-        return feature_score_fn(data_phi, candidate, target_phi, weights, noise_var=self.noise_var,
-                                prior_var=self.prior_var, form=self.form, info={"effective_sample_size": ess})
+@dataclass(frozen=True)
+class _PolicyState:
+    """What one request reads: the policy copy, ITS embedding cache {(episode id, frames): phi}, and its origin."""
+
+    policy: Any
+    phi: dict
+    checkpoint: str
+    pretrain_counts: dict[str, int] | None
+
+
+class TaskSelectorRuntime:
+    """task_selector without ROS, built from its parameters: the policy copy's life cycle and the selection.
+
+    * start: the newest checkpoint (``checkpoint``, else the newest round under ``checkpoint_dir``; backend octo:
+      the newest Octo head made from ``checkpoint``), or none (fine for uniform / round_robin; AMF refuses until
+      one is announced);
+    * :meth:`on_checkpoint`: reload on an announcement (``selection_policy="latest"``) or keep the first copy
+      (``"frozen"``, the benchmark's frozen selection copy). Loading takes seconds: call it from a thread other
+      than the one answering :meth:`next_task` (the node: its own callback group), which keeps answering with
+      the previous copy meanwhile;
+    * the checkpoint's pre-training counts (``pretrain.json``) go to the selector when ``pretrain_counts`` is set.
+
+    Args:
+        p: the node's parameters (amf_ros/bringup/params/task_selector.py).
+    """
+
+    def __init__(self, p: TaskSelectorParams) -> None:
+        from amf_ros.data.tasks import task_set
+
+        self.p = p
+        self.notes: list[str] = []  # start-up remarks for the node's log
+        self.octo: Any = None
+        if p.backend == "octo":  # head checkpoints + policy_server's cached Octo frame embeddings
+            from amf_ros.runtime.octo_serving import OctoSelection
+
+            self.octo = OctoSelection(p, task_set(p.tasks_file, None, p.tasks))
+        policy, checkpoint = self._initial_policy()
+        instructions = task_set(p.tasks_file, policy, p.tasks)
+        if self.octo is not None:
+            self.octo.cache.instructions.update(getattr(policy, "instructions", None) or {})
+        self.selection = TaskSelection(
+            p.selector, instructions, p.dataset_dir, seed=p.seed, form=p.form, noise_var=p.noise_var,
+            prior_var=p.prior_var, frames_per_episode=p.frames_per_episode, max_points=p.max_points,
+            action_space=p.action_space, targets=p.targets, condition_on_data=p.condition_on_data,
+            episode_loader=self.octo.episode_loader() if self.octo is not None else None)
+        if policy is not None:
+            self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint))
+        self.reloads = 0
+
+    @property
+    def instructions(self) -> dict[str, str]:
+        return self.selection.instructions
+
+    @property
+    def checkpoint(self) -> str:
+        return self.selection.checkpoint
+
+    def next_task(self, candidates: Sequence[str] = (), batch_size: int = 1) -> Decision:
+        """:meth:`TaskSelection.next_task`."""
+        return self.selection.next_task(candidates, batch_size)
+
+    def _initial_policy(self) -> tuple[Any, str]:
+        """The newest checkpoint, or (None, "") when there is none."""
+        from amf_ros.runtime import policy_server as policy_runtime
+
+        if self.octo is not None:
+            head = self.octo.newest_head()
+            return (self.octo.load(head), str(head.resolve())) if head is not None else (None, "")
+        try:
+            path = policy_runtime.resolve_checkpoint(self.p.checkpoint, self.p.checkpoint_dir)
+        except ValueError as exc:
+            if self.p.selector == "amf":
+                self.notes.append(f"no policy yet ({exc}); AMF scores need one after the warm start")
+            return None, ""
+        return policy_runtime.load_policy(path), str(path.resolve())
+
+    def _pretrain_counts(self, checkpoint: str) -> dict[str, int] | None:
+        """Pre-training demonstrations per task from ``<checkpoint>/pretrain.json`` (written by `amf pretrain`)."""
+        from amf_ros.runtime import policy_server as policy_runtime
+
+        return policy_runtime.pretrain_counts(checkpoint) if self.p.pretrain_counts else None
+
+    def on_checkpoint(self, path: str) -> tuple[bool, str]:
+        """Reload the policy copy from an announced checkpoint; returns (reloaded, what happened for the log).
+
+        Raises:
+            Exception: whatever loading the checkpoint raised (the previous copy stays in use).
+        """
+        from amf_ros.runtime import policy_server as policy_runtime
+
+        if path == self.selection.checkpoint:
+            return False, f"checkpoint {path} is already loaded"
+        if self.p.selection_policy == "frozen" and self.selection.policy is not None:
+            return False, f"checkpoint {path} announced; selection_policy=frozen keeps {self.selection.checkpoint}"
+        current = self.selection.policy  # share its language model instead of loading another copy
+        policy = (self.octo.load(path) if self.octo is not None else
+                  policy_runtime.load_policy(path, task_encoder=getattr(current, "encoder", None)))
+        self.selection.set_policy(policy, path, self._pretrain_counts(path))
+        self.reloads += 1
+        return True, f"reloaded policy from {path}"

@@ -1,0 +1,181 @@
+"""runtime/task_selector.py without ROS: the node's path (store -> TaskSelection.next_task) scores the same
+episodes as the benchmark's path (bench/metaworld.py amf_score_fn), a reload during a request cannot mix two
+policies' embeddings, and TaskSelectorRuntime's policy life cycle (initial choice, latest vs frozen, pretrain counts).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from amf_ros.bringup.params.task_selector import TaskSelectorParams  # noqa: E402
+from amf_ros.runtime.task_selector import TaskSelection, TaskSelectorRuntime  # noqa: E402
+
+TASKS = ["faucet-open", "drawer-close", "push", "drawer-open"]
+ORDER = TASKS + ["push", "faucet-open", "push", "drawer-close"]  # warm start, then 4 more episodes
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def _write_store(root: Path, tasks: list[str], seed: int = 0) -> None:
+    """Episodes of 20-40 steps: random 39-D states, in-range native actions recorded as 7-D EefDeltaActions."""
+    from amf_ros.data.store import EpisodeStore
+    from amf_ros.envs.metaworld_suite import native_to_eef7
+
+    store = EpisodeStore(root)
+    rng = np.random.default_rng(seed)
+    for task in tasks:
+        steps = int(rng.integers(20, 41))
+        states = rng.normal(size=(steps, 39)).astype(np.float32)
+        native = rng.uniform(-0.9, 0.9, (steps, 4)).astype(np.float32)
+        t0 = time.time_ns()
+        store.write_episode(task, f"do {task}", [
+            {"observation": {"state": s}, "action": np.asarray(native_to_eef7(a), np.float32),
+             "stamp_ns": t0 + k * 100_000_000} for k, (s, a) in enumerate(zip(states, native))],
+            robot="synthetic", control_rate_hz=10.0)
+
+
+def _policy(dataset: Path, horizon: int = 4, seed: int = 0):
+    """A small state policy (hash task encoder), fitted briefly on the store so its embeddings are not trivial."""
+    from amf_ros.bench.pretrain import make_policy
+    from amf_ros.data.transitions import load_transitions
+    from amf_ros.envs.metaworld_suite import load_tasks
+
+    policy = make_policy(load_tasks(keys=TASKS), task_encoder="hash", action_horizon=horizon, seed=seed)
+    policy.fit(load_transitions(dataset), 20, batch_size=64)
+    return policy
+
+
+@pytest.mark.parametrize("frames,targets,condition_on_data", [(8, "warm", True), (16, "all", True),
+                                                              (5, "warm", False)])
+def test_node_path_and_benchmark_path_score_the_same_episodes(tmp_path, frames, targets, condition_on_data):
+    from amf_ros.bench.metaworld import MetaworldBenchConfig, amf_score_fn
+    from amf_ros.data.transitions import EpisodeCache
+    from amf_ros.envs.metaworld_rollouts import Demo
+
+    _write_store(tmp_path / "data", ORDER)
+    policy = _policy(tmp_path / "data")
+    # node path: the store, the embedding cache, the selector
+    sel = TaskSelection("amf", {t: f"do {t}" for t in TASKS}, tmp_path / "data", frames_per_episode=frames,
+                        targets=targets, condition_on_data=condition_on_data)
+    sel.set_policy(policy, "ckpt")
+    decision = sel.next_task()
+    assert not decision.warm_start and decision.tasks == TASKS and decision.demo_counts == [2, 2, 3, 1]
+    # benchmark path: the same recorded episodes as the benchmark's demonstrations (labels = recorded actions)
+    demos = [Demo(task=str(ep["task"][0]), seed=0, obs=ep["state"], actions=ep["action"],
+                  expert_actions=ep["action"], success=True) for _, ep in EpisodeCache(tmp_path / "data").episodes()]
+    assert [d.task for d in demos] == ORDER
+    cfg = MetaworldBenchConfig(tasks=TASKS, task_encoder="hash", frames_per_demo=frames, criterion_targets=targets,
+                               condition_on_data=condition_on_data)
+    bench = amf_score_fn(policy, demos, [i < len(TASKS) for i in range(len(demos))], cfg)(TASKS, [])
+    # Both run the same float64 criterion on the same float32 embeddings: equal up to float64 rounding (the
+    # criterion's sums are ~1e2 terms, so 1e-9 relative is far above rounding and far below any real difference).
+    np.testing.assert_allclose(decision.scores, bench, rtol=1e-9, atol=0)
+    assert len(set(np.round(bench, 6))) == len(TASKS)  # the scores actually discriminate between tasks
+    assert decision.task == TASKS[int(np.argmin(bench))]
+    ess = {"warm": [1.0] * 4, "all": [2.0, 2.0, 3.0, 1.0]}[targets]
+    assert decision.effective_sample_size == ess
+
+
+class _FakePolicy:
+    """embed = tanh(state @ W): a deterministic per-row embedding of its own; ``on_first_embed`` runs once."""
+
+    def __init__(self, seed: int, on_first_embed=None) -> None:
+        self.w = np.random.default_rng(seed).normal(size=(39, 6))
+        self.on_first_embed = on_first_embed
+        self.calls = 0
+
+    def embed(self, tr):
+        self.calls += 1
+        if self.calls == 1 and self.on_first_embed is not None:
+            self.on_first_embed()
+        return np.tanh(np.asarray(tr["state"], np.float64) @ self.w)
+
+
+def _scores(dataset: Path, policy) -> list[float]:
+    sel = TaskSelection("amf", {t: f"do {t}" for t in TASKS}, dataset)
+    sel.set_policy(policy, "alone")
+    return sel.next_task().scores
+
+
+def test_a_reload_during_a_request_does_not_mix_policies(tmp_path):
+    _write_store(tmp_path / "data", ORDER)
+    sel = TaskSelection("amf", {t: f"do {t}" for t in TASKS}, tmp_path / "data")
+    new = _FakePolicy(2)
+    # the reload lands while the request is embedding with the old policy (as set_policy from the checkpoint
+    # callback group would, on another executor thread)
+    old = _FakePolicy(1, on_first_embed=lambda: sel.set_policy(new, "new"))
+    sel.set_policy(old, "old")
+    during = sel.next_task()
+    assert sel.checkpoint == "new" and "policy: old" in during.message
+    np.testing.assert_array_equal(during.scores, _scores(tmp_path / "data", _FakePolicy(1)))  # old policy only
+    after = sel.next_task()  # the new policy's cache must not hold the old policy's embeddings
+    assert "policy: new" in after.message and new.calls > 0
+    np.testing.assert_array_equal(after.scores, _scores(tmp_path / "data", _FakePolicy(2)))
+    assert not np.allclose(after.scores, during.scores)
+
+
+def _params(tmp_path: Path, **kw) -> TaskSelectorParams:
+    from amf_ros.envs.metaworld_suite import tasks_file
+
+    values = dict(tasks=tuple(TASKS), tasks_file=str(tasks_file()), checkpoint_dir=str(tmp_path / "ckpts"),
+                  dataset_dir=str(tmp_path / "data"))
+    return TaskSelectorParams(**{**values, **kw})
+
+
+def _save(policy, path: Path, counts: dict[str, int] | None = None) -> str:
+    policy.save(path)
+    if counts is not None:
+        (path / "pretrain.json").write_text(json.dumps({"pretrain_counts": counts}))
+    return str(path.resolve())
+
+
+@pytest.mark.parametrize("selection_policy", ["latest", "frozen"])
+def test_runtime_policy_life_cycle(tmp_path, selection_policy):
+    _write_store(tmp_path / "data", ORDER)
+    policy = _policy(tmp_path / "data", horizon=1)
+    first = _save(policy, tmp_path / "ckpts" / "round_0001", {"push": 3})
+    newer = _save(policy, tmp_path / "ckpts" / "round_0002", {"push": 5})
+    rt = TaskSelectorRuntime(_params(tmp_path, selection_policy=selection_policy, selector="rebalancing"))
+    assert rt.checkpoint == newer and rt.selection.pretrain_counts == {"push": 5}  # the newest at start
+    assert rt.notes == [] and list(rt.instructions) == TASKS
+    assert rt.on_checkpoint(newer) == (False, f"checkpoint {newer} is already loaded")
+    reloaded, note = rt.on_checkpoint(first)
+    if selection_policy == "latest":
+        assert reloaded and rt.checkpoint == first and rt.reloads == 1 and rt.selection.pretrain_counts == {"push": 3}
+    else:
+        assert not reloaded and "frozen keeps" in note and rt.checkpoint == newer and rt.reloads == 0
+    bad = str(tmp_path / "no_such_checkpoint")
+    if selection_policy == "latest":
+        with pytest.raises(Exception, match="no_such_checkpoint"):
+            rt.on_checkpoint(bad)
+        assert rt.checkpoint == first and rt.reloads == 1  # a bad checkpoint changes nothing
+    else:
+        assert rt.on_checkpoint(bad)[0] is False and rt.checkpoint == newer  # frozen never loads
+    d = rt.next_task()
+    assert not d.warm_start and d.task in TASKS
+
+
+def test_runtime_without_checkpoint_and_without_pretrain_counts(tmp_path):
+    _write_store(tmp_path / "data", TASKS[:2])
+    rt = TaskSelectorRuntime(_params(tmp_path))
+    assert rt.checkpoint == "" and rt.selection.policy is None and "no policy yet" in rt.notes[0]
+    d = rt.next_task()  # warm start needs no policy
+    assert d.warm_start and d.task in TASKS[2:]
+    _write_store(tmp_path / "data2", TASKS)
+    rt2 = TaskSelectorRuntime(_params(tmp_path, dataset_dir=str(tmp_path / "data2")))
+    with pytest.raises(ValueError, match="needs a policy"):
+        rt2.next_task()
+    path = _save(_policy(tmp_path / "data2", horizon=1), tmp_path / "ckpts" / "round_0001", {"push": 1})
+    rt3 = TaskSelectorRuntime(_params(tmp_path, dataset_dir=str(tmp_path / "data2"), pretrain_counts=False))
+    assert rt3.checkpoint == path and rt3.selection.pretrain_counts is None
+    assert rt2.on_checkpoint(path)[0] and np.all(np.isfinite(rt2.next_task().scores))
