@@ -1,4 +1,5 @@
-"""widowx_driver's logic through the library: parameters -> limits, stale actions, gripper stop, install hint."""
+"""widowx_driver through the library (parameters -> limits, stale actions, gripper stop) and as a process without
+Interbotix (one line naming the package, non-zero exit). Its runtime: test/runtime/test_widowx_driver.py."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -53,8 +54,30 @@ def test_joint_state_stream_to_commands_like_the_node():
 
 
 @pytest.mark.skipif(not HAS_RCLPY or has("interbotix_xs_msgs"), reason="needs rclpy and no interbotix_xs_msgs")
-def test_node_says_how_to_get_interbotix_messages():
-    from amf_ros.ros.nodes import widowx_driver
+@pytest.mark.parametrize("distro", ["kilted", ""])
+def test_node_without_interbotix_exits_with_one_line_naming_the_package(distro):
+    """robot:=real without Interbotix: the installed widowx_driver prints one line (no traceback) naming the package
+    for the ROS distribution in use, and exits non-zero within seconds."""
+    import os
+    import subprocess
+    import sys
+    import time
 
-    with pytest.raises(ImportError, match="interbotix_ros_core"):
-        widowx_driver._interbotix_msgs()
+    from amf_ros.bringup.graph import find_executable
+
+    try:
+        exe = find_executable("widowx_driver")
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    env = {k: v for k, v in os.environ.items() if k != "ROS_DISTRO"}
+    if distro:
+        env["ROS_DISTRO"] = distro
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(exe), "--ros-args", "-r", "__ns:=/amf"], env=env,
+                          capture_output=True, text=True, timeout=30)
+    took = time.monotonic() - t0
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert proc.returncode != 0 and took < 10.0, (proc.returncode, took)
+    assert len(lines) == 1 and "Traceback" not in lines[0], lines
+    package = f"ros-{distro}-interbotix-xs-msgs" if distro else "your ROS 2 distribution"
+    assert lines[0].startswith("widowx_driver: interbotix_xs_msgs is not installed") and package in lines[0], lines

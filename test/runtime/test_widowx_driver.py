@@ -1,0 +1,96 @@
+"""widowx_driver's runtime without rclpy: what is published for joint states, actions and e-stop requests, which
+actions are dropped, when the gripper's PWM is stopped, the motion-profile request, the missing-Interbotix line."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from amf_ros.bringup.params import load
+from amf_ros.robots import widowx, wx250s
+from amf_ros.runtime.widowx_driver import WidowXDriver, missing_interbotix_line
+
+NAMES = ["waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate", "gripper", "left_finger",
+         "right_finger"]
+SEC = 1_000_000_000
+
+
+def joints(x: float = 0.3, finger: float = 0.037) -> list[float]:
+    """Joint positions of the wx250s at [x, 0, 0.15] pointing down, with the given finger position."""
+    q = wx250s.ik(widowx.state_to_pose([x, 0.0, 0.15, 0, 0, 0]), guess=wx250s.NEUTRAL_JOINTS).q
+    return [*q, 0.0, finger, -finger]
+
+
+def driver(**over) -> WidowXDriver:
+    return WidowXDriver(load("widowx_driver", over))
+
+
+def test_joint_states_give_proprio_and_bad_ones_are_logged_throttled():
+    rt = driver()
+    proprio, out = rt.on_joint_state(NAMES, joints())
+    np.testing.assert_allclose(proprio, [0.3, 0.0, 0.15, 0, 0, 0, 0, 1.0], atol=2e-3)
+    assert (out.arm, out.gripper, out.logs) == (None, None, [])
+    proprio, out = rt.on_joint_state(["x"], [0.0], now=100.0)
+    assert proprio is None and out.logs[0][0] == "error" and "lacks arm joints" in out.logs[0][1]
+    assert rt.on_joint_state(["x"], [0.0], now=103.0)[1].logs == []  # 5 s throttle
+    assert "1 similar" in rt.on_joint_state(["x"], [0.0], now=105.5)[1].logs[0][1]
+
+
+def test_actions_before_joints_stale_or_bad_publish_nothing():
+    rt = driver()
+    out = rt.on_action(np.zeros(7), stamp_ns=0, now_ns=SEC, now=0.0)
+    assert out.arm is None and out.logs == [("warn", "action ignored: no joint state yet")]
+    rt.on_joint_state(NAMES, joints())
+    out = rt.on_action([0, 0, 0, 0, 0, 0, 1.0], stamp_ns=SEC, now_ns=SEC + 600_000_000, now=0.0)
+    assert out.arm is None and out.logs == [("warn", "stale action dropped")]
+    out = rt.on_action([0.0, float("nan"), 0, 0, 0, 0, 1.0], stamp_ns=0, now_ns=SEC, now=0.0)
+    assert out.arm is None and out.logs[0][0] == "error" and "7 finite numbers" in out.logs[0][1]
+    out = rt.on_action([0.0, float("nan"), 0, 0, 0, 0, 1.0], stamp_ns=0, now_ns=SEC, now=0.1)
+    assert len(out.logs) == 1  # refused actions are never throttled
+    fresh = driver(action_timeout_s=0.0)
+    fresh.on_joint_state(NAMES, joints())
+    assert fresh.on_action([0, 0, 0, 0, 0, 0, 1.0], stamp_ns=SEC, now_ns=100 * SEC).arm is not None  # 0 = no check
+
+
+def test_actions_move_the_arm_and_drive_the_gripper_once_per_direction_until_it_arrives():
+    rt = driver()
+    rt.on_joint_state(NAMES, joints(finger=0.037))  # fully open
+    out = rt.on_action([0.0, 0.01, 0.0, 0, 0, 0, 1.0], stamp_ns=0, now_ns=SEC)
+    assert len(out.arm) == 6 and out.gripper == pytest.approx(250.0) and out.logs == []
+    np.testing.assert_allclose(wx250s.fk(np.array(out.arm))[:3, 3], [0.3, 0.01, 0.15], atol=2e-3)
+    assert rt.gripper_driving
+    assert rt.on_action([0, 0, 0, 0, 0, 0, 1.0], 0, SEC).gripper is None  # same direction: no new PWM
+    assert rt.on_joint_state(NAMES, joints(finger=0.037))[1].gripper == 0.0  # at the open end: PWM 0
+    assert not rt.gripper_driving and rt.on_joint_state(NAMES, joints())[1].gripper is None
+    out = rt.on_action([0, 0, 0, 0, 0, 0, 0.0], 0, SEC)
+    assert out.gripper == pytest.approx(-250.0) and rt.gripper_driving  # closing
+    assert rt.on_joint_state(NAMES, joints(finger=0.03))[1].gripper is None  # still on its way
+
+
+def test_estop_holds_stops_the_gripper_refuses_actions_and_release_reanchors():
+    rt = driver()
+    rt.on_joint_state(NAMES, joints())
+    rt.on_action([0, 0, 0, 0, 0, 0, 0.0], 0, SEC)
+    out, message = rt.estop(True)
+    np.testing.assert_allclose(out.arm, joints()[:6])
+    assert out.gripper == 0.0 and rt.stopped and "ENGAGED" in message and out.logs == [("warn", message)]
+    assert rt.on_action([0, 0, 0, 0, 0, 0, 1.0], 0, SEC, now=0.0).logs == [("warn", "action ignored: e-stop engaged")]
+    out, message = rt.estop(False)
+    assert (out.arm, out.gripper, message) == (None, None, "e-stop released") and not rt.stopped
+    out = rt.on_action([0, 0, 0, 0, 0, 0, 0.0], 0, SEC)
+    assert out.arm is not None and out.gripper == pytest.approx(-250.0)  # direction forgotten at the stop
+    assert driver(start_stopped=True).stopped
+
+
+def test_profile_request_and_missing_interbotix_line():
+    req = driver(control_period_s=0.2).profile_request()
+    assert req == {"cmd_type": "group", "name": "arm", "mode": "position", "profile_type": "time",
+                   "profile_velocity": 200, "profile_acceleration": 50}
+    assert WidowXDriver(replace(load("widowx_driver", {}), operating_modes_service="")).profile_request() is None
+    line = missing_interbotix_line("humble")
+    assert "\n" not in line and "interbotix_xs_msgs" in line and "ros-humble-interbotix-xs-msgs" in line
+    assert "ROS 2 humble" in line
+    assert missing_interbotix_line(None) == missing_interbotix_line("")
+    assert "your ROS 2 distribution" in missing_interbotix_line(None)
