@@ -218,9 +218,7 @@ def run(cfg: LatencyConfig, out: Path) -> dict[str, Any]:
     """Run both measurements; returns the results dict (also written to ``out/results.json``)."""
     import tempfile
 
-    import rclpy
-
-    from amf_ros.ros.client import AMFClient
+    from amf_ros.ros.client import session
     from amf_ros.runtime.policy_server import load_policy
 
     t0 = time.monotonic()
@@ -231,14 +229,9 @@ def run(cfg: LatencyConfig, out: Path) -> dict[str, Any]:
         work = Path(tmp)
         ckpt = Path(cfg.checkpoint) if cfg.checkpoint else _make_checkpoint(work / "policy", cfg.seed, cfg.head)
         instructions = dict(load_policy(ckpt).instructions)
-        rclpy.init()
-        client = AMFClient("amf_bench_latency", record_actions=True)
-        try:
+        with session("amf_bench_latency", record_actions=True) as client:
             settings = time_next_task(cfg, work, ckpt, instructions, env, client)
             settings += time_jitter(cfg, work, ckpt, env, client)
-        finally:
-            client.close()
-            rclpy.try_shutdown()
     results = {"benchmark": "ros-latency", "config": dataclasses.asdict(cfg), "metric": "milliseconds",
                "wall_time_s": time.monotonic() - t0, "machine": {"cpus": os.cpu_count()}, "settings": settings}
     write_results(out, results)

@@ -91,9 +91,7 @@ def node_overrides(run_dir: Path, cfg: LoopConfig) -> dict[str, list[str]]:
 
 def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     """Run the loop; returns the results dict (also written to ``<run dir>/results.json``)."""
-    import rclpy
-
-    from amf_ros.ros.client import AMFClient
+    from amf_ros.ros.client import session
     from amf_ros.loop.report import evaluate, print_round, write_outputs
     from amf_ros.bringup.pretrained import ensure_pretrained
     from amf_ros.paths import workspace_root
@@ -116,9 +114,7 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
                                "tasks": list(instructions), "pretrained_checkpoint": str(checkpoint),
                                "run_dir": str(run_dir), "rounds": []}
     procs = NodeProcesses(specs, log_dir=run_dir / "logs", env=env, extra_args=node_overrides(run_dir, cfg))
-    with procs:
-        rclpy.init()
-        client = AMFClient("amf_run")
+    with procs, session("amf_run") as client:
         try:
             _checked(procs, lambda: client.wait_ready(timeout=cfg.startup_timeout_s), "bring-up")
             row = {"round": 0, "task": "", "evaluation": evaluate(client, list(instructions), cfg, max_steps)}
@@ -138,9 +134,6 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
                 log.error("stopped after round %d; rounds so far in %s", results["rounds"][-1]["round"],
                           run_dir / "results.json")
             raise
-        finally:
-            client.close()
-            rclpy.try_shutdown()
     results["wall_time_s"] = time.monotonic() - t_start
     write_outputs(results, run_dir)
     return results

@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from rclpy.action import ActionClient
 from rclpy.executors import MultiThreadedExecutor
@@ -199,3 +200,20 @@ class AMFClient:
         """Run /amf/run_policy to completion; returns RunPolicy.Result (check .ok, .success)."""
         return self._action(self.run_cli, RunPolicy.Goal(task=task, max_steps=max_steps), timeout,
                             "run_policy")
+
+
+@contextmanager
+def session(name: str, **kwargs: Any) -> Iterator[AMFClient]:
+    """rclpy initialised for this process and an :class:`AMFClient` (``AMFClient(name, **kwargs)``); both are shut
+    down on exit. For programs whose only ROS use is this client (`amf run`, benchmarks)."""
+    import rclpy
+
+    rclpy.init()
+    client = None
+    try:
+        client = AMFClient(name, **kwargs)
+        yield client
+    finally:
+        if client is not None:
+            client.close()
+        rclpy.try_shutdown()

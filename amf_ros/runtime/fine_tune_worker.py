@@ -169,6 +169,7 @@ class FineTuneWorker:
         if self._closed:
             raise FineTuneCancelled("policy_server is shutting down")
         self._ensure_started()
+        proc, events = self._proc, self._events  # close() may clear self._proc from another thread
         self._cancel.clear()
         self._jobs.put(asdict(job))
         deadline = time.monotonic() + timeout_s + self.start_timeout_s
@@ -176,10 +177,12 @@ class FineTuneWorker:
             if cancelled() or self._closed:
                 self._cancel.set()  # the child stops after its current gradient step and reports "cancelled"
             try:
-                event = self._events.get(timeout=POLL_S)
+                event = events.get(timeout=POLL_S)
             except queue.Empty:
-                if not self._proc.is_alive():
-                    raise RuntimeError(f"the fine-tune worker died (exit code {self._proc.exitcode}); the acting "
+                if self._closed:
+                    raise FineTuneCancelled("policy_server is shutting down; fine-tune stopped") from None
+                if not proc.is_alive():
+                    raise RuntimeError(f"the fine-tune worker died (exit code {proc.exitcode}); the acting "
                                        "checkpoint is unchanged") from None
                 if time.monotonic() > deadline:
                     self._stop()

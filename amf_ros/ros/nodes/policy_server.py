@@ -9,6 +9,8 @@ policy_server.py. Threads: docs/ros-system.md ("Concurrency").
 from __future__ import annotations
 
 import numpy as np
+import rclpy
+from rclpy._rclpy_pybind11 import RCLError
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
@@ -23,6 +25,15 @@ from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.control_loop import TaskStatusValue
 from amf_ros.runtime.policy_server import Cancelled, PolicyServer
+
+
+def _finish(transition) -> None:
+    """Set a goal's final state; at shutdown the context is already gone and the client will not hear it anyway."""
+    try:
+        transition()
+    except RCLError:
+        if rclpy.ok():
+            raise
 
 
 class PolicyServerNode(Node):
@@ -92,7 +103,7 @@ class PolicyServerNode(Node):
                               feedback=lambda s, t: goal_handle.publish_feedback(RunPolicy.Feedback(step=s,
                                                                                                      elapsed_s=t)))
         mean, median, worst = res.period_stats()
-        (goal_handle.canceled if res.cancelled else goal_handle.succeed if res.ok else goal_handle.abort)()
+        _finish(goal_handle.canceled if res.cancelled else goal_handle.succeed if res.ok else goal_handle.abort)
         self.get_logger().info(f"run_policy {req.task}: {res.message}")
         return RunPolicy.Result(ok=res.ok, message=res.message, success=res.success, steps=res.steps,
                                 mean_period_s=mean, median_period_s=median, max_period_s=worst)
@@ -105,11 +116,11 @@ class PolicyServerNode(Node):
                                         feedback=lambda s, n, loss: goal_handle.publish_feedback(
                                             FineTune.Feedback(step=s, total_steps=n, loss=loss)))
         except Exception as exc:  # reported to the client as ok=false; the node keeps running
-            (goal_handle.canceled if isinstance(exc, Cancelled) else goal_handle.abort)()
+            _finish(goal_handle.canceled if isinstance(exc, Cancelled) else goal_handle.abort)
             self.get_logger().warn(f"fine_tune failed: {exc}")
             return FineTune.Result(ok=False, message=str(exc), final_loss=float("nan"))
         self.announce()
-        goal_handle.succeed()
+        _finish(goal_handle.succeed)
         msg = f"round {res.round}: {len(res.losses)} steps in {res.wall_time_s:.1f} s, loss {res.final_loss:.4f}"
         self.get_logger().info(f"fine_tune {msg} -> {res.checkpoint}")
         return FineTune.Result(ok=True, message=msg, checkpoint=str(res.checkpoint.resolve()), tasks=res.tasks,
