@@ -157,6 +157,47 @@ def time_next_task(cfg: LatencyConfig, work: Path, ckpt: Path, instructions: dic
     return settings
 
 
+def _cpu_seconds(pid: int) -> dict[str, float]:
+    """utime + stime of every thread of ``pid`` (and its children's totals), s, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            name = (task / "comm").read_text().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[f"{name}[{task.name}]"] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _idle_cpu(pid: int, seconds: float = 10.0) -> dict:
+    """CPU use of policy_server with no goal active, per thread (percent of one core), over ``seconds``."""
+    before = _cpu_seconds(pid)
+    time.sleep(seconds)
+    after = _cpu_seconds(pid)
+    per_thread = {k: 100.0 * (after[k] - before.get(k, 0.0)) / seconds for k in after}
+    busy = {k: round(v, 2) for k, v in sorted(per_thread.items(), key=lambda kv: -kv[1]) if v > 0}
+    total = sum(per_thread.values())
+    log.info("policy_server idle CPU: %.2f %% of one core (threads: %s)", total, busy)
+    return {"name": "policy_server idle CPU (no goal)", "cpu_percent_of_one_core": total, "per_thread": busy,
+            "seconds": seconds}
+
+
+def _fine_tune_alone(client: Any, seconds: float = 15.0) -> dict:
+    """Fine-tune steps/s with no run_policy goal active (the reference for the during-control figures)."""
+    fb: list = []
+    pending = client.send_fine_tune(steps=10_000_000, feedback=fb.append)
+    client.wait_for(lambda: len(fb) > 0, 120, "fine-tune feedback")
+    step0, t0 = fb[-1].step, time.monotonic()
+    time.sleep(seconds)
+    rate = (fb[-1].step - step0) / (time.monotonic() - t0)
+    client.cancel_fine_tunes()
+    client.wait_result(pending, timeout=120)
+    log.info("fine-tune alone: %.1f steps/s", rate)
+    return {"name": "fine-tune alone", "fine_tune_steps_per_s": rate}
+
+
 def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str], client: Any) -> list[dict]:
     """Control periods of run_policy, idle and during a background fine-tune."""
     from amf_ros.msg import StateVector
@@ -164,7 +205,7 @@ def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str],
     dataset = work / f"store_{min(cfg.episodes)}"
     params = _params_file(work / "ps.yaml", "policy_server", {
         "checkpoint": str(ckpt), "checkpoint_dir": str(work / "checkpoints"), "dataset_dir": str(dataset),
-        "control_rate_hz": float(cfg.rate), "success_service": "", "seed": cfg.seed,
+        "control_rate_hz": float(cfg.rate), "task_status_topic": "", "seed": cfg.seed,
         "checkpoint_topic": "/amf/bench_checkpoint_unused"})
     procs = _node("policy_server", params, work / "logs" / "policy_server", env)
     pub = client.node.create_publisher(StateVector, "/amf/observation/state", 10)
@@ -183,6 +224,8 @@ def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str],
         client.run_cli.wait_for_server(timeout_sec=120)
         task = "faucet-open"
         client.run_policy(task, max_steps=10, timeout=120)  # warm-up: first inference, lazy torch initialisation
+        settings.append(_idle_cpu(procs.procs["policy_server"].pid))
+        settings.append(_fine_tune_alone(client))
         labels = [f"{kind} #{r + 1}" for r in range(cfg.jitter_repeats) for kind in ("idle", "during fine-tune")]
         for label in labels:
             pending, fb = None, []
@@ -242,6 +285,12 @@ def table(results: dict[str, Any]) -> str:
     """The results as a text table."""
     rows = []
     for s in results["settings"]:
+        if "cpu_percent_of_one_core" in s:
+            rows.append([s["name"], "", None, None, None, None, f"{s['cpu_percent_of_one_core']:.2f} % of one core"])
+            continue
+        if "fine_tune_steps_per_s" in s:
+            rows.append([s["name"], "", None, None, None, None, f"{s['fine_tune_steps_per_s']:.0f} steps/s"])
+            continue
         st = s.get("round_trip") or s.get("period")
         extra = (f"server p50 {s['compute_time']['p50_ms']:.1f} ms, cold 1st call {s['first_call_ms']:.0f} ms"
                  if "compute_time" in s

@@ -228,5 +228,9 @@ def write_transitions(transitions: dict[str, Any], path: Path) -> Path:
     import numpy as np
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **{k: np.asarray(v) for k, v in transitions.items()})
+    arrays = {}
+    for key, value in transitions.items():
+        arr = np.asarray(value)
+        arrays[key] = arr.astype(str) if arr.dtype == object else arr  # task keys: object -> unicode (no pickle)
+    np.savez(path, **arrays)
     return path
