@@ -273,7 +273,10 @@ class PolicyRuntime:
             self.after_save(path)
         loader = load_object(self.loader, "checkpoint loader")
         encoder = getattr(acting, "encoder", None)
-        student = loader(path, task_encoder=encoder) if encoder is not None else loader(path)
+        try:  # share the loaded language model (the package's loader); the Octo head loader takes no encoder
+            student = loader(path, task_encoder=encoder) if encoder is not None else loader(path)
+        except TypeError:
+            student = loader(path)
         with self._lock:
             self._policy, self.checkpoint, self.round = student, path, new_round
         alphas = res["alphas"]
