@@ -1,13 +1,33 @@
-"""demo_recorder's decisions that need no ROS: start checks, when an ending episode has settled, what to do with
-partial episodes, and throttling of per-message error logs. Unit-tested without rclpy.
+"""What demo_recorder does, without ROS: the episode recorder and its store, when an episode may start, when an
+ending episode has settled, what to do with partial episodes, throttled error lines and the status fields.
+Unit-tested without rclpy; ``amf_ros/ros/nodes/demo_recorder.py`` maps messages and services to
+:class:`DemoRecorder` calls.
+
+The settle of EndEpisode (why it waits, and its bound). Messages published just before EndEpisode may still be in
+DDS queues or waiting for the executor when the request arrives; committing at once would lose the last steps.
+:meth:`DemoRecorder.end` therefore first waits until :func:`settled` holds: every recorded topic delivered a
+message stamped at/after the request, or was silent for ``end_quiet_s`` since the request. It waits on a
+``threading.Condition`` that :meth:`DemoRecorder.feed` notifies for every message (the node's message callbacks
+run in another callback group of the MultiThreadedExecutor, so they keep running while the service callback
+waits), with a timeout at the instant the quiet rule would hold: no polling, no timer. The wait never exceeds
+``end_timeout_s``; EndEpisode then answers after that wait plus the commit of the remaining steps.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from amf_ros.data.store import EpisodeStore
+from amf_ros.data import ros_convert
+from amf_ros.data.recorder import EpisodeRecorder
+from amf_ros.data.store import EpisodeStore, StoreConfig
+from amf_ros.data.sync import SyncConfig
+from amf_ros.runtime import recorder_inputs as inputs
+
+if TYPE_CHECKING:
+    from amf_ros.bringup.params.demo_recorder import DemoRecorderParams
 
 
 def stream_topics(action_topic: str, state_topic: str, image_topics: Sequence[str],
@@ -60,8 +80,16 @@ def settled(last_stamp: Mapping[str, int], received: Mapping[str, float], t_end_
         now: monotonic time now.
         quiet_s: silence that counts as "nothing more in flight".
     """
-    return all(last_stamp.get(topic, -1) >= t_end_ns or now - max(r, since) >= quiet_s
-               for topic, r in received.items())
+    return now >= quiet_at(last_stamp, received, t_end_ns, since, quiet_s)
+
+
+def quiet_at(last_stamp: Mapping[str, int], received: Mapping[str, float], t_end_ns: int, since: float,
+             quiet_s: float) -> float:
+    """The monotonic time at which :func:`settled` becomes true if no further message arrives (arguments as
+    there): the latest ``max(received, since) + quiet_s`` over the topics not yet stamped at/after ``t_end_ns``;
+    ``-inf`` when every topic is. A waiter sleeps until then, or until a message changes the answer."""
+    return max((max(r, since) + quiet_s for topic, r in received.items()
+                if last_stamp.get(topic, -1) < t_end_ns), default=float("-inf"))
 
 
 def handle_partial(store: EpisodeStore, policy: str, min_age_s: float) -> list[str]:
@@ -95,12 +123,241 @@ class ErrorThrottle:
         self.period_s = period_s
         self._last: dict[tuple[str, str], tuple[float, int]] = {}  # kind -> (time of last line, suppressed)
 
-    def line(self, kind: tuple[str, str], text: str, now: float | None = None) -> str | None:
-        """The line to log for this problem now, or None if it is suppressed."""
+    def line(self, kind: tuple[str, str], text: str, now: float | None = None,
+             period_s: float | None = None) -> str | None:
+        """The line to log for this problem now, or None if it is suppressed (``period_s``: this kind's own
+        period instead of the instance's)."""
         now = time.monotonic() if now is None else now
+        period_s = self.period_s if period_s is None else period_s
         last, suppressed = self._last.get(kind, (float("-inf"), 0))
-        if now - last < self.period_s:
+        if now - last < period_s:
             self._last[kind] = (last, suppressed + 1)
             return None
         self._last[kind] = (now, 0)
         return text + (f" ({suppressed} similar messages not logged)" if suppressed else "")
+
+
+@dataclass
+class StartResult:
+    """StartEpisode's response fields."""
+
+    ok: bool
+    message: str
+    episode_id: str = ""
+
+
+@dataclass
+class EndResult:
+    """EndEpisode's response fields, how the settle went, and the committed episode to announce (EpisodeInfo)."""
+
+    ok: bool
+    message: str
+    num_steps: int = 0
+    path: str = ""
+    waited_s: float = 0.0
+    """Time spent waiting for messages in flight (at most ``end_timeout_s``)."""
+    settled: bool = True
+    """False when ``end_timeout_s`` ran out (or the node shut down) before every topic settled."""
+    announce: dict[str, Any] | None = None
+    """EpisodeInfo fields (episode_id, task, instruction, path, num_steps, success) of a committed episode."""
+
+
+@dataclass
+class Status:
+    """RecorderStatus fields (msg/RecorderStatus.msg), a snapshot taken under the recorder's lock."""
+
+    recording: bool
+    episode_id: str
+    num_steps: int
+    control_rate_hz: float
+    episodes_in_store: int
+    last_error: str
+    task: str = ""
+    instruction: str = ""
+    topics: list[str] = field(default_factory=list)
+    topic_age_s: list[float] = field(default_factory=list)
+    """Seconds since each topic's newest message, -1 = never."""
+
+
+def converters(p: DemoRecorderParams) -> dict[str, inputs.Converter]:
+    """topic -> input converter (amf_ros.runtime.recorder_inputs) for the action, state and image topics."""
+    conv = {p.action_topic: inputs.ACTION_CONVERTERS[p.action_type](1.0 / p.control_rate_hz, p.twist_gripper)}
+    if p.state_topic:
+        conv[p.state_topic] = inputs.STATE_CONVERTERS[p.state_type]
+    conv.update({topic: inputs.image for topic in p.image_topics})
+    return conv
+
+
+class DemoRecorder:
+    """demo_recorder's state: the store, the episode recorder, per-topic receive times, the current episode.
+
+    Thread-safe: every method takes one lock (a ``threading.Condition``), so that message callbacks, the
+    services and the status timer may run on different executor threads. :meth:`end` releases the lock while it
+    waits for messages in flight (module docstring).
+
+    Args:
+        p: demo_recorder's parameters (amf_ros/bringup/params/demo_recorder.py; ``dataset_dir`` already absolute).
+    """
+
+    def __init__(self, p: DemoRecorderParams) -> None:
+        self.p = p
+        self.instructions: dict[str, str] = {}
+        if p.tasks_file:
+            from amf_ros.data.tasks import read_instructions
+
+            self.instructions = read_instructions(p.tasks_file)
+        self.topics = stream_topics(p.action_topic, p.state_topic, p.image_topics, p.image_keys)
+        self.converters = converters(p)
+        self.store = EpisodeStore(p.dataset_dir, StoreConfig(image_codec=p.image_codec,
+                                  jpeg_quality=p.jpeg_quality, chunk_steps=p.chunk_steps))
+        self.partial_report = handle_partial(self.store, p.on_partial, p.recover_min_age_s)
+        """One line per partial episode found at start (what was done with it), for the node's log."""
+        sync = SyncConfig(rate_hz=p.control_rate_hz, mode=p.sync_mode, aggregate=p.aggregate,
+                          max_obs_age_s=p.max_obs_age_s, max_delay_s=p.max_delay_s)
+        self.rec = EpisodeRecorder(self.store, self.topics, sync, robot=p.robot)
+        self.received: dict[str, float] = {t: -1.0 for t in self.topics}  # topic -> monotonic receive time
+        self.last_error = ""
+        self.episodes_in_store = len(self.store)
+        self._episode_meta = ("", "")  # (task, instruction) of the current episode
+        self._throttle = ErrorThrottle(period_s=1.0)
+        self._cond = threading.Condition(threading.RLock())  # guards everything above; notified per message
+        self._closed = False
+
+    # -- messages ------------------------------------------------------------------------------------------
+    def feed(self, topic: str, msg: Any) -> str | None:
+        """Take one message of a recorded topic (converted, checked, stamped by its ``header.stamp``).
+
+        Returns an error line to log (throttled per topic and kind of problem) when the message was refused,
+        else None. A refused message never reaches the store; it is kept as ``last_error``.
+        """
+        with self._cond:
+            self.received[topic] = time.monotonic()
+            try:
+                stamp = ros_convert.stamp_ns(msg)
+                if stamp <= 0:
+                    raise ValueError("header.stamp is zero: the publisher must stamp its messages (the recorder "
+                                     "pairs streams by their own stamps)")
+                self.rec.feed(topic, stamp, self.converters[topic](msg))
+            except ValueError as exc:
+                return self._error(f"topic {topic}: {exc}; message refused", (topic, str(exc).split(":")[0]))
+            except Exception as exc:  # noqa: BLE001 - e.g. StoreWriteError (disk full): report, keep recording
+                return self._error(f"topic {topic}: recording failed: {type(exc).__name__}: {exc}",
+                                   (topic, type(exc).__name__))
+            finally:
+                self._cond.notify_all()  # an EndEpisode waiting for messages in flight re-checks settled()
+        return None
+
+    def _error(self, text: str, kind: tuple[str, str]) -> str | None:
+        self.last_error = text
+        return self._throttle.line(kind, text)
+
+    # -- episodes ------------------------------------------------------------------------------------------
+    def start(self, task: str, instruction: str, note: str, now_ns: int, action_publishers: int) -> StartResult:
+        """Begin an episode of ``task`` (an empty ``instruction`` comes from the tasks file).
+
+        Args:
+            now_ns: node clock now; actions stamped earlier are not recorded.
+            action_publishers: publishers on the action topic (teleop must be there; it starts with the episode).
+        """
+        with self._cond:
+            res = self._start(task, instruction, note, now_ns, action_publishers)
+            self._report(res.ok, res.message)
+            return res
+
+    def _start(self, task: str, instruction: str, note: str, now_ns: int, action_publishers: int) -> StartResult:
+        instruction = instruction or self.instructions.get(task, "")
+        stale = start_problem(self.received, time.monotonic(), self.p.topic_timeout_s, self.p.action_topic,
+                              action_publishers)
+        if self._closed:
+            return StartResult(False, "shutting down")
+        if self.rec.recording:
+            return StartResult(False, f"already recording episode {self.rec.episode_id}; end it first")
+        if not task or (self.instructions and task not in self.instructions):
+            return StartResult(False, f"unknown task {task!r}; known: {sorted(self.instructions)}")
+        if not instruction:
+            return StartResult(False, f"no instruction for task {task!r} (set tasks_file or pass one)")
+        if stale:
+            return StartResult(False, stale)
+        try:
+            episode_id = self.rec.start(task, instruction, start_ns=now_ns, operator_note=note)
+        except (ValueError, OSError) as exc:  # e.g. the dataset directory is not writable
+            return StartResult(False, f"cannot start an episode: {type(exc).__name__}: {exc}")
+        self._episode_meta = (task, instruction)
+        return StartResult(True, f"recording {task!r}", episode_id)
+
+    def end(self, episode_id: str, success: bool, discard: bool, now_ns: int) -> EndResult:
+        """End the current episode: wait for messages in flight (at most ``end_timeout_s``; module docstring),
+        then commit it (or discard it). Blocks the calling thread only; feed() keeps running on others.
+
+        Args:
+            episode_id: must be the current episode.
+            now_ns: node clock at the request: a topic whose newest message is stamped at/after it has settled.
+        """
+        with self._cond:
+            waited, done = 0.0, True
+            if self.rec.recording and episode_id == self.rec.episode_id:
+                start = time.monotonic()
+                done = self._settle(now_ns, start)
+                waited = time.monotonic() - start
+            res = self._end(episode_id, success, discard)
+            res.waited_s, res.settled = waited, done
+            self._report(res.ok, res.message)
+            return res
+
+    def _settle(self, t_end_ns: int, since: float) -> bool:
+        """Wait (lock released) until settled() holds; False if ``end_timeout_s`` ran out or close() came first.
+
+        Each feed() notifies; without messages the wait times out exactly when the quiet rule would hold, so
+        the loop runs once per message received plus once per deadline: no polling.
+        """
+        deadline = since + self.p.end_timeout_s
+        while not self._closed:
+            wake = quiet_at(self.rec.last_stamp, self.received, t_end_ns, since, self.p.end_quiet_s)
+            now = time.monotonic()
+            if now >= wake:
+                return True
+            if now >= deadline:
+                return False
+            self._cond.wait(min(wake, deadline) - now)
+        return False
+
+    def _end(self, episode_id: str, success: bool, discard: bool) -> EndResult:
+        if not self.rec.recording:
+            return EndResult(False, f"not recording (EndEpisode for {episode_id!r})")
+        if episode_id != self.rec.episode_id:
+            return EndResult(False, f"episode id {episode_id!r} is not the current episode {self.rec.episode_id!r}")
+        try:
+            path = self.rec.end(success=success, discard=discard)
+        except Exception as exc:  # noqa: BLE001 - ValueError (no steps), StoreWriteError (disk), anything else
+            return EndResult(False, f"episode {episode_id} not saved: {type(exc).__name__}: {exc}")
+        if path is None:
+            return EndResult(True, "discarded")
+        num_steps = self.store.meta(episode_id).num_steps
+        self.episodes_in_store += 1
+        task, instruction = self._episode_meta
+        return EndResult(True, f"saved {num_steps} steps", num_steps=num_steps, path=str(path),
+                         announce={"episode_id": episode_id, "task": task, "instruction": instruction,
+                                   "path": str(path), "num_steps": num_steps, "success": bool(success)})
+
+    def _report(self, ok: bool, message: str) -> None:
+        self.last_error = "" if ok else message
+
+    # -- status and shutdown -------------------------------------------------------------------------------
+    def status(self) -> Status:
+        """The current RecorderStatus fields."""
+        with self._cond:
+            now = time.monotonic()
+            recording = self.rec.recording
+            task, instruction = self._episode_meta if recording else ("", "")
+            return Status(recording=recording, episode_id=self.rec.episode_id, num_steps=self.rec.num_steps,
+                          control_rate_hz=float(self.p.control_rate_hz), episodes_in_store=self.episodes_in_store,
+                          last_error=self.last_error, task=task, instruction=instruction,
+                          topics=list(self.received),
+                          topic_age_s=[now - r if r >= 0 else -1.0 for r in self.received.values()])
+
+    def close(self) -> None:
+        """Shutdown: an EndEpisode waiting for messages stops waiting and commits what it has; no new episode
+        starts. Idempotent, returns at once. An episode still open stays partial (recovered at the next start)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()

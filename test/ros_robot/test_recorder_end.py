@@ -1,12 +1,16 @@
-"""EndEpisode right after the last message was published still records every step: the recorder waits
-(asynchronously, in its own callback group) for messages in flight before it commits."""
+"""EndEpisode waits for messages in flight, within its bound, over real DDS: right after a burst it still records
+every step; while messages keep arriving it answers within end_timeout_s (+ slack) and keeps what arrived. The
+wait is a condition wait in amf_ros.runtime.demo_recorder (woken by each message), not a polled coroutine."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
-from robot_testutil import IMAGE_TOPIC, LivePublisher, StatusWatcher, call, scripted_sequence, warm_up
+from robot_testutil import (ACTION_TOPIC, IMAGE_TOPIC, LivePublisher, StatusWatcher, call, scripted_sequence,
+                            warm_up)
+from ros_testing import wait_future
 
 pytestmark = pytest.mark.ros
 
@@ -38,4 +42,52 @@ def test_end_episode_waits_for_messages_in_flight(start_nodes, client_node, tmp_
         stats = EpisodeStore(tmp_path / "ds", create=False).meta(res.episode_id).sync_stats if end.ok else {}
         assert end.ok and end.num_steps == 30, (end.message, end.num_steps, stats)
         assert waited >= 0.5, "EndEpisode answers only after the topics were quiet for end_quiet_s"
+    assert procs.dead() == {}
+
+
+def test_end_episode_while_messages_keep_arriving_is_bounded_and_keeps_them(start_nodes, client_node, tmp_path):
+    """A stream that never settles (stamps behind the request, never quiet): EndEpisode answers within
+    end_timeout_s + 0.5 s, and the episode holds the steps that arrived while it waited."""
+    from amf_ros.srv import EndEpisode, StartEpisode
+
+    end_timeout = 1.0
+    params = {"dataset_dir": str(tmp_path / "ds"), "sync_mode": "on_action", "image_topics": [IMAGE_TOPIC],
+              "topic_timeout_s": 5.0, "end_quiet_s": 0.3, "end_timeout_s": end_timeout, "max_delay_s": 5.0}
+    procs = start_nodes({"demo_recorder": params}, name="rec")
+    live = LivePublisher(client_node)
+    warm_up(live, StatusWatcher(client_node))
+    res = call(client_node, StartEpisode, "/amf/recorder/start_episode",
+               StartEpisode.Request(task="t", instruction="do it"))
+    assert res.ok, res.message
+    t_start = client_node.get_clock().now().nanoseconds
+    # Stamps advance 10 ms per frame while a frame takes about 25 ms to publish: they stay behind the clock.
+    seq = scripted_sequence(t_start + 10_000_000, frames=1000, period_ns=10_000_000, seed=3)
+    actions_sent, stop = [0], threading.Event()
+
+    def publish() -> None:
+        for item in seq:
+            if stop.is_set():
+                return
+            live.publish([item], pause_s=0.01)
+            actions_sent[0] += item[0] == ACTION_TOPIC
+
+    publisher = threading.Thread(target=publish, daemon=True)
+    publisher.start()
+    client = client_node.create_client(EndEpisode, "/amf/recorder/end_episode")
+    try:
+        assert client.wait_for_service(timeout_sec=20.0)
+        time.sleep(1.0)
+        before = actions_sent[0]
+        t0 = time.monotonic()
+        end = wait_future(client.call_async(EndEpisode.Request(episode_id=res.episode_id, success=True)), 20.0)
+        waited = time.monotonic() - t0
+        during = actions_sent[0]
+    finally:
+        stop.set()
+        publisher.join(timeout=10.0)
+        client_node.destroy_client(client)
+    assert end.ok, end.message
+    assert end_timeout - 0.05 <= waited <= end_timeout + 0.5, f"EndEpisode took {waited:.2f} s"
+    assert before + 10 <= end.num_steps <= during, (before, end.num_steps, during)  # arrivals during the wait
+    assert "not settled" in procs.log_tail("demo_recorder", 4000)
     assert procs.dead() == {}

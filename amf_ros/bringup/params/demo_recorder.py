@@ -103,11 +103,14 @@ class DemoRecorderParams:
     end_quiet_s: float = param(
         0.3,
         "EndEpisode first waits for messages still in flight: a topic is settled when its newest message is "
-        "stamped after the request or nothing arrived on it for this long, s.",
+        "stamped at/after the request or nothing arrived on it for this long since the request, s.",
         range=(0.0, 10.0),
     )
     end_timeout_s: float = param(
-        1.0, "Longest EndEpisode waits for topics to settle before it commits, s.", range=(0.0, 60.0)
+        1.0,
+        "Longest EndEpisode waits for topics to settle before it commits what has arrived, s (a wait woken by "
+        "each message, not a poll; the response follows after this wait plus the commit).",
+        range=(0.0, 60.0),
     )
     on_partial: str = param(
         "recover",
