@@ -13,7 +13,8 @@ that Octo's actions mean the same thing here as in its training data:
 On top of that the adapter enforces per-step action bounds, joint limits (IK solutions outside are refused)
 and a joint speed limit (a step that would exceed it is shortened along the same joint direction), and has a
 latched emergency stop: while engaged, :meth:`WidowXAdapter.apply` returns no command at all.
-No rclpy here; ``amf_ros/ros/nodes/widowx_driver.py`` maps messages to these calls.
+No rclpy here; ``amf_ros/runtime/widowx_driver.py`` decides what the driver publishes with these calls, and
+``amf_ros/ros/nodes/widowx_driver.py`` maps messages to it.
 """
 
 from __future__ import annotations
