@@ -49,14 +49,14 @@ DEFAULT_MAX_POINTS = 1024
 
 
 def evenly_spaced_rows(length: int, frames: int) -> np.ndarray:
-    """Up to ``frames`` evenly spaced, increasing row indices of an episode of ``length`` steps (first and last kept)."""
+    """Up to ``frames`` evenly spaced, increasing row indices of an episode of ``length`` steps (first, last kept)."""
     if length < 1 or frames < 1:
         raise ValueError(f"need length >= 1 and frames >= 1, got {length=} {frames=}")
     return np.unique(np.linspace(0, length - 1, num=min(frames, length)).round().astype(int))
 
 
 def frames_under_cap(frames_per_episode: int, episodes: int, max_points: int | None) -> int:
-    """Frames per episode so that ``episodes`` of them hold at most ``max_points`` points (at least 1; None = no cap)."""
+    """Frames per episode so that ``episodes`` of them hold at most ``max_points`` points (>= 1; None = no cap)."""
     if max_points is None:
         return int(frames_per_episode)
     return max(1, min(int(frames_per_episode), int(max_points) // max(1, episodes)))

@@ -40,7 +40,7 @@ def _write_store(root: Path, tasks: list[str], seed: int = 0) -> None:
         t0 = time.time_ns()
         store.write_episode(task, f"do {task}", [
             {"observation": {"state": s}, "action": np.asarray(native_to_eef7(a), np.float32),
-             "stamp_ns": t0 + k * 100_000_000} for k, (s, a) in enumerate(zip(states, native))],
+             "stamp_ns": t0 + k * 100_000_000} for k, (s, a) in enumerate(zip(states, native, strict=True))],
             robot="synthetic", control_rate_hz=10.0)
 
 
