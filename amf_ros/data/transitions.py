@@ -110,13 +110,6 @@ def concat(parts: Sequence[Mapping[str, np.ndarray]]) -> Transitions:
     return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
 
 
-def evenly_spaced(episode: Mapping[str, np.ndarray], frames: int) -> Transitions:
-    """At most ``frames`` evenly spaced steps of one episode (first and last kept), as the Metaworld bench does."""
-    n = len(episode["task"])
-    keep = np.unique(np.linspace(0, n - 1, num=min(frames, n)).round().astype(int))
-    return {k: np.asarray(v)[keep] for k, v in episode.items()}
-
-
 def alphas(policy: Any) -> dict[str, float]:
     """Per-task alpha(c) of the adaptive prior ({} for a policy without one)."""
     values = getattr(policy, "alphas", None) or {}
