@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amf_ros.bringup.params import param
+from amf_ros.bringup.params._octo_trunk import OctoTrunkParams
 
 
 @dataclass(frozen=True)
-class PolicyServerParams:
+class PolicyServerParams(OctoTrunkParams):
     """Every ROS parameter of policy_server with its default, description and range (the single source of all three;
     the node declares them from here, `ros2 param describe` shows them)."""
 
@@ -94,15 +95,6 @@ class PolicyServerParams:
         "(checkpoint = an Octo checkpoint directory).",
         choices=("native", "octo"),
     )
-    octo_trunk_factory: str = param(
-        "amf_ros.policies.octo.trunk:OctoTrunk",
-        "backend octo: 'module:function' called as f(checkpoint, t5_path=, dataset_name=) -> trunk with "
-        "OctoTrunk's API (default: the real Octo loader).",
-    )
-    t5_path: str = param(
-        "", "backend octo: local t5-base tokenizer/config directory for offline loading (empty = Hugging Face cache)."
-    )
-    octo_dataset: str = param("bridge_dataset", "backend octo: key of the checkpoint's action statistics.")
     head_checkpoint: str = param(
         "",
         "backend octo: fine-tuned head checkpoint to start from (empty = newest round_NNNN under "
@@ -113,22 +105,10 @@ class PolicyServerParams:
         "backend octo: task set YAML {key: instruction} the head is built for (the native backend reads its "
         "tasks from the checkpoint).",
     )
-    image_key: str = param(
-        "image_primary",
-        "backend octo: recorded image stream whose frames are embedded for fine-tuning (the camera of image_topic).",
-    )
     wrist_image_topic: str = param(
         "",
         "backend octo: wrist camera topic (sensor_msgs/Image) for a model with a wrist tokenizer; empty = "
         "primary camera only (Octo's Bridge evaluation).",
-    )
-    wrist_image_key: str = param(
-        "",
-        "backend octo: recorded wrist image stream embedded with image_key for fine-tuning (empty = none; set "
-        "together with wrist_image_topic).",
-    )
-    embed_batch_size: int = param(
-        16, "backend octo: frames per trunk call when embedding recorded episodes.", range=(1, 4096)
     )
     sticky_gripper_steps: int = param(
         1,

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amf_ros.bringup.params import param
+from amf_ros.bringup.params._octo_trunk import OctoTrunkParams
 
 
 @dataclass(frozen=True)
-class TaskSelectorParams:
+class TaskSelectorParams(OctoTrunkParams):
     """Every ROS parameter of task_selector with its default, description and range (the single source of all three;
     the node declares them from here, `ros2 param describe` shows them)."""
 
@@ -103,13 +104,3 @@ class TaskSelectorParams:
         "has not embedded yet).",
         choices=("native", "octo"),
     )
-    octo_trunk_factory: str = param(
-        "amf_ros.policies.octo.trunk:OctoTrunk",
-        "backend octo: 'module:function' called as f(checkpoint, t5_path=, dataset_name=) -> trunk (default: "
-        "the real Octo loader).",
-    )
-    t5_path: str = param("", "backend octo: local t5-base tokenizer/config directory (empty = Hugging Face cache).")
-    octo_dataset: str = param("bridge_dataset", "backend octo: key of the checkpoint's action statistics.")
-    image_key: str = param("image_primary", "backend octo: recorded image stream that is embedded.")
-    wrist_image_key: str = param("", "backend octo: recorded wrist image stream (empty = none; as policy_server).")
-    embed_batch_size: int = param(16, "backend octo: frames per trunk call.", range=(1, 4096))
