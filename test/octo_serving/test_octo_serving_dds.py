@@ -34,7 +34,7 @@ def _yaml(run: Path, ckpt: Path) -> Path:
     path.write_text(
         "/**/policy_server:\n  ros__parameters:\n" + common +
         f"    control_rate_hz: {RATE_HZ}\n    image_topic: /amf/camera/image_raw\n    action_space: eef7\n"
-        "    success_service: ''\n    fine_tune_steps: 5\n    fine_tune_batch_size: 16\n    alpha_steps: 2\n"
+        "    task_status_topic: ''\n    fine_tune_steps: 5\n    fine_tune_batch_size: 16\n    alpha_steps: 2\n"
         "    observation_timeout_s: 2.0\n"
         "/**/task_selector:\n  ros__parameters:\n" + common +
         "    selector: amf\n    action_space: eef7\n    frames_per_episode: 4\n")

@@ -88,6 +88,9 @@ def test_end_episode_while_messages_keep_arriving_is_bounded_and_keeps_them(star
         client_node.destroy_client(client)
     assert end.ok, end.message
     assert end_timeout - 0.05 <= waited <= end_timeout + 0.5, f"EndEpisode took {waited:.2f} s"
-    assert before + 10 <= end.num_steps <= during, (before, end.num_steps, during)  # arrivals during the wait
+    # `before` (actions sent when EndEpisode was requested) bounds what the recorder had then from above, so any
+    # step beyond it arrived during the wait. How many arrive in 1 s depends on the machine's load (one loaded CI run
+    # recorded 9), so the test asserts the property, not a delivery rate.
+    assert before < end.num_steps <= during, (before, end.num_steps, during)  # arrivals during the wait are kept
     assert "not settled" in procs.log_tail("demo_recorder", 4000)
     assert procs.dead() == {}
