@@ -4,6 +4,7 @@ wait is a condition wait in amf_ros.runtime.demo_recorder (woken by each message
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -87,10 +88,17 @@ def test_end_episode_while_messages_keep_arriving_is_bounded_and_keeps_them(star
         publisher.join(timeout=10.0)
         client_node.destroy_client(client)
     assert end.ok, end.message
-    assert end_timeout - 0.05 <= waited <= end_timeout + 0.5, f"EndEpisode took {waited:.2f} s"
+    # The settle wait itself (measured by the recorder, logged) is what end_timeout_s bounds; the client's round trip
+    # adds the commit of the remaining PNG steps and DDS, which a loaded run stretched to 2.5 s, so it is only
+    # checked for not wedging.
+    log = procs.log_tail("demo_recorder", 4000)
+    match = re.search(r"topics not settled after ([0-9.]+) s", log)
+    assert match, log[-1500:]
+    settle = float(match.group(1))
+    assert end_timeout - 0.05 <= settle <= end_timeout + 0.25, f"settle wait {settle:.2f} s"
+    assert end_timeout - 0.05 <= waited <= end_timeout + 5.0, f"EndEpisode took {waited:.2f} s"
     # `before` (actions sent when EndEpisode was requested) bounds what the recorder had then from above, so any
     # step beyond it arrived during the wait. How many arrive in 1 s depends on the machine's load (one loaded CI run
     # recorded 9), so the test asserts the property, not a delivery rate.
     assert before < end.num_steps <= during, (before, end.num_steps, during)  # arrivals during the wait are kept
-    assert "not settled" in procs.log_tail("demo_recorder", 4000)
     assert procs.dead() == {}

@@ -132,8 +132,8 @@ def test_scripted_teleop_demonstrates_with_the_experts_own_actions(start_nodes, 
         with lock:
             actions.append((stamp_ns(m.header.stamp), np.array([*m.translation, *m.rotation, m.gripper])))
 
-    client_node.create_subscription(StateVector, "/amf/observation/state", on_state, qos)
-    client_node.create_subscription(EefDeltaAction, "/amf/action", on_action, qos)
+    state_sub = client_node.create_subscription(StateVector, "/amf/observation/state", on_state, qos)
+    action_sub = client_node.create_subscription(EefDeltaAction, "/amf/action", on_action, qos)
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     status_pub = client_node.create_publisher(RecorderStatus, "/amf/recorder/status", latched)
 
@@ -142,6 +142,10 @@ def test_scripted_teleop_demonstrates_with_the_experts_own_actions(start_nodes, 
     assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=11), timeout=30).ok
     wait_for(lambda: status_pub.get_subscription_count() > 0, 20, "scripted_teleop subscribing to the status")
     wait_for(lambda: resets, 10, "a TaskStatus")
+    # Volatile reliable topics deliver only after discovery matched both ends: on a loaded machine an unmatched
+    # subscription would miss the first actions (one CI run saw 27 of 43), so match before the episode starts.
+    wait_for(lambda: action_sub.get_publisher_count() > 0 and state_sub.get_publisher_count() > 0, 20,
+             "this test's subscriptions matched with scripted_teleop and sim_bridge")
     seeded = resets[-1]
     status = RecorderStatus(recording=True, episode_id="ep_test", task=TASK, instruction="x")
     status.header.stamp = client_node.get_clock().now().to_msg()
