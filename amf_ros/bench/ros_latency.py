@@ -7,9 +7,11 @@
    times per setting (after 2 warm-up calls; the first, cold call, which reads and embeds every episode, is reported
    on its own) and records the round trip (client side) and the selector's own compute_time (server side), for the
    AMF selector (loss-gradient embeddings + criterion) and for round_robin (ROS + store overhead only).
-2. jitter: policy_server runs run_policy at ``--rate`` Hz on observations published by this process, once idle and
-   once while a fine-tune runs in the background; the period between consecutive /amf/action messages as received
-   here is the control period the arm sees.
+2. jitter, per rclpy executor of policy_server (``--executors``; its ``executor`` parameter, chosen one first):
+   idle CPU per thread (/proc), fine-tune steps/s alone, then run_policy at ``--rate`` Hz on observations published
+   by this process, idle and while a fine-tune runs in the background, alternating; the period between
+   consecutive /amf/action messages as received here is the control period the arm sees. An executor that cannot
+   serve the action at all is recorded with its error.
 Every node runs as its own process with its own ROS_DOMAIN_ID, loopback only. Output: results.json + a table.
 """
 
@@ -54,6 +56,8 @@ class LatencyConfig:
     machine."""
     checkpoint: str = ""
     """Policy checkpoint to serve (empty = a fresh Metaworld-sized policy, as `amf pretrain` builds it)."""
+    executors: list[str] = field(default_factory=lambda: ["single", "multi", "multi_rclpy", "events"])
+    """policy_server executors to measure side by side (its ``executor`` parameter): the chosen one first."""
     head: str = "diffusion"
     """Head of that fresh policy ("diffusion", the default everywhere, or "mlp"): it sets the embedding cost."""
     seed: int = 0
@@ -171,7 +175,7 @@ def _cpu_seconds(pid: int) -> dict[str, float]:
     return out
 
 
-def _idle_cpu(pid: int, seconds: float = 10.0) -> dict:
+def _idle_cpu(pid: int, label: str, seconds: float = 10.0) -> dict:
     """CPU use of policy_server with no goal active, per thread (percent of one core), over ``seconds``."""
     before = _cpu_seconds(pid)
     time.sleep(seconds)
@@ -179,12 +183,12 @@ def _idle_cpu(pid: int, seconds: float = 10.0) -> dict:
     per_thread = {k: 100.0 * (after[k] - before.get(k, 0.0)) / seconds for k in after}
     busy = {k: round(v, 2) for k, v in sorted(per_thread.items(), key=lambda kv: -kv[1]) if v > 0}
     total = sum(per_thread.values())
-    log.info("policy_server idle CPU: %.2f %% of one core (threads: %s)", total, busy)
-    return {"name": "policy_server idle CPU (no goal)", "cpu_percent_of_one_core": total, "per_thread": busy,
-            "seconds": seconds}
+    log.info("policy_server (%s) idle CPU: %.2f %% of one core (threads: %s)", label, total, busy)
+    return {"name": f"policy_server idle CPU (no goal) [{label}]", "executor": label,
+            "cpu_percent_of_one_core": total, "per_thread": busy, "seconds": seconds}
 
 
-def _fine_tune_alone(client: Any, seconds: float = 15.0) -> dict:
+def _fine_tune_alone(client: Any, label: str, seconds: float = 15.0) -> dict:
     """Fine-tune steps/s with no run_policy goal active (the reference for the during-control figures)."""
     fb: list = []
     pending = client.send_fine_tune(steps=10_000_000, feedback=fb.append)
@@ -194,20 +198,41 @@ def _fine_tune_alone(client: Any, seconds: float = 15.0) -> dict:
     rate = (fb[-1].step - step0) / (time.monotonic() - t0)
     client.cancel_fine_tunes()
     client.wait_result(pending, timeout=120)
-    log.info("fine-tune alone: %.1f steps/s", rate)
-    return {"name": "fine-tune alone", "fine_tune_steps_per_s": rate}
+    log.info("fine-tune alone [%s]: %.1f steps/s", label, rate)
+    return {"name": f"fine-tune alone [{label}]", "executor": label, "fine_tune_steps_per_s": rate}
+
+
+def _jitter_run(cfg: LatencyConfig, client: Any, label: str, executor: str, during_fine_tune: bool) -> dict:
+    """One run_policy goal of ``cfg.jitter_steps`` steps; periods of the actions as received here."""
+    pending, fb = None, []
+    if during_fine_tune:
+        pending = client.send_fine_tune(steps=10_000_000, feedback=fb.append)
+        client.wait_for(lambda: len(fb) > 0, 120, "fine-tune feedback")
+    n0, step0, t_start = len(client.seen.actions), (fb[-1].step if fb else 0), time.monotonic()
+    res = client.run_policy("faucet-open", max_steps=cfg.jitter_steps, timeout=600)
+    if not res.ok:
+        raise RuntimeError(f"run_policy failed: {res.message}")
+    periods = np.diff(np.array([t for t, _ in client.seen.actions[n0:]]))
+    row = {"name": f"run_policy period {label} [{executor}]", "executor": executor, "rate_hz": cfg.rate,
+           "steps": int(res.steps), "period": _stats_ms(periods),
+           "server_mean_period_ms": float(res.mean_period_s * 1e3),
+           "server_median_period_ms": float(res.median_period_s * 1e3),
+           "abs_deviation": _stats_ms(np.abs(periods - 1.0 / cfg.rate))}
+    if pending is not None:
+        row["fine_tune_still_running"] = not pending.done()
+        row["fine_tune_steps_per_s_during_run"] = (fb[-1].step - step0) / (time.monotonic() - t_start)
+        client.cancel_fine_tunes()
+        client.wait_result(pending, timeout=120)
+    log.info("%s: |period - %.0f ms| p50 %.1f ms, p99 %.1f ms, max %.1f ms", row["name"], 1e3 / cfg.rate,
+             row["abs_deviation"]["p50_ms"], row["abs_deviation"]["p99_ms"], row["abs_deviation"]["max_ms"])
+    return row
 
 
 def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str], client: Any) -> list[dict]:
-    """Control periods of run_policy, idle and during a background fine-tune."""
+    """Per executor of policy_server: idle CPU, fine-tune alone, and control periods of run_policy idle and during
+    a background fine-tune (alternating, ``cfg.jitter_repeats`` pairs)."""
     from amf_ros.msg import StateVector
 
-    dataset = work / f"store_{min(cfg.episodes)}"
-    params = _params_file(work / "ps.yaml", "policy_server", {
-        "checkpoint": str(ckpt), "checkpoint_dir": str(work / "checkpoints"), "dataset_dir": str(dataset),
-        "control_rate_hz": float(cfg.rate), "task_status_topic": "", "seed": cfg.seed,
-        "checkpoint_topic": "/amf/bench_checkpoint_unused"})
-    procs = _node("policy_server", params, work / "logs" / "policy_server", env)
     pub = client.node.create_publisher(StateVector, "/amf/observation/state", 10)
     stop = threading.Event()
 
@@ -221,39 +246,38 @@ def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str],
     thread.start()
     settings = []
     try:
-        client.run_cli.wait_for_server(timeout_sec=120)
-        task = "faucet-open"
-        client.run_policy(task, max_steps=10, timeout=120)  # warm-up: first inference, lazy torch initialisation
-        settings.append(_idle_cpu(procs.procs["policy_server"].pid))
-        settings.append(_fine_tune_alone(client))
-        labels = [f"{kind} #{r + 1}" for r in range(cfg.jitter_repeats) for kind in ("idle", "during fine-tune")]
-        for label in labels:
-            pending, fb = None, []
-            if label.startswith("during"):
-                pending = client.send_fine_tune(steps=10_000_000, feedback=fb.append)
-                client.wait_for(lambda: len(fb) > 0, 120, "fine-tune feedback")
-            n0, step0, t_start = len(client.seen.actions), (fb[-1].step if fb else 0), time.monotonic()
-            res = client.run_policy(task, max_steps=cfg.jitter_steps, timeout=600)
-            if not res.ok:
-                raise RuntimeError(f"run_policy failed: {res.message}")
-            stamps = np.array([t for t, _ in client.seen.actions[n0:]])
-            periods = np.diff(stamps)
-            row = {"name": f"run_policy period {label}", "rate_hz": cfg.rate, "steps": int(res.steps),
-                   "period": _stats_ms(periods), "server_mean_period_ms": float(res.mean_period_s * 1e3),
-                   "server_median_period_ms": float(res.median_period_s * 1e3),
-                   "abs_deviation": _stats_ms(np.abs(periods - 1.0 / cfg.rate))}
-            if pending is not None:
-                row["fine_tune_still_running"] = not pending.done()
-                row["fine_tune_steps_per_s_during_run"] = (fb[-1].step - step0) / (time.monotonic() - t_start)
-                client.cancel_fine_tunes()
-                client.wait_result(pending, timeout=120)
-            log.info("%s: period p50 %.1f ms, p99 %.1f ms, max %.1f ms", row["name"], row["period"]["p50_ms"],
-                     row["period"]["p99_ms"], row["period"]["max_ms"])
-            settings.append(row)
+        for executor in cfg.executors:
+            params = _params_file(work / f"ps_{executor}.yaml", "policy_server", {
+                "checkpoint": str(ckpt), "checkpoint_dir": str(work / "checkpoints"),
+                "dataset_dir": str(work / f"store_{min(cfg.episodes)}"), "control_rate_hz": float(cfg.rate),
+                "task_status_topic": "", "seed": cfg.seed, "executor": executor,
+                "checkpoint_topic": "/amf/bench_checkpoint_unused"})
+            procs = _node("policy_server", params, work / "logs" / f"policy_server_{executor}", env)
+            try:
+                client.run_cli.wait_for_server(timeout_sec=120)
+                try:  # warm-up: first inference, lazy torch initialisation; also: does this executor work at all?
+                    client.run_policy("faucet-open", max_steps=10, timeout=60)
+                except Exception as exc:  # noqa: BLE001 - recorded: an executor that cannot serve the action
+                    log.error("executor %s: warm-up goal failed: %s", executor, exc)
+                    settings.append({"name": f"run_policy [{executor}]", "executor": executor,
+                                     "error": f"{type(exc).__name__}: {exc}"})
+                    continue
+                settings.append(_idle_cpu(procs.procs["policy_server"].pid, executor))
+                settings.append(_fine_tune_alone(client, executor))
+                for r in range(cfg.jitter_repeats):
+                    for during in (False, True):
+                        label = f"{'during fine-tune' if during else 'idle'} #{r + 1}"
+                        settings.append(_jitter_run(cfg, client, label, executor, during))
+            finally:
+                codes = procs.stop()
+                if procs.killed:
+                    settings.append({"name": f"policy_server stop [{executor}]", "executor": executor,
+                                     "error": f"did not stop on SIGINT within 10 s (SIGKILL); exit codes {codes}"})
+            # the next executor's server must not be mistaken for this one's lingering graph entry
+            client.wait_for(lambda: not client.run_cli.server_is_ready(), 30, "run_policy server to disappear")
     finally:
         stop.set()
         thread.join(timeout=2)
-        procs.stop()
     return settings
 
 
@@ -288,6 +312,9 @@ def table(results: dict[str, Any]) -> str:
         if "cpu_percent_of_one_core" in s:
             rows.append([s["name"], "", None, None, None, None, f"{s['cpu_percent_of_one_core']:.2f} % of one core"])
             continue
+        if "error" in s:
+            rows.append([s["name"], "", None, None, None, None, s["error"][:70]])
+            continue
         if "fine_tune_steps_per_s" in s:
             rows.append([s["name"], "", None, None, None, None, f"{s['fine_tune_steps_per_s']:.0f} steps/s"])
             continue
@@ -311,13 +338,17 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--rate", type=float, default=None, help="run_policy control rate, Hz (default 10)")
     p.add_argument("--jitter-steps", type=int, default=None, help="control steps per jitter run (default 100)")
     p.add_argument("--jitter-repeats", type=int, default=None, help="idle/fine-tune jitter pairs (default 3)")
+    p.add_argument("--executors", default=None, help="comma-separated policy_server executors to compare "
+                   "(default single,multi,multi_rclpy,events)")
     p.add_argument("--checkpoint", default=None, help="serve this checkpoint instead of a fresh policy")
     p.add_argument("--head", choices=("diffusion", "mlp"), default=None, help="head of the fresh policy "
                    "(default diffusion)")
     args = p.parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="[ros-latency] %(message)s")
     episodes = [int(x) for x in args.episodes.split(",")] if args.episodes else None
+    executors = args.executors.split(",") if args.executors else None
     cfg = load_config(LatencyConfig, args.config, calls=args.calls, episodes=episodes, rate=args.rate,
+                      executors=executors,
                       jitter_steps=args.jitter_steps, jitter_repeats=args.jitter_repeats, checkpoint=args.checkpoint,
                       head=args.head)
     results = run(cfg, Path(args.out))

@@ -63,16 +63,25 @@ class NodeProcesses:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         for spec in self.specs:
-            cmd = self.command(spec)
-            out: IO[bytes] | None = None
-            if self.log_dir is not None:
-                out = open(self.log_dir / f"{spec.name}.log", "ab")
-                self._logs.append(out)
-            log.info("starting %s: %s", spec.name, " ".join(cmd))
-            self.procs[spec.name] = subprocess.Popen(cmd, env=self.env, stdout=out, start_new_session=True,
-                                                     stderr=subprocess.STDOUT if out else None,
-                                                     preexec_fn=_die_with_parent)
+            self._launch(spec)
         return self
+
+    def _launch(self, spec: NodeSpec) -> None:
+        cmd = self.command(spec)
+        out: IO[bytes] | None = None
+        if self.log_dir is not None:
+            out = open(self.log_dir / f"{spec.name}.log", "ab")
+            self._logs.append(out)
+        log.info("starting %s: %s", spec.name, " ".join(cmd))
+        self.procs[spec.name] = subprocess.Popen(cmd, env=self.env, stdout=out, start_new_session=True,
+                                                 stderr=subprocess.STDOUT if out else None,
+                                                 preexec_fn=_die_with_parent)
+
+    def restart(self, name: str) -> None:
+        """Start node ``name`` again after it exited (its log is appended to); an error while it still runs."""
+        if self.procs[name].poll() is None:
+            raise RuntimeError(f"{name} is still running (pid {self.procs[name].pid})")
+        self._launch(next(s for s in self.specs if s.name == name))
 
     def dead(self) -> dict[str, int]:
         """Nodes that have exited, with their exit codes."""

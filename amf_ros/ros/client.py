@@ -2,8 +2,9 @@
 
 Why: the main job, the process-level tests and `amf bench ros-latency` all drive the same nodes the same way an
 operator would; this wraps rclpy's async clients with timeouts in ONE place. It owns an rclpy node spun by a
-background MultiThreadedExecutor, so its blocking methods must be called from a plain thread, never from inside a
-ROS callback.
+background SingleThreadedExecutor (its callbacks only store what arrives, so one thread suffices, and rclpy
+9.1.2's MultiThreadedExecutor would busy-loop the GIL away from the caller's threads: ros2/rclpy#1452), so its
+blocking methods must be called from a plain thread, never from inside a ROS callback.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from rclpy.action import ActionClient
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
@@ -79,7 +80,7 @@ class AMFClient:
         if record_actions:
             n.create_subscription(EefDeltaAction, "action",
                                   lambda m: self._add(self.seen.actions, (time.monotonic(), m)), RELIABLE_50)
-        self.executor = MultiThreadedExecutor(num_threads=2)
+        self.executor = SingleThreadedExecutor()
         self.executor.add_node(n)
         self._thread = threading.Thread(target=self.executor.spin, name="amf_client", daemon=True)
         self._thread.start()
@@ -193,8 +194,17 @@ class AMFClient:
 
     @staticmethod
     def wait_result(future: Any, timeout: float) -> Any:
-        """The action result of a future from :meth:`send_fine_tune`."""
+        """The action result of a future from :meth:`send_fine_tune` or :meth:`send_run_policy`."""
         return _wait(future, timeout, "action result").result
+
+    def send_run_policy(self, task: str, max_steps: int = 0, feedback: Callable[[Any], None] | None = None) -> Any:
+        """Start a run_policy goal without waiting; returns its result future (:meth:`wait_result`)."""
+        cb = (lambda fb: feedback(fb.feedback)) if feedback else None
+        handle = _wait(self.run_cli.send_goal_async(RunPolicy.Goal(task=task, max_steps=max_steps),
+                                                    feedback_callback=cb), 30.0, "/amf/run_policy goal")
+        if not handle.accepted:
+            raise ROSCallError("/amf/run_policy: goal rejected")
+        return handle.get_result_async()
 
     def run_policy(self, task: str, max_steps: int = 0, timeout: float = 300.0) -> Any:
         """Run /amf/run_policy to completion; returns RunPolicy.Result (check .ok, .success)."""

@@ -7,26 +7,60 @@ waiting on them returns within its bound and the executor can stop. Ctrl-C while
 shows up as an invalid context (an RCLError from the constructor) and also exits quietly; any other error still
 ends the process with a traceback.
 
-Executors (``executor=``): ``multi`` (MultiThreadedExecutor, for nodes whose action execute callbacks wait on a
-runtime thread while other callbacks must keep running), ``single`` (SingleThreadedExecutor), ``events``
-(rclpy.experimental.EventsExecutor). Which node uses which, and why: docs/ros-system.md ("Executors").
+Executors (``executor=``): ``multi`` (:class:`PooledExecutor`: rclpy's MultiThreadedExecutor with the fix of
+ros2/rclpy#1452 back-ported, for nodes whose action execute callbacks wait on a runtime thread while other
+callbacks must keep running), ``multi_rclpy`` (the unpatched MultiThreadedExecutor of the installed rclpy, kept to
+measure against), ``single`` (SingleThreadedExecutor), ``events`` (rclpy.experimental.EventsExecutor). A node with an ``executor_kind`` attribute (set from its ``executor``
+parameter) picks its own. Which node uses which, and why: docs/ros-system.md ("Executors").
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, Executor, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.executors import (ConditionReachedException, ExternalShutdownException, Executor, MultiThreadedExecutor,
+                             ShutdownException, SingleThreadedExecutor, TimeoutException)
 from rclpy.node import Node
 
-EXECUTORS = ("multi", "single", "events")
+EXECUTORS = ("multi", "multi_rclpy", "single", "events")
+
+
+class PooledExecutor(MultiThreadedExecutor):
+    """MultiThreadedExecutor whose spin thread never re-dispatches a callback that waits in the pool's queue.
+
+    Why: rclpy <= 9.1.2 yields a task again while it sits in the thread pool's queue (it is neither executing
+    nor done), so the spin thread loops without waiting, holding the GIL, until a pool thread gets the GIL to
+    start it: every message then costs a burst of busy looping, and every other thread of the process (the
+    control thread) waits for the GIL meanwhile (ros2/rclpy#1452, fixed upstream by ros2/rclpy#1547). Here a
+    dispatched task reports itself as executing until a pool thread picks it up, which is that fix.
+    """
+
+    def _spin_once_impl(self, timeout_sec: Any = None, wait_condition: Callable[[], bool] = lambda: False) -> None:
+        try:
+            handler, _entity, _node = self.wait_for_ready_callbacks(timeout_sec, None, wait_condition)
+        except (ExternalShutdownException, ShutdownException, TimeoutException, ConditionReachedException):
+            return
+        handler.executing = lambda: True  # type: ignore[method-assign]  # queued: not to be yielded again
+
+        def start() -> None:
+            handler.__dict__.pop("executing", None)  # Task.executing() again (True while it runs)
+            handler()
+
+        self._executor.submit(start)
+        self._futures.append(handler)
+        for future in self._futures[:]:
+            if future.done():
+                self._futures.remove(future)
+                future.result()  # raise any exception of a callback, like MultiThreadedExecutor
 
 
 def make_executor(kind: str, num_threads: int = 4) -> Executor:
     """An rclpy executor by name (see the module docstring)."""
     if kind == "multi":
+        return PooledExecutor(num_threads=num_threads)
+    if kind == "multi_rclpy":
         return MultiThreadedExecutor(num_threads=num_threads)
     if kind == "single":
         return SingleThreadedExecutor()
@@ -55,11 +89,12 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
     """
     rclpy.init(args=args)
     node: Node | None = None
-    ex = make_executor(executor, num_threads)
+    ex: Executor | None = None
     try:
         node = make_node()
         built = node
         rclpy.get_default_context().on_shutdown(lambda: _close(built))
+        ex = make_executor(getattr(node, "executor_kind", executor), num_threads)
         ex.add_node(node)
         ex.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
@@ -69,7 +104,8 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
             raise  # a real error; an interrupted start shows up as an invalid context instead
     finally:
         _close(node)
-        ex.shutdown(timeout_sec=2.0)
+        if ex is not None:
+            ex.shutdown(timeout_sec=2.0)
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()

@@ -1,10 +1,11 @@
 """One run_policy goal as a loop on a dedicated control thread that keeps time (no rclpy import).
 
-Why a thread of its own: inference (a 20-step diffusion sampler: ~12 ms) must never run inside an executor
-callback, where it delays every other callback and, with rclpy 9.1.2's MultiThreadedExecutor, makes the executor
-spin (ros2/rclpy#1452). The loop reads the NEWEST observation under a lock (subscription callbacks only store
-it), acts, publishes, and sleeps until the next tick of a monotonic schedule ``t0 + k * period``; a tick that is
-more than one period late is not caught up (no burst of actions): the schedule restarts from now.
+Why a thread of its own: inference (a 20-step diffusion sampler: ~20 ms) must never run inside an executor
+callback, where it delays every other callback. Actions are published at the ticks of a monotonic schedule
+``t0 + k * period``; each is computed from the NEWEST observation (read under a lock; subscription callbacks
+only store it) shortly before its tick (a lead of 1.5 x the recent worst inference time), then held until the
+tick, so the period the arm sees does not carry the inference time's jitter. A tick that is more than one period
+late is not caught up (no burst of actions): the schedule restarts from now.
 
 Bounds (every wait is one): every action is computed from an observation newer than the previous action's (a
 frozen arm is never driven open-loop) and younger than ``obs_timeout_s``; after ``obs_timeout_s`` without one the
@@ -164,11 +165,18 @@ class ControlLoop:
             return False
         return first is None or value.resets != first.resets or value.steps > first.steps
 
+    def _lead_s(self) -> float:
+        """How long before its tick an action is computed: 1.5 x the slowest of the last 10 inferences + 1 ms,
+        at most 80% of a period (the action is then published AT the tick, so the period the arm sees does not
+        inherit the inference time's jitter, and the observation it acts on is at most this old)."""
+        recent = self.result.act_times[-10:]
+        return min(0.8 * self.cfg.period_s, 1.5 * max(recent) + 0.001) if recent else 0.0
+
     def _run(self) -> None:
         cfg, r = self.cfg, self.result
         first_status, _ = self._status_start()
         start = time.monotonic()
-        next_tick = start
+        next_tick = start  # publish time of the next action
         waiting_since: float | None = None
         used = 0  # count of the observation the previous action was computed from
         while True:
@@ -178,6 +186,9 @@ class ControlLoop:
                 r.cancelled = True
                 return self._end(False, f"cancelled after {r.steps} steps")
             now = time.monotonic()
+            if waiting_since is None and next_tick - self._lead_s() > now:  # too early to compute this tick's action
+                self.stop.wait(next_tick - self._lead_s() - now)
+                continue
             obs, t_obs, count = self.observations.get()
             if obs is None or count == used or now - t_obs > cfg.obs_timeout_s:
                 # Never act twice on one observation (a frozen arm must not be driven open-loop) nor on an old
@@ -196,6 +207,9 @@ class ControlLoop:
                 return self._end(False, f"policy returned a bad action at step {r.steps}: shape {action.shape}, "
                                         f"values {action.tolist()}")
             r.act_times.append(time.monotonic() - t0)
+            delay = next_tick - time.monotonic()
+            if delay > 0:
+                self.stop.wait(delay)  # publish at the tick (early wake-up on stop: decided just below)
             if self.stop.is_set() or self.cancelled():
                 continue  # decided above on the next pass: never publish after a stop/cancel request
             self.publish(action)
@@ -208,11 +222,8 @@ class ControlLoop:
             if r.steps >= cfg.max_steps:
                 return self._final_verdict(first_status)
             next_tick += cfg.period_s
-            delay = next_tick - time.monotonic()
-            if delay < -cfg.period_s:  # more than a period late: restart the schedule, no catch-up burst
+            if next_tick < time.monotonic() - cfg.period_s:  # more than a period late: restart, no catch-up burst
                 next_tick = time.monotonic()
-            elif delay > 0 and self.stop.wait(delay):
-                continue
 
     def _final_verdict(self, first: TaskStatusValue | None) -> None:
         """After the last action: wait (bounded) for the arm's status of that action, then decide success."""

@@ -146,5 +146,23 @@ def test_schedule_does_not_burst_after_a_stall() -> None:
     cfg = LoopConfig(period_s=0.05, max_steps=6, obs_timeout_s=1.0, status_timeout_s=1.0)
     loop = _loop(arm, cfg, act=act).start()
     assert loop.join(5.0)
-    gaps = np.diff(calls)[2:]  # after the stall
-    assert np.all(gaps > 0.025), gaps  # no back-to-back catch-up calls
+    gaps = np.diff(loop.result.tick_times)[2:]  # publish times after the stall
+    assert np.all(gaps > 0.04), gaps  # no back-to-back catch-up actions
+
+
+def test_actions_are_published_on_the_tick_not_after_a_variable_inference() -> None:
+    """Inference alternating between 1 and 25 ms: published at the ticks, the periods do not inherit that 24 ms
+    swing (published right after inference, the median |period - 50 ms| would be ~24 ms)."""
+    arm = FakeArm()
+    n = []
+
+    def act(obs):
+        n.append(1)
+        time.sleep(0.025 if len(n) % 2 else 0.001)
+        return np.zeros(7)
+
+    cfg = LoopConfig(period_s=0.05, max_steps=20, obs_timeout_s=1.0, status_timeout_s=1.0)
+    loop = _loop(arm, cfg, act=act).start()
+    assert loop.join(10.0) and loop.result.ok
+    dev = np.abs(loop.result.periods - cfg.period_s)
+    assert np.median(dev) < 0.005, dev

@@ -81,6 +81,14 @@ class PolicyServerParams(OctoTrunkParams):
         2.0, "run_policy fails if no observation arrives within this time, s.", range=(0.01, 600.0)
     )
     checkpoint_topic: str = param("checkpoint", "Latched topic announcing each new checkpoint.")
+    executor: str = param(
+        "single",
+        "rclpy executor of this node: 'single' (SingleThreadedExecutor; goals run on their own thread and are "
+        "awaited), 'multi' (pooled, with the fix of ros2/rclpy#1452 back-ported; goals block a pool thread), "
+        "'multi_rclpy' (the installed rclpy's MultiThreadedExecutor, unpatched) or 'events' (rclpy's "
+        "experimental EventsExecutor). Measured side by side: docs/ros-system.md (Executors).",
+        choices=("single", "multi", "multi_rclpy", "events"),
+    )
     torch_threads: int = param(
         1,
         "torch intra-op threads of this process (0 = torch's default). 1 keeps several nodes on a 2-core "

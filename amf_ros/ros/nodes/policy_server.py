@@ -21,6 +21,7 @@ from amf_ros.data import transitions
 from amf_ros.data.ros_convert import image_to_rgb
 from amf_ros.msg import CheckpointInfo, EefDeltaAction, StateVector, TaskStatus
 from amf_ros.ros import qos
+from amf_ros.ros.offload import Offload
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.control_loop import TaskStatusValue
@@ -42,6 +43,8 @@ class PolicyServerNode(Node):
     def __init__(self) -> None:
         super().__init__("policy_server")
         p = self.p = declare(self, "policy_server")
+        self.executor_kind = p.executor  # read by spin()
+        self.offload = Offload(self, inline=p.executor.startswith("multi"))  # goals wait on a thread of their own
         self.pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.COMMANDS)
         self.ckpt_pub = self.create_publisher(CheckpointInfo, p.checkpoint_topic, qos.LATCHED)
         self.server = PolicyServer(p, self.publish_action, log=self.get_logger().info)
@@ -96,25 +99,26 @@ class PolicyServerNode(Node):
     def _status(self, m: TaskStatus) -> None:
         self.server.observe_status(TaskStatusValue(m.task, int(m.resets), int(m.steps), bool(m.success), bool(m.done)))
 
-    def execute_run(self, goal_handle) -> RunPolicy.Result:
-        """Hand the goal to the control thread and wait for it (bounded: PolicyServer.run)."""
+    async def execute_run(self, goal_handle) -> RunPolicy.Result:
+        """Hand the goal to the control thread and await it (bounded: PolicyServer.run)."""
         req = goal_handle.request
-        res = self.server.run(req.task, req.max_steps, cancelled=lambda: goal_handle.is_cancel_requested,
-                              feedback=lambda s, t: goal_handle.publish_feedback(RunPolicy.Feedback(step=s,
-                                                                                                     elapsed_s=t)))
+        res = await self.offload(self.server.run, req.task, req.max_steps,
+                                 lambda: goal_handle.is_cancel_requested,
+                                 lambda s, t: goal_handle.publish_feedback(RunPolicy.Feedback(step=s, elapsed_s=t)))
         mean, median, worst = res.period_stats()
         _finish(goal_handle.canceled if res.cancelled else goal_handle.succeed if res.ok else goal_handle.abort)
         self.get_logger().info(f"run_policy {req.task}: {res.message}")
         return RunPolicy.Result(ok=res.ok, message=res.message, success=res.success, steps=res.steps,
                                 mean_period_s=mean, median_period_s=median, max_period_s=worst)
 
-    def execute_fine_tune(self, goal_handle) -> FineTune.Result:
-        """Hand the goal to the worker process and wait for it (bounded: PolicyRuntime.fine_tune)."""
+    async def execute_fine_tune(self, goal_handle) -> FineTune.Result:
+        """Hand the goal to the worker process and await it (bounded: PolicyRuntime.fine_tune)."""
         req = goal_handle.request
         try:
-            res = self.server.fine_tune(req.steps, list(req.tasks), cancelled=lambda: goal_handle.is_cancel_requested,
-                                        feedback=lambda s, n, loss: goal_handle.publish_feedback(
-                                            FineTune.Feedback(step=s, total_steps=n, loss=loss)))
+            res = await self.offload(self.server.fine_tune, req.steps, list(req.tasks),
+                                     lambda s, n, loss: goal_handle.publish_feedback(
+                                         FineTune.Feedback(step=s, total_steps=n, loss=loss)),
+                                     lambda: goal_handle.is_cancel_requested)
         except Exception as exc:  # reported to the client as ok=false; the node keeps running
             _finish(goal_handle.canceled if isinstance(exc, Cancelled) else goal_handle.abort)
             self.get_logger().warn(f"fine_tune failed: {exc}")
@@ -129,7 +133,7 @@ class PolicyServerNode(Node):
 
 def main(args=None) -> None:
     """Run the node until Ctrl-C / SIGTERM (threads: inputs, two waiting action callbacks, action plumbing)."""
-    spin(PolicyServerNode, args, executor="multi", num_threads=4)
+    spin(PolicyServerNode, args, num_threads=4)
 
 
 if __name__ == "__main__":
