@@ -149,11 +149,23 @@ class ControlLoop:
         r.ok, r.success = ok, success
         r.message = f"{message}; {r.timing()}" if r.steps > 1 else message
 
-    def _status_start(self) -> tuple[TaskStatusValue | None, int]:
+    def _status_start(self) -> tuple[TaskStatusValue | None, str]:
+        """The arm's status when the goal starts, and why it cannot act ("" = it can): with a success detector, the
+        arm must be on this task with its episode not over (a reset just before the goal may still be in flight,
+        so a fitting status is awaited for up to ``status_timeout_s``)."""
         if self.status is None:
-            return None, 0
-        value, _, count = self.status.get()
-        return value, count
+            return None, ""
+        deadline = time.monotonic() + self.cfg.status_timeout_s
+        while True:
+            value, _, count = self.status.get()
+            if value is not None and value.task == self.task and not value.done:
+                return value, ""
+            if time.monotonic() >= deadline or self.stop.is_set() or self.cancelled():
+                why = ("no task status from the arm" if value is None else
+                       f"the arm is on task {value.task!r}" if value.task != self.task else
+                       f"the episode of {value.task!r} is over after {value.steps} steps")
+                return value, f"{why}; reset it to {self.task!r} first (sim/reset) and send the goal again"
+            self.status.wait_newer(count, deadline - time.monotonic())
 
     def _solved(self, first: TaskStatusValue | None) -> bool:
         """The arm reports this task solved by an action of this run (a status from before the run does not
@@ -174,7 +186,9 @@ class ControlLoop:
 
     def _run(self) -> None:
         cfg, r = self.cfg, self.result
-        first_status, _ = self._status_start()
+        first_status, refusal = self._status_start()
+        if refusal:
+            return self._end(False, refusal)
         start = time.monotonic()
         next_tick = start  # publish time of the next action
         waiting_since: float | None = None

@@ -339,6 +339,7 @@ class PolicyServer:
         self._closing = threading.Event()
         self._run_slot = threading.Lock()  # held from goal acceptance to the end of the run
         self._run_stop: threading.Event | None = None
+        self._loop: Any = None  # the running ControlLoop, if any
 
     # -- inputs (subscription callbacks: store the newest value, nothing else) ------------------------------------
     def observe_state(self, values: Sequence[float]) -> None:
@@ -389,8 +390,8 @@ class PolicyServer:
             stop = self._run_stop = threading.Event()
             if self._closing.is_set():
                 stop.set()
-            loop = ControlLoop(act, self.publish, self.observations, self.status, task, cfg, stop,
-                               cancelled=cancelled, feedback=feedback).start()
+            loop = self._loop = ControlLoop(act, self.publish, self.observations, self.status, task, cfg, stop,
+                                            cancelled=cancelled, feedback=feedback).start()
             bound = cfg.max_steps * (cfg.period_s + cfg.obs_timeout_s) + cfg.status_timeout_s + 5.0
             if not loop.join(bound):
                 stop.set()
@@ -398,7 +399,7 @@ class PolicyServer:
                 return RunResult(ok=False, message=f"control loop overran its bound of {bound:.0f} s; stopped")
             return loop.result
         finally:
-            self._run_stop = None
+            self._run_stop = self._loop = None
             self._run_slot.release()
 
     # -- fine_tune -----------------------------------------------------------------------------------------------
@@ -413,9 +414,14 @@ class PolicyServer:
         return self.runtime.fine_tuning
 
     def close(self) -> None:
-        """Shutdown: stop the control thread and the fine-tune worker (idempotent, returns within ~3 s)."""
+        """Shutdown: stop the control thread and the fine-tune worker (idempotent, returns within ~3 s).
+
+        The control thread is joined (it ends within one inference once stopped): a process that exits while it is
+        inside torch aborts ("terminate called without an active exception", exit code -6)."""
         self._closing.set()
-        stop = self._run_stop
+        stop, loop = self._run_stop, self._loop
         if stop is not None:
             stop.set()
+        if loop is not None:
+            loop.join(2.0)
         self.runtime.close()

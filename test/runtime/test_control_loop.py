@@ -166,3 +166,28 @@ def test_actions_are_published_on_the_tick_not_after_a_variable_inference() -> N
     assert loop.join(10.0) and loop.result.ok
     dev = np.abs(loop.result.periods - cfg.period_s)
     assert np.median(dev) < 0.005, dev
+
+
+def test_an_arm_on_another_task_or_with_its_episode_over_is_refused_at_once() -> None:
+    """No action is sent into a finished episode or onto another task's scene (the simulator would refuse each);
+    the goal ends with ok=false saying to reset first."""
+    for status, why in ((TaskStatusValue("push", resets=1, steps=0, success=False, done=False), "on task 'push'"),
+                        (TaskStatusValue("reach", resets=1, steps=68, success=True, done=True), "is over")):
+        arm = FakeArm()
+        arm.status.set(status)
+        cfg = LoopConfig(period_s=0.05, max_steps=5, obs_timeout_s=1.0, status_timeout_s=0.3)
+        loop = _loop(arm, cfg).start()
+        assert loop.join(5.0)
+        assert not loop.result.ok and why in loop.result.message and "reset" in loop.result.message
+        assert not arm.actions
+
+
+def test_a_reset_arriving_just_after_the_goal_is_waited_for() -> None:
+    arm = FakeArm()
+    arm.status.set(TaskStatusValue("reach", resets=1, steps=68, success=True, done=True))
+    threading.Timer(0.2, lambda: arm.status.set(TaskStatusValue("reach", resets=2, steps=0, success=False,
+                                                                 done=False))).start()
+    cfg = LoopConfig(period_s=0.05, max_steps=3, obs_timeout_s=1.0, status_timeout_s=1.0)
+    loop = _loop(arm, cfg).start()
+    assert loop.join(5.0)
+    assert loop.result.ok and len(arm.actions) == 3, loop.result.message
