@@ -81,7 +81,7 @@ def made_from(path: str | Path, key: str) -> bool:
 
 def newest_octo_round(checkpoint_dir: str | Path, key: str) -> Path | None:
     """Newest ``round_NNNN`` whose marker says it was fine-tuned from the Octo checkpoint ``key``."""
-    from amf_ros.runtime.policy_server import round_checkpoints
+    from amf_ros.policies.checkpoint_dirs import round_checkpoints
 
     return next((p for p in reversed(round_checkpoints(checkpoint_dir)) if made_from(p, key)), None)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,50 +29,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from amf_ros.data import transitions as datasets
+from amf_ros.policies.checkpoint_dirs import newest_checkpoint, resolve_checkpoint, round_of
 from amf_ros.runtime.fine_tune_worker import FineTuneCancelled, FineTuneJob, FineTuneWorker, write_transitions
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LOADER = "amf_ros.runtime.policy_server:load_policy"
 """Loader of the package's own TaskConditionedPolicy checkpoints."""
-
-_ROUND_DIR = re.compile(r"^round_(\d{4,})$")
-
-
-def round_checkpoints(checkpoint_dir: str | Path) -> list[Path]:
-    """The ``round_NNNN`` checkpoint directories in ``checkpoint_dir``, oldest round first ([] if none)."""
-    root = Path(checkpoint_dir)
-    if not root.is_dir():
-        return []
-    rounds = sorted((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _ROUND_DIR.match(p.name)))
-    return [p for _, p in rounds]
-
-
-def newest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
-    """The newest ``round_NNNN`` checkpoint directory in ``checkpoint_dir`` (None if there is none)."""
-    rounds = round_checkpoints(checkpoint_dir)
-    return rounds[-1] if rounds else None
-
-
-def resolve_checkpoint(checkpoint: str, checkpoint_dir: str) -> Path:
-    """The checkpoint to start from: ``checkpoint`` if given, else the newest in ``checkpoint_dir``."""
-    if checkpoint:
-        path = Path(checkpoint)
-        if not path.is_dir():
-            raise ValueError(f"checkpoint directory does not exist: {checkpoint!r}")
-        return path
-    path = newest_checkpoint(checkpoint_dir)
-    if path is None:
-        raise ValueError(f"no checkpoint given and no round_NNNN checkpoint in {checkpoint_dir!r}; "
-                         "run `amf pretrain` or set the 'checkpoint' parameter")
-    return path
-
-
-def round_of(path: str | Path) -> int:
-    """Fine-tuning round of a checkpoint directory (``round_0007`` -> 7; anything else, e.g. pretrained -> 0)."""
-    m = _ROUND_DIR.match(Path(path).name)
-    return int(m.group(1)) if m else 0
-
 
 def load_policy(path: str | Path, task_encoder: Any = None) -> Any:
     """Load a TaskConditionedPolicy checkpoint (verified by the policy library); ``task_encoder`` shares an

@@ -228,13 +228,14 @@ class TaskSelectorRuntime:
 
     def _initial_policy(self) -> tuple[Any, str]:
         """The newest checkpoint, or (None, "") when there is none."""
+        from amf_ros.policies.checkpoint_dirs import resolve_checkpoint
         from amf_ros.runtime import policy_server as policy_runtime
 
         if self.octo is not None:
             head = self.octo.newest_head()
             return (self.octo.load(head), str(head.resolve())) if head is not None else (None, "")
         try:
-            path = policy_runtime.resolve_checkpoint(self.p.checkpoint, self.p.checkpoint_dir)
+            path = resolve_checkpoint(self.p.checkpoint, self.p.checkpoint_dir)
         except ValueError as exc:
             if self.p.selector == "amf":
                 self.notes.append(f"no policy yet ({exc}); AMF scores need one after the warm start")

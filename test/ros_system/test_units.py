@@ -10,7 +10,7 @@ import pytest
 
 from amf_ros.bringup import graph
 from amf_ros.bringup.params import Param, schema, validate
-from amf_ros.runtime.policy_server import newest_checkpoint, resolve_checkpoint, round_of
+from amf_ros.policies.checkpoint_dirs import newest_checkpoint, resolve_checkpoint, round_of
 
 
 class _Policy:
