@@ -8,7 +8,7 @@
    on its own) and records the round trip (client side) and the selector's own compute_time (server side), for the
    AMF selector (loss-gradient embeddings + criterion) and for round_robin (ROS + store overhead only).
 2. jitter, per rclpy executor of policy_server (``--executors``; its ``executor`` parameter, chosen one first):
-   idle CPU per thread (/proc), fine-tune steps/s alone, then run_policy at ``--rate`` Hz on observations published
+   idle CPU per thread (/proc; with the 50 Hz observation stream and without), fine-tune steps/s alone, then run_policy at ``--rate`` Hz on observations published
    by this process, idle and while a fine-tune runs in the background, alternating; the period between
    consecutive /amf/action messages as received here is the control period the arm sees. An executor that cannot
    serve the action at all is recorded with its error.
@@ -176,7 +176,8 @@ def _cpu_seconds(pid: int) -> dict[str, float]:
 
 
 def _idle_cpu(pid: int, label: str, seconds: float = 10.0) -> dict:
-    """CPU use of policy_server with no goal active, per thread (percent of one core), over ``seconds``."""
+    """CPU use of policy_server with no goal active (observations streaming at 50 Hz unless paused), per thread
+    (percent of one core), over ``seconds``."""
     before = _cpu_seconds(pid)
     time.sleep(seconds)
     after = _cpu_seconds(pid)
@@ -184,7 +185,7 @@ def _idle_cpu(pid: int, label: str, seconds: float = 10.0) -> dict:
     busy = {k: round(v, 2) for k, v in sorted(per_thread.items(), key=lambda kv: -kv[1]) if v > 0}
     total = sum(per_thread.values())
     log.info("policy_server (%s) idle CPU: %.2f %% of one core (threads: %s)", label, total, busy)
-    return {"name": f"policy_server idle CPU (no goal) [{label}]", "executor": label,
+    return {"name": f"policy_server idle CPU (no goal, 50 Hz observations) [{label}]", "executor": label,
             "cpu_percent_of_one_core": total, "per_thread": busy, "seconds": seconds}
 
 
@@ -234,13 +235,15 @@ def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str],
     from amf_ros.msg import StateVector
 
     pub = client.node.create_publisher(StateVector, "/amf/observation/state", 10)
-    stop = threading.Event()
+    stop, streaming = threading.Event(), threading.Event()
+    streaming.set()
 
-    def publish() -> None:  # a 50 Hz "arm" publishing observations
+    def publish() -> None:  # a 50 Hz "arm" publishing observations (paused while ``streaming`` is clear)
         rng = np.random.default_rng(cfg.seed)
         while not stop.is_set():
-            pub.publish(StateVector(values=rng.normal(size=39).tolist()))
-            time.sleep(0.02)
+            if streaming.wait(0.1):
+                pub.publish(StateVector(values=rng.normal(size=39).tolist()))
+                time.sleep(0.02)
 
     thread = threading.Thread(target=publish, daemon=True)
     thread.start()
@@ -263,6 +266,11 @@ def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str],
                                      "error": f"{type(exc).__name__}: {exc}"})
                     continue
                 settings.append(_idle_cpu(procs.procs["policy_server"].pid, executor))
+                streaming.clear()  # the node's own idle cost, without any incoming message
+                time.sleep(0.5)
+                quiet = _idle_cpu(procs.procs["policy_server"].pid, executor)
+                streaming.set()
+                settings.append({**quiet, "name": f"policy_server idle CPU (no goal, no observations) [{executor}]"})
                 settings.append(_fine_tune_alone(client, executor))
                 for r in range(cfg.jitter_repeats):
                     for during in (False, True):
