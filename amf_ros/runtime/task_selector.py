@@ -68,12 +68,14 @@ class TaskSelection:
     def __init__(self, selector: str, instructions: Mapping[str, str], dataset_dir: str | Path, seed: int = 0,
                  form: str = "log_variance", noise_var: float = 1.0, prior_var: float = 1.0,
                  frames_per_episode: int = 16, max_points: int = 1024, action_space: str = "metaworld",
-                 targets: str = "warm", condition_on_data: bool = True, episode_loader: Any = None) -> None:
+                 targets: str = "warm", condition_on_data: bool = True, episode_loader: Any = None,
+                 max_batch_size: int = 16) -> None:
         from amf_ros.core.selectors import make_selector
 
         if not instructions:
             raise ValueError("the task set is empty: set 'tasks_file' or load a checkpoint that lists its tasks")
         self.selector_name = selector
+        self.max_batch_size = int(max_batch_size)
         self.selector = make_selector(selector, tasks=list(instructions))
         self.instructions = dict(instructions)
         self.dataset_dir = Path(dataset_dir)
@@ -116,7 +118,8 @@ class TaskSelection:
         """Choose ``batch_size`` task(s) among ``candidates`` (empty = the whole task set).
 
         Raises:
-            ValueError: unknown candidate task, or AMF without a loaded policy.
+            ValueError: unknown or repeated candidate task, a batch larger than the candidates or
+                ``max_batch_size``, or AMF without a loaded policy.
         """
         t0 = time.perf_counter()
         with self._lock:  # one consistent (policy, embedding cache) pair for the whole request
@@ -128,6 +131,10 @@ class TaskSelection:
         if len(set(cands)) != len(cands):
             raise ValueError(f"candidate tasks repeat: {cands}")
         batch_size = max(1, int(batch_size))
+        limit = min(len(cands), self.max_batch_size)
+        if batch_size > limit:
+            raise ValueError(f"batch_size {batch_size} is larger than {limit} (the {len(cands)} candidate tasks, at "
+                             f"most max_batch_size {self.max_batch_size}); ask for at most {limit}")
         counts = self.cache.demo_counts()
         demo_counts = {c: int(counts.get(c, 0)) for c in cands}
         score_fn = None
@@ -209,7 +216,8 @@ class TaskSelectorRuntime:
             p.selector, instructions, p.dataset_dir, seed=p.seed, form=p.form, noise_var=p.noise_var,
             prior_var=p.prior_var, frames_per_episode=p.frames_per_episode, max_points=p.max_points,
             action_space=p.action_space, targets=p.targets, condition_on_data=p.condition_on_data,
-            episode_loader=self.octo.episode_loader() if self.octo is not None else None)
+            episode_loader=self.octo.episode_loader() if self.octo is not None else None,
+            max_batch_size=p.max_batch_size)
         if policy is not None:
             self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint))
         self.reloads = 0

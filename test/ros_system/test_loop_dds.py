@@ -65,6 +65,9 @@ def test_bad_input_gets_clear_errors_and_nodes_keep_running(graph_run) -> None:
     run, _, client, procs = graph_run
     resp = client.next_task(["reach", "fly-to-the-moon"], require_ok=False)
     assert not resp.ok and "fly-to-the-moon" in resp.message
+    t0 = time.monotonic()
+    resp = client.next_task(batch_size=2**32 - 1, require_ok=False)  # refused at once, not 2**32 selection passes
+    assert not resp.ok and f"ask for at most {len(TASKS)}" in resp.message and time.monotonic() - t0 < 30
     ft = client.fine_tune(steps=5, timeout=60)
     assert not ft.ok and "no episodes" in ft.message
     rp = client.run_policy("fly-to-the-moon", max_steps=3, timeout=60)

@@ -179,3 +179,18 @@ def test_runtime_without_checkpoint_and_without_pretrain_counts(tmp_path):
     rt3 = TaskSelectorRuntime(_params(tmp_path, dataset_dir=str(tmp_path / "data2"), pretrain_counts=False))
     assert rt3.checkpoint == path and rt3.selection.pretrain_counts is None
     assert rt2.on_checkpoint(path)[0] and np.all(np.isfinite(rt2.next_task().scores))
+
+
+def test_batch_size_is_bounded_by_the_candidates_and_max_batch_size(tmp_path):
+    """A huge batch_size (2**32 - 1 over the wire) is refused at once with the largest allowed value, instead of
+    running one selection pass per requested member."""
+    tasks = {t: f"do {t}" for t in ("a", "b", "c")}
+    sel = TaskSelection("round_robin", tasks, tmp_path / "data", max_batch_size=2)
+    for batch, limit in ((2**32 - 1, 2), (3, 2)):
+        with pytest.raises(ValueError, match=f"ask for at most {limit}"):
+            sel.next_task([], batch)
+    with pytest.raises(ValueError, match="ask for at most 1"):
+        sel.next_task(["a"], 2)
+    d = sel.next_task([], 2)
+    assert len(d.selected_tasks) == 2
+    assert len(TaskSelection("uniform", tasks, tmp_path / "data").next_task([], 0).selected_tasks) == 1

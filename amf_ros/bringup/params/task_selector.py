@@ -38,6 +38,12 @@ class TaskSelectorParams(OctoTrunkParams):
     seed: int = param(
         0, "Random seed of the selector (tie breaks, uniform draws) and of embeddings.", range=(0, 2147483647)
     )
+    max_batch_size: int = param(
+        16,
+        "Largest NextTask batch_size answered; a request above it, or above the number of candidate tasks, gets "
+        "ok=false (each batch member costs one criterion pass: unbounded batches would stall the node).",
+        range=(1, 1024),
+    )
     form: str = param(
         "log_variance",
         "AMF criterion form (App. E): summed log posterior variance or variance.",
