@@ -37,7 +37,9 @@ def generate_launch_description():
     def _nodes(context):
         values = {k: LaunchConfiguration(k).perform(context) for k in LAUNCH_ARGUMENTS}
         return [Node(package=graph.PACKAGE, executable=s.executable, name=s.name, namespace=s.namespace,
-                     output="screen", parameters=[s.params_file, s.overrides]) for s in node_plan(**values)]
+                     output="screen", parameters=[s.params_file, s.overrides], respawn=s.respawn,
+                     respawn_delay=s.respawn_delay_s, respawn_max_retries=s.respawn_max_retries)
+                for s in node_plan(**values)]
 
     args = [DeclareLaunchArgument(k, default_value=d, description=h) for k, (d, h) in LAUNCH_ARGUMENTS.items()]
     return LaunchDescription([*args, OpaqueFunction(function=_nodes)])

@@ -16,6 +16,8 @@ from amf_ros.paths import PACKAGE, package_root, resolve_config  # noqa: F401 - 
 
 NAMESPACE = "amf"  # default namespace of every node (relative names resolve under it: /amf/next_task)
 ROBOTS = ("real", "simpler", "sim")
+RESPAWN_DELAY_S = 2.0  # wait before restarting a node that exited (launch's respawn_delay)
+RESPAWN_MAX_RETRIES = 3  # then leave it down (a node that cannot start, e.g. widowx_driver without Interbotix)
 
 # The embedded simulation: the whole loop on one machine (Metaworld arm, scripted expert as the human).
 SIM_NODES = ("policy_server", "task_selector", "demo_recorder", "sim_bridge", "scripted_teleop")
@@ -40,6 +42,11 @@ class NodeSpec:
     params_file: str
     overrides: dict[str, Any] = field(default_factory=dict)
     namespace: str = NAMESPACE
+    respawn: bool = True
+    """Restart the node when it exits on its own (launch's ``respawn``; `amf up` does the same): one crashed node
+    comes back while the others keep running."""
+    respawn_delay_s: float = RESPAWN_DELAY_S
+    respawn_max_retries: int = RESPAWN_MAX_RETRIES
 
     def ros_args(self) -> list[str]:
         """Command-line arguments after the executable (``--ros-args ...``), as `amf up` passes them."""

@@ -52,6 +52,9 @@ class NodeProcesses:
         self.extra_args = {k: list(v) for k, v in (extra_args or {}).items()}
         self.procs: dict[str, subprocess.Popen] = {}
         self.killed: set[str] = set()
+        self.restarts: dict[str, int] = {}  # respawns per node (supervise)
+        self.given_up: dict[str, int] = {}  # nodes left down after respawn_max_retries, with their last exit code
+        self._exited_at: dict[str, float] = {}
         self._logs: list[IO[bytes]] = []
 
     def command(self, spec: NodeSpec) -> list[str]:
@@ -82,6 +85,30 @@ class NodeProcesses:
         if self.procs[name].poll() is None:
             raise RuntimeError(f"{name} is still running (pid {self.procs[name].pid})")
         self._launch(next(s for s in self.specs if s.name == name))
+
+    def supervise(self) -> list[str]:
+        """Respawn policy, called periodically by the supervisor (`amf up`): a node that exited on its own is
+        started again ``respawn_delay_s`` later, at most ``respawn_max_retries`` times, else left down (listed in
+        :attr:`given_up`). Returns log lines for what happened."""
+        lines, now = [], time.monotonic()
+        for spec in self.specs:
+            name = spec.name
+            code = self.procs[name].poll() if name in self.procs else None
+            if code is None or name in self.given_up:
+                continue
+            first = self._exited_at.setdefault(name, now)
+            if first == now:
+                lines.append(f"{name} exited with code {code}")
+            if not spec.respawn or self.restarts.get(name, 0) >= spec.respawn_max_retries:
+                self.given_up[name] = code
+                lines.append(f"{name} stays down (respawn {'off' if not spec.respawn else 'retries used up'}); "
+                             "the other nodes keep running")
+            elif now - first >= spec.respawn_delay_s:
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                del self._exited_at[name]
+                self._launch(spec)
+                lines.append(f"{name} respawned ({self.restarts[name]}/{spec.respawn_max_retries})")
+        return lines
 
     def dead(self) -> dict[str, int]:
         """Nodes that have exited, with their exit codes."""

@@ -4,9 +4,11 @@
                                                  # checkpoint, policy_server pre-trains one on first use
     amf up config/widowx.yaml --robot real --checkpoint ~/octo-small-1.5 --tasks a,b
 
-Runs until Ctrl-C, SIGTERM or SIGHUP (what a terminal, a process supervisor or a test harness sends) or until a
-node dies, then stops every node it started (SIGINT, then SIGKILL after STOP_TIMEOUT_S); exits non-zero if a node
-died or had to be killed. The nodes also die with `amf up` itself if it is killed (amf_ros.bringup.processes).
+Runs until Ctrl-C, SIGTERM or SIGHUP (what a terminal, a process supervisor or a test harness sends), then stops
+every node it started (SIGINT, then SIGKILL after STOP_TIMEOUT_S). A node that exits on its own is respawned as
+launch's ``respawn`` would (graph.NodeSpec: after 2 s, at most 3 times), while the others keep running; exits
+non-zero if a node stayed down or had to be killed. The nodes also die with `amf up` itself if it is killed
+(amf_ros.bringup.processes).
 """
 
 from __future__ import annotations
@@ -62,12 +64,12 @@ def main(argv: Sequence[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     nodes.start()
-    dead: dict[str, int] = {}
     try:
         while not stop.wait(0.5):
-            dead = nodes.dead()
-            if dead:
-                logging.error("node(s) exited: %s; stopping the others", dead)
+            for line in nodes.supervise():
+                logging.warning(line)
+            if len(nodes.given_up) == len(specs):
+                logging.error("every node is down: %s", nodes.given_up)
                 break
     finally:
         if received:
@@ -77,4 +79,4 @@ def main(argv: Sequence[str]) -> int:
     if killed:
         logging.error("node(s) did not stop within %.0f s and were killed: %s", STOP_TIMEOUT_S, killed)
     failed = {n: c for n, c in codes.items() if c not in (0, -signal.SIGINT)}
-    return 1 if dead or killed or failed else 0
+    return 1 if nodes.given_up or killed or failed else 0

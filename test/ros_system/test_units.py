@@ -134,3 +134,35 @@ def test_amf_run_evaluation_retries_a_failed_run_once_and_records_it() -> None:
     assert client.resets[0] == client.resets[1], "the retry uses the same evaluation scene"
     with pytest.raises(RuntimeError, match="failed 2 times: no observation"):
         evaluate(Client(fail_first=2), ["a"], LoopConfig(eval_episodes=1))
+
+
+def test_supervise_respawns_a_crashed_node_and_leaves_the_others_alone(tmp_path: Path) -> None:
+    """The respawn policy of `amf up` (launch's respawn / respawn_delay / respawn_max_retries): a node that keeps
+    crashing is restarted after the delay up to the retry limit, then left down; a node with respawn off stays down
+    at once; a running node is untouched."""
+    import sys
+    import time
+
+    from amf_ros.bringup.processes import NodeProcesses
+
+    specs = [graph.NodeSpec("crashy", "crashy", "", respawn_delay_s=0.1, respawn_max_retries=2),
+             graph.NodeSpec("once", "once", "", respawn=False),
+             graph.NodeSpec("steady", "steady", "")]
+    code = {"crashy": "raise SystemExit(3)", "once": "raise SystemExit(4)", "steady": "import time; time.sleep(60)"}
+    nodes = NodeProcesses(specs, log_dir=tmp_path)
+    nodes.command = lambda spec: [sys.executable, "-c", code[spec.name]]
+    nodes.start()
+    steady_pid = nodes.procs["steady"].pid
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 20
+        while len(nodes.given_up) < 2 and time.monotonic() < deadline:
+            lines += nodes.supervise()
+            time.sleep(0.05)
+        assert nodes.given_up == {"crashy": 3, "once": 4}, lines
+        assert nodes.restarts == {"crashy": 2}, lines
+        assert nodes.procs["steady"].poll() is None and nodes.procs["steady"].pid == steady_pid
+        assert any("crashy respawned (2/2)" in line for line in lines)
+        assert any("once stays down (respawn off)" in line for line in lines)
+    finally:
+        nodes.stop(timeout=5)
