@@ -38,6 +38,9 @@ def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tm
     first = start()
     seq1 = scripted_sequence(client_node.get_clock().now().nanoseconds + 50_000_000, frames=12, seed=1)
     live.publish(seq1)
+    # EndEpisode's settle takes a message stamped after the request as proof that its topic has delivered
+    # everything before it; these stamps run ahead of the clock, so end only once the clock has passed them
+    wait_for(lambda: client_node.get_clock().now().nanoseconds > seq1[-1][1], 10, "the clock to pass the stamps")
     done = call(client_node, EndEpisode, "/amf/recorder/end_episode", EndEpisode.Request(episode_id=first,
                                                                                          success=True))
     assert done.ok and done.num_steps == 6, done.message
