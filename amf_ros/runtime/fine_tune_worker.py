@@ -19,6 +19,7 @@ started afresh for the next one.
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing as mp
 import queue
 import time
@@ -77,8 +78,12 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
     with np.load(job.transitions, allow_pickle=False) as npz:
         transitions = {k: npz[k] for k in npz.files}
     every = max(1, min(50, job.steps // 20))  # feedback about 20 times, at least every 50 steps
+    diverged: list[tuple[int, float]] = []
 
     def on_step(step: int, loss: float) -> bool:
+        if not math.isfinite(loss):  # stop at once: every later step would only spread the NaN/inf
+            diverged.append((int(step), float(loss)))
+            return False
         if step % every == 0 or step == job.steps:
             events.put(("feedback", int(step), int(job.steps), float(loss)))
         return not cancel.is_set()
@@ -86,14 +91,23 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
     t0 = time.monotonic()
     result = student.fit(transitions, job.steps, batch_size=job.batch_size, lr=job.lr, seed=job.seed,
                          callback=on_step)
+    if diverged:
+        step, loss = diverged[0]
+        raise FloatingPointError(f"the fine-tune loss became {loss} at step {step} of {job.steps}; nothing saved, "
+                                 "the acting checkpoint stays (lower fine_tune_lr, or look for non-finite values in "
+                                 "the recorded episodes)")
     if getattr(result, "cancelled", False) or cancel.is_set():
         raise FineTuneCancelled(f"fine-tune cancelled after {result.steps} of {job.steps} steps (nothing saved)")
     if job.alpha_steps > 0 and getattr(student, "prior", None) is not None:
         student.fit_alpha(transitions, steps=job.alpha_steps, seed=job.seed)
     if cancel.is_set():
         raise FineTuneCancelled("fine-tune cancelled before saving (nothing saved)")
-    path = student.save(job.out_dir)
     alphas = {str(k): float(v) for k, v in dict(getattr(student, "alphas", None) or {}).items()}
+    bad = {k: v for k, v in alphas.items() if not math.isfinite(v)}
+    if bad:
+        raise FloatingPointError(f"the adaptive-prior fit gave non-finite alpha(c) {bad}; nothing saved, the acting "
+                                 "checkpoint stays")
+    path = student.save(job.out_dir)
     return {"checkpoint": str(path), "final_loss": float(result.final_loss), "losses": list(map(float, result.losses)),
             "alphas": alphas, "train_time_s": time.monotonic() - t0}
 
