@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 _ROUND_DIR = re.compile(r"^round_(\d{4,})$")
 
@@ -43,3 +46,26 @@ def round_of(path: str | Path) -> int:
     """Fine-tuning round of a checkpoint directory (``round_0007`` -> 7; anything else, e.g. pretrained -> 0)."""
     m = _ROUND_DIR.match(Path(path).name)
     return int(m.group(1)) if m else 0
+
+
+def load_newest_good(checkpoint_dir: str | Path, load: Callable[[Path], T],
+                     warn: Callable[[str], None]) -> tuple[T, Path] | None:
+    """Load the newest ``round_NNNN`` that loads; a newer one that does not (corrupt, half-copied by hand, from an
+    incompatible version) is skipped with a warning saying why, so one bad round never keeps a node down.
+
+    Returns:
+        (loaded object, its path), or None when ``checkpoint_dir`` holds no round at all.
+    Raises:
+        ValueError: rounds exist but none of them loads (each one's error in the message).
+    """
+    rounds = round_checkpoints(checkpoint_dir)
+    errors = []
+    for path in reversed(rounds):
+        try:
+            return load(path), path
+        except (ValueError, OSError, KeyError) as exc:  # CheckpointError is a ValueError
+            errors.append(f"{path.name}: {exc}")
+            warn(f"checkpoint {path} cannot be loaded ({type(exc).__name__}: {exc}); trying the round before it")
+    if rounds:
+        raise ValueError(f"no checkpoint under {str(checkpoint_dir)!r} loads: " + "; ".join(errors))
+    return None

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from amf_ros.data import transitions as datasets
-from amf_ros.policies.checkpoint_dirs import newest_checkpoint, resolve_checkpoint, round_of
+from amf_ros.policies.checkpoint_dirs import load_newest_good, newest_checkpoint, resolve_checkpoint, round_of
 from amf_ros.runtime.fine_tune_worker import FineTuneCancelled, FineTuneJob, FineTuneWorker, write_transitions
 
 log = logging.getLogger(__name__)
@@ -276,7 +276,8 @@ class PolicyServer:
         log: info-level log function (the node's logger).
     """
 
-    def __init__(self, p: Any, publish: Callable[[np.ndarray], None], log: Callable[[str], None] = log.info) -> None:
+    def __init__(self, p: Any, publish: Callable[[np.ndarray], None], log: Callable[[str], None] = log.info,
+                 warn: Callable[[str], None] = log.warning) -> None:
         from amf_ros.runtime.control_loop import Latest
 
         set_torch_threads(p.torch_threads)
@@ -288,9 +289,12 @@ class PolicyServer:
             self.octo = OctoServing(p)
             self.runtime = self.octo.runtime
         else:
-            path = initial_checkpoint(p.checkpoint, p.checkpoint_dir, p.pretrain_if_missing, p.workspace, p.seed,
-                                      log)
-            self.runtime = PolicyRuntime(load_policy(path), path, p.checkpoint_dir, p.dataset_dir,
+            found = None if p.checkpoint else load_newest_good(p.checkpoint_dir, load_policy, warn)
+            if found is None:
+                path = initial_checkpoint(p.checkpoint, p.checkpoint_dir, p.pretrain_if_missing, p.workspace,
+                                          p.seed, log)
+                found = load_policy(path), path
+            self.runtime = PolicyRuntime(found[0], found[1], p.checkpoint_dir, p.dataset_dir,
                                          steps=p.fine_tune_steps, batch_size=p.fine_tune_batch_size,
                                          lr=p.fine_tune_lr, alpha_steps=p.alpha_steps, seed=p.seed,
                                          action_space=p.action_space, torch_threads=p.torch_threads)

@@ -236,19 +236,25 @@ class TaskSelectorRuntime:
 
     def _initial_policy(self) -> tuple[Any, str]:
         """The newest checkpoint, or (None, "") when there is none."""
-        from amf_ros.policies.checkpoint_dirs import resolve_checkpoint
+        from amf_ros.policies.checkpoint_dirs import load_newest_good, resolve_checkpoint
         from amf_ros.runtime import policy_server as policy_runtime
 
         if self.octo is not None:
             head = self.octo.newest_head()
             return (self.octo.load(head), str(head.resolve())) if head is not None else (None, "")
-        try:
+        if self.p.checkpoint:  # given explicitly: that one, or the error
             path = resolve_checkpoint(self.p.checkpoint, self.p.checkpoint_dir)
+            return policy_runtime.load_policy(path), str(path.resolve())
+        try:
+            found = load_newest_good(self.p.checkpoint_dir, policy_runtime.load_policy, self.notes.append)
+            if found is None:
+                raise ValueError(f"no round_NNNN checkpoint in {str(self.p.checkpoint_dir)!r}")
+            policy, path = found
+            return policy, str(path.resolve())
         except ValueError as exc:
             if self.p.selector == "amf":
                 self.notes.append(f"no policy yet ({exc}); AMF scores need one after the warm start")
             return None, ""
-        return policy_runtime.load_policy(path), str(path.resolve())
 
     def _pretrain_counts(self, checkpoint: str) -> dict[str, int] | None:
         """Pre-training demonstrations per task from ``<checkpoint>/pretrain.json`` (written by `amf pretrain`)."""

@@ -166,3 +166,28 @@ def test_supervise_respawns_a_crashed_node_and_leaves_the_others_alone(tmp_path:
         assert any("once stays down (respawn off)" in line for line in lines)
     finally:
         nodes.stop(timeout=5)
+
+
+def test_a_corrupt_newest_round_falls_back_to_the_one_before(tmp_path: Path) -> None:
+    """One bad round (here: weights overwritten after the hash was recorded) never keeps a node down: the newest
+    round that loads is used, with a warning naming the bad one and why; if none loads, the error lists each."""
+    import shutil
+
+    from amf_ros.policies.checkpoint_dirs import load_newest_good
+    from amf_ros.runtime.policy_server import load_policy
+    from ros_system_util import make_checkpoint
+
+    good = make_checkpoint(tmp_path / "src", ("reach", "push"))
+    ckpts = tmp_path / "checkpoints"
+    for r in (1, 2):
+        shutil.copytree(good, ckpts / f"round_{r:04d}")
+    weights = ckpts / "round_0002" / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-16] + b"\0" * 16)
+    warnings: list[str] = []
+    policy, path = load_newest_good(ckpts, load_policy, warnings.append)
+    assert path.name == "round_0001" and set(policy.tasks) == {"reach", "push"}
+    assert len(warnings) == 1 and "round_0002" in warnings[0] and "sha256" in warnings[0].lower(), warnings
+    assert load_newest_good(tmp_path / "none", load_policy, warnings.append) is None
+    shutil.rmtree(ckpts / "round_0001")
+    with pytest.raises(ValueError, match="no checkpoint under .* loads: round_0002"):
+        load_newest_good(ckpts, load_policy, warnings.append)

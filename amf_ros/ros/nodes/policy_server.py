@@ -47,7 +47,7 @@ class PolicyServerNode(Node):
         self.offload = Offload(self, inline=p.executor.startswith("multi"))  # goals wait on a thread of their own
         self.pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.COMMANDS)
         self.ckpt_pub = self.create_publisher(CheckpointInfo, p.checkpoint_topic, qos.LATCHED)
-        self.server = PolicyServer(p, self.publish_action, log=self.get_logger().info)
+        self.server = PolicyServer(p, self.publish_action, log=self.get_logger().info, warn=self.get_logger().warn)
         if self.server.octo is not None:
             self.get_logger().info(f"Octo warm-up (first trunk + head call): {self.server.octo.warm_up():.2f} s")
         inputs = MutuallyExclusiveCallbackGroup()  # cheap callbacks: store the newest value
