@@ -75,3 +75,34 @@ def task_set(tasks_file: str, policy: Any = None, keys: Sequence[str] = ()) -> d
         else:
             raise ValueError(f"unknown task {k!r} in 'tasks'; known: {sorted(set(table) | set(known))}")
     return out
+
+
+MAX_TASK_KEY_CHARS = 128
+"""Longest task key a node accepts (keys name episodes' metadata, log lines and plots)."""
+
+
+def task_key_problem(key: str) -> str:
+    """Why ``key`` cannot be a task key, or "" if it can: non-empty, printable (no NUL, no control characters), at
+    most MAX_TASK_KEY_CHARS characters. The message quotes at most 40 characters of the key (bounded logs)."""
+    if not key:
+        return "the task key is empty"
+    shown = repr(key[:40]) + ("..." if len(key) > 40 else "")
+    if len(key) > MAX_TASK_KEY_CHARS:
+        return f"task key of {len(key)} characters (at most {MAX_TASK_KEY_CHARS}): {shown}"
+    if not key.isprintable():
+        return f"task key with non-printable characters: {shown}"
+    return ""
+
+
+def check_task_keys(keys: Sequence[str], known: Sequence[str] = ()) -> None:
+    """Raise ValueError naming the first bad, repeated or (when ``known`` is given) unknown key."""
+    for key in keys:
+        problem = task_key_problem(key)
+        if problem:
+            raise ValueError(problem)
+    repeated = sorted({k for k in keys if list(keys).count(k) > 1})
+    if repeated:
+        raise ValueError(f"task(s) {repeated} given more than once")
+    unknown = [k for k in keys if known and k not in known]
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown}; known tasks: {list(known)}")

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from amf_ros.data import transitions as datasets
+from amf_ros.data.tasks import check_task_keys, task_key_problem
 from amf_ros.policies.checkpoint_dirs import load_newest_good, newest_checkpoint, resolve_checkpoint, round_of
 from amf_ros.runtime.fine_tune_worker import FineTuneCancelled, FineTuneJob, FineTuneWorker, write_transitions
 
@@ -192,6 +193,7 @@ class PolicyRuntime:
             ValueError: no data, unknown task, or a fine-tune already running.
             Cancelled: cancelled or shutting down; RuntimeError: the worker failed or died.
         """
+        check_task_keys(list(tasks), list(getattr(self.policy, "tasks", []) or []))
         if not self._busy.acquire(blocking=False):
             raise ValueError("a fine-tune is already running; wait for its result or cancel it")
         try:
@@ -342,8 +344,9 @@ class PolicyServer:
         try:
             policy = self.runtime.policy
             known = list(getattr(policy, "tasks", []) or [])
-            if known and task not in known:
-                return RunResult(ok=False, message=f"unknown task {task!r}; the policy knows {known}")
+            problem = task_key_problem(task)
+            if problem or (known and task not in known):
+                return RunResult(ok=False, message=problem or f"unknown task {task!r}; the policy knows {known}")
             p = self.p
             cfg = LoopConfig(period_s=1.0 / p.control_rate_hz, max_steps=int(max_steps or p.max_steps),
                              obs_timeout_s=p.observation_timeout_s, status_timeout_s=p.observation_timeout_s)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from amf_ros.data import transitions as datasets
+from amf_ros.data.tasks import check_task_keys
 
 if TYPE_CHECKING:
     from amf_ros.bringup.params.task_selector import TaskSelectorParams
@@ -125,11 +126,7 @@ class TaskSelection:
         with self._lock:  # one consistent (policy, embedding cache) pair for the whole request
             state = self._state
         cands = list(candidates) or list(self.instructions)
-        unknown = [c for c in cands if c not in self.instructions]
-        if unknown:
-            raise ValueError(f"unknown task(s) {unknown}; known tasks: {list(self.instructions)}")
-        if len(set(cands)) != len(cands):
-            raise ValueError(f"candidate tasks repeat: {cands}")
+        check_task_keys(cands, list(self.instructions))
         batch_size = max(1, int(batch_size))
         limit = min(len(cands), self.max_batch_size)
         if batch_size > limit:

@@ -134,6 +134,8 @@ def test_start_checks_then_records_commits_and_announces(tmp_path):
     rt.feed(S, state(SEC // 2)), rt.feed(C, image(SEC // 2))
     assert "no publisher on the action topic" in rt.start("t", "do it", "", SEC, action_publishers=0).message
     assert "no instruction" in rt.start("t", "", "", SEC, 1).message
+    assert "non-printable" in rt.start("t\0", "do it", "", SEC, 1).message  # no tasks file: any printable key
+    assert "at most 128" in rt.start("t" * 5000, "do it", "", SEC, 1).message
     res = rt.start("t", "do it", "note", now_ns=SEC, action_publishers=1)
     assert res.ok and res.episode_id and rt.status().last_error == ""
     assert "already recording" in rt.start("t", "do it", "", SEC, 1).message

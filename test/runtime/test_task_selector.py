@@ -6,6 +6,7 @@ policies' embeddings, and TaskSelectorRuntime's policy life cycle (initial choic
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -194,3 +195,15 @@ def test_batch_size_is_bounded_by_the_candidates_and_max_batch_size(tmp_path):
     d = sel.next_task([], 2)
     assert len(d.selected_tasks) == 2
     assert len(TaskSelection("uniform", tasks, tmp_path / "data").next_task([], 0).selected_tasks) == 1
+
+
+def test_task_keys_are_checked_with_bounded_messages(tmp_path):
+    """Empty, non-printable (NUL), over-long, repeated and unknown keys are refused; the message quotes at most 40
+    characters of a key, so a 1 MB key cannot flood the log."""
+    tasks = {t: f"do {t}" for t in ("a", "b")}
+    sel = TaskSelection("round_robin", tasks, tmp_path / "data")
+    for cands, text in (([""], "empty"), (["a\0b"], "non-printable"), (["x" * 10**6], "at most 128"),
+                        (["a", "a"], "more than once"), (["a", "zz"], "unknown task(s) ['zz']")):
+        with pytest.raises(ValueError, match=re.escape(text)) as info:
+            sel.next_task(cands)
+        assert len(str(info.value)) < 300
