@@ -37,9 +37,14 @@ def resolve_checkpoint(checkpoint: str, checkpoint_dir: str) -> Path:
         return path
     path = newest_checkpoint(checkpoint_dir)
     if path is None:
-        raise ValueError(f"no checkpoint given and no round_NNNN checkpoint in {checkpoint_dir!r}; "
-                         "run `amf pretrain` or set the 'checkpoint' parameter")
+        raise no_checkpoint_error(checkpoint_dir)
     return path
+
+
+def no_checkpoint_error(checkpoint_dir: str | Path) -> ValueError:
+    """The error of a node that was given no checkpoint and finds no round in ``checkpoint_dir``."""
+    return ValueError(f"no checkpoint given and no round_NNNN checkpoint in {str(checkpoint_dir)!r}; "
+                      "run `amf pretrain` or set the 'checkpoint' parameter")
 
 
 def round_of(path: str | Path) -> int:

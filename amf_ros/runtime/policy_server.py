@@ -29,8 +29,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from amf_ros.data import transitions as datasets
-from amf_ros.data.tasks import check_task_keys, task_key_problem
-from amf_ros.policies.checkpoint_dirs import load_newest_good, newest_checkpoint, resolve_checkpoint, round_of
+from amf_ros.data.tasks import check_task_keys
+from amf_ros.policies.checkpoint_dirs import (load_newest_good, newest_checkpoint, no_checkpoint_error,
+                                             resolve_checkpoint, round_of)
 from amf_ros.runtime.fine_tune_worker import FineTuneCancelled, FineTuneJob, FineTuneWorker, write_transitions
 
 log = logging.getLogger(__name__)
@@ -249,23 +250,29 @@ class PolicyRuntime:
                               wall_time_s=time.monotonic() - t0)
 
 
-def initial_checkpoint(checkpoint: str, checkpoint_dir: str | Path, pretrain_if_missing: bool = False,
-                       workspace: str = "", seed: int = 0, log: Callable[[str], None] = log.info) -> Path:
-    """The checkpoint policy_server starts from: ``checkpoint``, else the newest round under ``checkpoint_dir``,
-    else (``pretrain_if_missing``, the embedded simulation) the cached pre-trained one, made on first use by the
-    same code as `amf run` (amf_ros.bringup.pretrained) under ``<workspace>/cache``."""
-    try:
-        return resolve_checkpoint(checkpoint, str(checkpoint_dir))
-    except ValueError:
-        if checkpoint or not pretrain_if_missing:
-            raise
+def initial_policy(checkpoint: str, checkpoint_dir: str | Path, pretrain_if_missing: bool = False,
+                   workspace: str = "", seed: int = 0, log: Callable[[str], None] = log.info,
+                   warn: Callable[[str], None] = log.warning) -> tuple[Any, Path]:
+    """(policy, its checkpoint) policy_server starts from: ``checkpoint`` if given (that one, or the error), else
+    the newest round under ``checkpoint_dir`` that loads (a corrupt newer one is skipped with a warning), else
+    (``pretrain_if_missing``, the embedded simulation) the cached pre-trained one, made on first use by the same code
+    as `amf run` (amf_ros.bringup.pretrained) under ``<workspace>/cache``."""
+    if checkpoint:
+        path = resolve_checkpoint(checkpoint, str(checkpoint_dir))
+        return load_policy(path), path
+    found = load_newest_good(checkpoint_dir, load_policy, warn)
+    if found is not None:
+        return found
+    if not pretrain_if_missing:
+        raise no_checkpoint_error(checkpoint_dir)
     from amf_ros.bringup.pretrained import ensure_pretrained
     from amf_ros.paths import workspace_root
 
     cache = workspace_root(workspace) / "cache"
     log(f"no checkpoint in {str(checkpoint_dir)!r}: using the embedded simulation's pre-trained policy from {cache} "
         "(pre-trained now if this is the first start: about a minute on 2 cores)")
-    return ensure_pretrained(cache, seed=seed)
+    path = ensure_pretrained(cache, seed=seed)
+    return load_policy(path), path
 
 
 class PolicyServer:
@@ -291,12 +298,9 @@ class PolicyServer:
             self.octo = OctoServing(p)
             self.runtime = self.octo.runtime
         else:
-            found = None if p.checkpoint else load_newest_good(p.checkpoint_dir, load_policy, warn)
-            if found is None:
-                path = initial_checkpoint(p.checkpoint, p.checkpoint_dir, p.pretrain_if_missing, p.workspace,
-                                          p.seed, log)
-                found = load_policy(path), path
-            self.runtime = PolicyRuntime(found[0], found[1], p.checkpoint_dir, p.dataset_dir,
+            policy, path = initial_policy(p.checkpoint, p.checkpoint_dir, p.pretrain_if_missing, p.workspace,
+                                          p.seed, log, warn)
+            self.runtime = PolicyRuntime(policy, path, p.checkpoint_dir, p.dataset_dir,
                                          steps=p.fine_tune_steps, batch_size=p.fine_tune_batch_size,
                                          lr=p.fine_tune_lr, alpha_steps=p.alpha_steps, seed=p.seed,
                                          action_space=p.action_space, torch_threads=p.torch_threads)
@@ -343,10 +347,10 @@ class PolicyServer:
 
         try:
             policy = self.runtime.policy
-            known = list(getattr(policy, "tasks", []) or [])
-            problem = task_key_problem(task)
-            if problem or (known and task not in known):
-                return RunResult(ok=False, message=problem or f"unknown task {task!r}; the policy knows {known}")
+            try:
+                check_task_keys([task], list(getattr(policy, "tasks", []) or []))
+            except ValueError as exc:
+                return RunResult(ok=False, message=str(exc))
             p = self.p
             cfg = LoopConfig(period_s=1.0 / p.control_rate_hz, max_steps=int(max_steps or p.max_steps),
                              obs_timeout_s=p.observation_timeout_s, status_timeout_s=p.observation_timeout_s)

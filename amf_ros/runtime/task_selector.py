@@ -233,7 +233,7 @@ class TaskSelectorRuntime:
 
     def _initial_policy(self) -> tuple[Any, str]:
         """The newest checkpoint, or (None, "") when there is none."""
-        from amf_ros.policies.checkpoint_dirs import load_newest_good, resolve_checkpoint
+        from amf_ros.policies.checkpoint_dirs import load_newest_good, no_checkpoint_error, resolve_checkpoint
         from amf_ros.runtime import policy_server as policy_runtime
 
         if self.octo is not None:
@@ -245,7 +245,7 @@ class TaskSelectorRuntime:
         try:
             found = load_newest_good(self.p.checkpoint_dir, policy_runtime.load_policy, self.notes.append)
             if found is None:
-                raise ValueError(f"no round_NNNN checkpoint in {str(self.p.checkpoint_dir)!r}")
+                raise no_checkpoint_error(self.p.checkpoint_dir)
             policy, path = found
             return policy, str(path.resolve())
         except ValueError as exc:
