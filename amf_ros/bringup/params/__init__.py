@@ -105,6 +105,15 @@ def param(default: Any, description: str, range: tuple[float, float] | None = No
                                                                   "read_only": read_only}})
 
 
+def workspace_param() -> Any:
+    """The ``workspace`` parameter of every node that reads or writes data folders (one description for all)."""
+    return param(
+        "",
+        "Root of every relative data path of this node (dataset_dir, checkpoint_dir); empty = $AMF_WORKSPACE, "
+        "else $ROS_HOME/amf, else ~/.ros/amf (amf_ros.paths). Never the working directory of the launch.",
+    )
+
+
 def params_class(node: str) -> type:
     """The frozen parameter dataclass of ``node`` (``amf_ros.bringup.params.<node>.<Node>Params``)."""
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amf_ros.bringup.params import param
+from amf_ros.bringup.params import param, workspace_param
 
 
 @dataclass(frozen=True)
@@ -16,11 +16,7 @@ class DemoRecorderParams:
     """Every ROS parameter of demo_recorder with its default, description and range (the single source of all three;
     the node declares them from here, `ros2 param describe` shows them)."""
 
-    workspace: str = param(
-        "",
-        "Root of every relative data path of this node (dataset_dir, checkpoint_dir); empty = $AMF_WORKSPACE, "
-        "else $ROS_HOME/amf, else ~/.ros/amf (amf_ros.paths). Never the working directory of the launch.",
-    )
+    workspace: str = workspace_param()
     dataset_dir: str = param("dataset", "Episode store directory (created if missing).")
     tasks_file: str = param(
         "",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amf_ros.bringup.params import param
+from amf_ros.bringup.params import param, workspace_param
 from amf_ros.bringup.params._octo_trunk import OctoTrunkParams
 
 
@@ -13,11 +13,7 @@ class TaskSelectorParams(OctoTrunkParams):
     """Every ROS parameter of task_selector with its default, description and range (the single source of all three;
     the node declares them from here, `ros2 param describe` shows them)."""
 
-    workspace: str = param(
-        "",
-        "Root of every relative data path of this node (dataset_dir, checkpoint_dir); empty = $AMF_WORKSPACE, "
-        "else $ROS_HOME/amf, else ~/.ros/amf (amf_ros.paths). Never the working directory of the launch.",
-    )
+    workspace: str = workspace_param()
     selector: str = param(
         "amf",
         "Task selector (amf_ros.core.selectors.make_selector name).",
