@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -100,7 +101,7 @@ def check_task_keys(keys: Sequence[str], known: Sequence[str] = ()) -> None:
         problem = task_key_problem(key)
         if problem:
             raise ValueError(problem)
-    repeated = sorted({k for k in keys if list(keys).count(k) > 1})
+    repeated = sorted(k for k, n in Counter(keys).items() if n > 1)
     if repeated:
         raise ValueError(f"task(s) {repeated} given more than once")
     unknown = [k for k in keys if known and k not in known]

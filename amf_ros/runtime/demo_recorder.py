@@ -24,7 +24,7 @@ from amf_ros.data import ros_convert
 from amf_ros.data.recorder import EpisodeRecorder
 from amf_ros.data.store import EpisodeStore, StoreConfig
 from amf_ros.data.sync import SyncConfig
-from amf_ros.data.tasks import task_key_problem
+from amf_ros.data.tasks import check_task_keys
 from amf_ros.runtime import recorder_inputs as inputs
 
 if TYPE_CHECKING:
@@ -273,11 +273,10 @@ class DemoRecorder:
             return StartResult(False, "shutting down")
         if self.rec.recording:
             return StartResult(False, f"already recording episode {self.rec.episode_id}; end it first")
-        problem = task_key_problem(task)
-        if problem:
-            return StartResult(False, problem)
-        if self.instructions and task not in self.instructions:
-            return StartResult(False, f"unknown task {task!r}; known: {sorted(self.instructions)}")
+        try:
+            check_task_keys([task], sorted(self.instructions))
+        except ValueError as exc:
+            return StartResult(False, str(exc))
         if not instruction:
             return StartResult(False, f"no instruction for task {task!r} (set tasks_file or pass one)")
         if stale:
