@@ -175,17 +175,17 @@ def _cpu_seconds(pid: int) -> dict[str, float]:
     return out
 
 
-def _idle_cpu(pid: int, label: str, seconds: float = 10.0) -> dict:
-    """CPU use of policy_server with no goal active (observations streaming at 50 Hz unless paused), per thread
-    (percent of one core), over ``seconds``."""
+def _idle_cpu(pid: int, label: str, inputs: str, seconds: float = 10.0) -> dict:
+    """CPU use of policy_server with no goal active, per thread (percent of one core), over ``seconds``;
+    ``inputs`` says what arrives meanwhile (for the row's name)."""
     before = _cpu_seconds(pid)
     time.sleep(seconds)
     after = _cpu_seconds(pid)
     per_thread = {k: 100.0 * (after[k] - before.get(k, 0.0)) / seconds for k in after}
     busy = {k: round(v, 2) for k, v in sorted(per_thread.items(), key=lambda kv: -kv[1]) if v > 0}
     total = sum(per_thread.values())
-    log.info("policy_server (%s) idle CPU: %.2f %% of one core (threads: %s)", label, total, busy)
-    return {"name": f"policy_server idle CPU (no goal, 50 Hz observations) [{label}]", "executor": label,
+    log.info("policy_server (%s) idle CPU, %s: %.2f %% of one core (threads: %s)", label, inputs, total, busy)
+    return {"name": f"policy_server idle CPU (no goal, {inputs}) [{label}]", "executor": label,
             "cpu_percent_of_one_core": total, "per_thread": busy, "seconds": seconds}
 
 
@@ -265,12 +265,11 @@ def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str],
                     settings.append({"name": f"run_policy [{executor}]", "executor": executor,
                                      "error": f"{type(exc).__name__}: {exc}"})
                     continue
-                settings.append(_idle_cpu(procs.procs["policy_server"].pid, executor))
+                settings.append(_idle_cpu(procs.procs["policy_server"].pid, executor, "50 Hz observations"))
                 streaming.clear()  # the node's own idle cost, without any incoming message
                 time.sleep(0.5)
-                quiet = _idle_cpu(procs.procs["policy_server"].pid, executor)
+                settings.append(_idle_cpu(procs.procs["policy_server"].pid, executor, "no observations"))
                 streaming.set()
-                settings.append({**quiet, "name": f"policy_server idle CPU (no goal, no observations) [{executor}]"})
                 settings.append(_fine_tune_alone(client, executor))
                 for r in range(cfg.jitter_repeats):
                     for during in (False, True):

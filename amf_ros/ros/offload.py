@@ -17,11 +17,10 @@ from typing import Any, Callable
 
 import rclpy
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
 from std_msgs.msg import Empty
 
-_DONE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+from amf_ros.ros import qos
 
 
 class Offload:
@@ -32,8 +31,8 @@ class Offload:
         self._lock = threading.Lock()
         self._finished: list[tuple[Future, Any, BaseException | None]] = []
         if not inline:
-            self._done = node.create_publisher(Empty, "~/_offload_done", _DONE)
-            node.create_subscription(Empty, "~/_offload_done", lambda _msg: self._deliver(), _DONE)
+            self._done = node.create_publisher(Empty, "~/_offload_done", qos.EVENTS)
+            node.create_subscription(Empty, "~/_offload_done", lambda _msg: self._deliver(), qos.EVENTS)
 
     async def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self.inline:
