@@ -34,3 +34,17 @@ def make_checkpoint(path: Path, tasks: tuple[str, ...] = ("reach", "push"), head
     policy.fit(transitions, 5)
     policy.freeze_prior()
     return Path(policy.save(path))
+
+
+def call_after_restart(call_once, attempts: int = 12):
+    """``call_once()`` (a client call with a short timeout), retried while it raises ROSCallError: a request sent
+    while a restarted server is still being discovered is lost, and the killed one's entry lingers in discovery, so
+    "service available" proves nothing. Raises the last error after ``attempts`` tries."""
+    from amf_ros.ros.client import ROSCallError
+
+    for attempt in range(attempts):
+        try:
+            return call_once()
+        except ROSCallError:
+            if attempt == attempts - 1:
+                raise

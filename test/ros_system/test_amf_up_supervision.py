@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ros_system_util import REPO, make_checkpoint
+from ros_system_util import REPO, call_after_restart, make_checkpoint
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -38,7 +38,7 @@ def _wait(predicate, timeout: float, what: str) -> None:
 
 
 def test_a_killed_node_is_respawned_and_sigterm_stops_all(ros_env, rclpy_context, tmp_path) -> None:
-    from amf_ros.ros.client import AMFClient, ROSCallError
+    from amf_ros.ros.client import AMFClient
 
     ckpt = make_checkpoint(tmp_path / "pretrained", ("reach", "push"))
     log = tmp_path / "amf_up.log"
@@ -61,14 +61,8 @@ def test_a_killed_node_is_respawned_and_sigterm_stops_all(ros_env, rclpy_context
             {n: p for n, p in before.items() if n != "demo_recorder"}, "another node was restarted"
         # the respawned recorder records again (the scripted operator ends the episode itself)
         client.reset("reach", seed=1)
-        ep = None
-        for _ in range(12):  # requests sent before the new recorder's service is discovered are lost: retry
-            try:
-                ep = client.start_episode("reach", "reach", require_ok=False, timeout=5)
-                break
-            except ROSCallError:
-                continue
-        assert ep is not None and ep.ok, ep
+        ep = call_after_restart(lambda: client.start_episode("reach", "reach", require_ok=False, timeout=5))
+        assert ep.ok, ep
         client.wait_episode(ep.episode_id, timeout=120)
     finally:
         client.close()

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ros_system_util import REPO, make_checkpoint
+from ros_system_util import REPO, call_after_restart, make_checkpoint
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -63,15 +63,8 @@ def _start_goal(client, task: str, steps: int = 400) -> tuple:
 
 
 def _second_goal_works(client, procs) -> None:
-    from amf_ros.ros.client import ROSCallError
-
     client.wait_ready(timeout=60)
-    for attempt in range(12):  # a request sent while a restarted server is still being discovered is lost: retry
-        try:
-            client.reset("reach", seed=8, timeout=5)
-            break
-        except ROSCallError:
-            assert attempt < 11, f"sim/reset unanswered for 60 s\n{_logs(procs)}"
+    call_after_restart(lambda: client.reset("reach", seed=8, timeout=5))
     res = client.run_policy("reach", max_steps=10, timeout=60)
     assert res.ok and res.steps >= 1, f"{res.message}\n{_logs(procs)}"
 
