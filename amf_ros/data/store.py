@@ -10,14 +10,19 @@ Layout of a dataset directory::
         chunk-000000.npz             steps [0, K): the same low-dim arrays + images (PNG/JPEG packed, or raw)
         chunk-000001.npz             ...
       .partial-ep_.../               an episode being written (or left behind by a crash)
+        writer.lock                  flock'ed while its writer lives (the kernel releases it when the writer dies)
         start.json                   its metadata at start (task, instruction, ...)
         chunk-*.npz                  every K steps, each written to a temp file, fsynced and renamed
+        .chunk-NNNNNN.npz.*.tmp      the chunk being written (complete if the writer died before the rename)
+        verdict.json                 the operator's success and note, written first by commit
 
 Why this shape: a recorder killed at any instant leaves (a) committed episodes untouched (nothing writes
 into them again), and (b) a ``.partial-*`` directory whose complete chunks can be committed by
-:meth:`EpisodeStore.recover` (``recovered=True``, ``success=None``) or removed by
-:meth:`EpisodeStore.discard_partial`. A full disk raises from ``add_step``/``commit`` and leaves only the
-partial directory. No pickle anywhere (``allow_pickle=False``).
+:meth:`EpisodeStore.recover` (``recovered=True``; ``success`` from verdict.json if a commit got that far, else
+None) or removed by :meth:`EpisodeStore.discard_partial`. Whether its writer is still alive is read from
+writer.lock (:class:`amf_ros.data.writer.WriterLock`): held = alive, never touched; free = dead, recoverable at
+any age; absent (older layout) = the directory's age decides. A full disk raises from ``add_step``/``commit``
+and leaves only the partial directory. No pickle anywhere (``allow_pickle=False``).
 """
 
 from __future__ import annotations
@@ -39,15 +44,17 @@ from amf_ros.atomic import atomic_write_bytes, atomic_write_json, fsync_dir
 from amf_ros.data import codec as _codec
 from amf_ros.data.schema import (ACTION, OBS_PREFIX, EpisodeMeta, EpisodeValidationError, is_image_key, validate_meta,
                                  validate_steps)
-from amf_ros.data.writer import (PARTIAL_PREFIX, EpisodeWriter, StoreConfig, StoreWriteError, _load_npz, _npz_bytes,
-                                 _package_version, new_episode_id)
+from amf_ros.data.writer import (PARTIAL_PREFIX, WRITER_ALIVE, WRITER_GONE, WRITER_UNKNOWN, EpisodeWriter, StoreConfig,
+                                 StoreWriteError, WriterLock, _load_npz, _npz_bytes, _package_version, new_episode_id,
+                                 read_verdict, tidy_committed)
 
-__all__ = ["Episode", "EpisodeStore", "EpisodeWriter", "PartialEpisode", "RecoveryResult", "StoreConfig",
-           "StoreScan", "StoreWriteError", "new_episode_id"]
+__all__ = ["WRITER_ALIVE", "WRITER_GONE", "WRITER_UNKNOWN", "Episode", "EpisodeStore", "EpisodeWriter", "PartialEpisode",
+           "RecoveryResult", "StoreConfig", "StoreScan", "StoreWriteError", "new_episode_id"]
 
 log = logging.getLogger(__name__)
 
 _CHUNK_RE = re.compile(r"^chunk-(\d{6})\.npz$")
+_TEMP_CHUNK_RE = re.compile(r"^\.(chunk-\d{6}\.npz)\..+\.tmp$")  # atomic_write_bytes' temp name of a chunk
 
 
 @dataclass
@@ -78,9 +85,10 @@ class PartialEpisode:
     episode_id: str
     path: Path
     task: str | None  # None if even start.json is unreadable
-    complete_chunks: int
+    complete_chunks: int  # including a fully written temp chunk that recover() would adopt
     num_steps: int  # steps in complete chunks = what recover() would commit
     age_s: float  # seconds since the directory was last modified
+    writer: str = WRITER_UNKNOWN  # WRITER_ALIVE (lock held: never recovered), WRITER_GONE or WRITER_UNKNOWN (no lock)
 
 
 @dataclass
@@ -255,17 +263,18 @@ class EpisodeStore:
             task = None
             try:
                 task = json.loads((p / "start.json").read_text(encoding="utf-8")).get("task")
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError):
                 pass
-            chunks = self._complete_chunks(p)
-            steps = 0
-            for c in chunks:
-                try:
-                    with np.load(c, allow_pickle=False) as z:
-                        steps += int(z[ACTION].shape[0])
-                except Exception:  # noqa: BLE001 - an unreadable chunk ends the recoverable prefix
-                    break
-            out.append(PartialEpisode(eid, p, task, len(chunks), steps, now - p.stat().st_mtime))
+            try:
+                writer, lock = WriterLock.probe(p)
+                if lock is not None:
+                    lock.release()
+                # a live writer renames its own temp chunk; only a dead one's would be adopted
+                chunks = self._chunk_prefix(p, adopt_temp=writer != WRITER_ALIVE)
+                age = now - p.stat().st_mtime
+            except FileNotFoundError:  # committed or discarded while we looked
+                continue
+            out.append(PartialEpisode(eid, p, task, len(chunks), sum(n for _, n in chunks), age, writer))
         return out
 
     def scan(self, validate: bool = True, verify_checksums: bool = False) -> StoreScan:
@@ -318,57 +327,95 @@ class EpisodeStore:
 
     # -- crash recovery ----------------------------------------------------------------------------------
     @staticmethod
-    def _complete_chunks(partial_dir: Path) -> list[Path]:
-        """Chunk files in order, stopping at the first gap (atomic renames make each file all-or-nothing)."""
-        found = sorted((int(m.group(1)), p) for p in partial_dir.iterdir() if (m := _CHUNK_RE.match(p.name)))
-        out = []
-        for expect, (idx, p) in enumerate(found):
-            if idx != expect:
+    def _chunk_prefix(partial_dir: Path, adopt_temp: bool = True) -> list[tuple[Path, int]]:
+        """(file, steps) of the chunks a recovery commits, in order, up to the first gap or unreadable chunk.
+
+        Atomic renames make each chunk-NNNNNN.npz all-or-nothing. A gap may be filled (``adopt_temp``) by a temp
+        file of that very chunk, written completely by a writer killed before its rename: see
+        :func:`_complete_temp_chunk`.
+        """
+        names = {p.name for p in partial_dir.iterdir()}
+        out: list[tuple[Path, int]] = []
+        keys: set[str] | None = None
+        for index in range(len(names) + 1):
+            path = partial_dir / f"chunk-{index:06d}.npz"
+            if path.name in names:
+                try:
+                    with np.load(path, allow_pickle=False) as z:
+                        n, found = int(z[ACTION].shape[0]), set(z.files)
+                except Exception:  # noqa: BLE001 - an unreadable chunk ends the recoverable prefix
+                    break
+            elif adopt_temp and (temp := _complete_temp_chunk(partial_dir, path.name, keys)) is not None:
+                path, n, found = temp
+            else:
                 break
-            out.append(p)
+            keys = found if keys is None else keys
+            out.append((path, n))
         return out
 
     def recover(self, episode_id: str, min_age_s: float = 0.0) -> RecoveryResult:
-        """Commit the complete chunks of a partial episode (``recovered=True``, ``success=None``).
+        """Commit the complete chunks of a partial episode whose writer is gone (``recovered=True``).
 
-        Use only on episodes whose writer is gone (``min_age_s`` guards against a live writer). An episode
-        without a readable start.json or without any complete chunk is ignored (left in place) and the
+        ``success`` (and the operator note) come from verdict.json when a commit got that far, else success is
+        None. A partial whose writer.lock is held (writer alive) is never touched; one whose lock is free is
+        recovered at any age; one without writer.lock (older layout) only once untouched for ``min_age_s``. An
+        episode without a readable start.json or without any complete chunk is ignored (left in place) and the
         result says why; :meth:`discard_partial` removes it.
         """
         src = self.root / f"{PARTIAL_PREFIX}{episode_id}"
         if not src.is_dir():
             raise ValueError(f"no partial episode {episode_id!r} in {self.root}")
-        if time.time() - src.stat().st_mtime < min_age_s:
-            return RecoveryResult(episode_id, "ignored", f"modified less than {min_age_s} s ago (writer alive?)")
+        writer, lock = WriterLock.probe(src)
+        try:  # the lock, now ours, keeps a second recovery (another process) off this episode
+            if writer == WRITER_ALIVE:
+                return RecoveryResult(episode_id, "ignored", "writer alive (lock held)")
+            if writer == WRITER_UNKNOWN and time.time() - src.stat().st_mtime < min_age_s:
+                return RecoveryResult(episode_id, "ignored",
+                                      f"no writer.lock and modified less than {min_age_s} s ago (writer alive?)")
+            return self._recover(src, episode_id)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _recover(self, src: Path, episode_id: str) -> RecoveryResult:
         try:
             meta = EpisodeMeta.from_json(json.loads((src / "start.json").read_text(encoding="utf-8")), episode_id)
         except (OSError, ValueError) as exc:
             return RecoveryResult(episode_id, "ignored", f"start.json unreadable: {exc}")
         parts: list[dict[str, np.ndarray]] = []
-        chunks = []
-        for path in self._complete_chunks(src):
+        chunks: list[dict[str, Any]] = []
+        temps: list[tuple[Path, Path]] = []  # (temp file, the chunk file it becomes) to adopt
+        for path, _ in self._chunk_prefix(src):
             try:
                 arrays = _load_npz(path, episode_id)
             except EpisodeValidationError as exc:
                 log.warning("recover %s: stopping at %s: %s", episode_id, path.name, exc)
                 break
+            temp = _TEMP_CHUNK_RE.match(path.name)
+            name = temp.group(1) if temp else path.name
+            if temp:
+                temps.append((path, src / name))
             parts.append(arrays)
-            data = path.read_bytes()
-            chunks.append({"file": path.name, "num_steps": int(arrays[ACTION].shape[0]),
-                           "sha256": hashlib.sha256(data).hexdigest()})
+            chunks.append({"file": name, "num_steps": int(arrays[ACTION].shape[0]),
+                           "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
         if not parts:
             return RecoveryResult(episode_id, "ignored", "no complete chunk was written before the writer stopped")
+        verdict = read_verdict(src)
         lowdim_keys = [k for k in parts[0] if "@" not in k and not is_image_key(k)]
         steps = {k: np.concatenate([p[k] for p in parts]) for k in lowdim_keys}
         n = int(steps[ACTION].shape[0])
+        # Only an episode with every step it had at the commit ends in a terminal success.
+        whole = verdict is not None and verdict.get("num_steps") == n
         steps["is_first"] = np.arange(n) == 0
         steps["is_last"] = np.arange(n) == n - 1
-        steps["is_terminal"] = np.zeros(n, dtype=bool)
+        steps["is_terminal"] = steps["is_last"] & bool(whole and verdict["success"])
         for key in parts[0]:
             base = key.split("@")[0]
             if is_image_key(base):
                 meta.image_codec[base] = "raw" if "@" not in key else self._guess_codec(parts[0], base)
-        meta.success = None
+        meta.success = None if verdict is None else verdict["success"]
+        if verdict is not None and verdict.get("operator_note") is not None:
+            meta.operator_note = verdict["operator_note"]
         meta.recovered = True
         meta.num_steps = n
         meta.chunks = chunks
@@ -377,17 +424,26 @@ class EpisodeStore:
             validate_steps(steps, episode_id, num_steps=n, state_names=meta.state_names or None)
         except EpisodeValidationError as exc:
             return RecoveryResult(episode_id, "ignored", f"complete chunks fail validation: {exc}")
+        for temp_path, chunk_path in temps:  # made durable by the directory fsync of the writes below
+            os.rename(temp_path, chunk_path)
         for stale in src.glob(".*.tmp"):
             stale.unlink(missing_ok=True)
-        for path in self._complete_chunks(src)[len(parts):]:
-            path.unlink()
+        kept = {c["file"] for c in chunks}
+        for path in src.iterdir():
+            if _CHUNK_RE.match(path.name) and path.name not in kept:
+                path.unlink()
         atomic_write_bytes(src / "steps.npz", _npz_bytes(steps))
         atomic_write_json(src / "meta.json", meta.to_json())
         final = self.root / episode_id
         os.rename(src, final)
         fsync_dir(self.root)
+        tidy_committed(final)
         self._after_commit(meta)
-        return RecoveryResult(episode_id, "recovered", f"{len(parts)} complete chunk(s)", n, final)
+        reason = f"{len(parts)} complete chunk(s)" + (f", {len(temps)} adopted from a temp file" if temps else "")
+        if verdict is not None:
+            reason += f", operator's verdict kept (success={meta.success}" + \
+                ("" if whole else f", {n} of {verdict.get('num_steps')} steps") + ")"
+        return RecoveryResult(episode_id, "recovered", reason, n, final)
 
     @staticmethod
     def _guess_codec(arrays: Mapping[str, np.ndarray], key: str) -> str:
@@ -399,8 +455,47 @@ class EpisodeStore:
         return [self.recover(p.episode_id, min_age_s) for p in self.partial()]
 
     def discard_partial(self, episode_id: str) -> None:
-        """Delete a partial episode directory."""
+        """Delete a partial episode directory (refused while its writer is alive: writer.lock held)."""
         src = self.root / f"{PARTIAL_PREFIX}{episode_id}"
         if not src.is_dir():
             raise ValueError(f"no partial episode {episode_id!r} in {self.root}")
-        shutil.rmtree(src)
+        writer, lock = WriterLock.probe(src)
+        if writer == WRITER_ALIVE:
+            raise ValueError(f"partial episode {episode_id!r}: writer alive (lock held); not discarded")
+        try:
+            shutil.rmtree(src)
+        finally:
+            if lock is not None:
+                lock.release()
+
+
+def _steps_in_chunk(arrays: Mapping[str, np.ndarray]) -> int | None:
+    """The step count every array of a chunk agrees on (packed images: offsets n + 1 ending at the data size),
+    or None if they disagree."""
+    action = arrays.get(ACTION)
+    if action is None or action.ndim < 1 or action.shape[0] < 1:
+        return None
+    n = int(action.shape[0])
+    for key, arr in arrays.items():
+        if key.endswith("@offsets"):
+            data = arrays.get(key[:-len("@offsets")] + "@data")
+            if data is None or arr.shape != (n + 1,) or int(arr[-1]) != data.size:
+                return None
+        elif not key.endswith("@data") and (arr.ndim < 1 or arr.shape[0] != n):
+            return None
+    return n
+
+
+def _complete_temp_chunk(partial_dir: Path, name: str, keys: set[str] | None) -> tuple[Path, int, set[str]] | None:
+    """A temp file of chunk ``name`` (``.chunk-NNNNNN.npz.<random>.tmp``) that was written completely: it reads
+    back (every member of the zip, CRC-checked; a truncated one does not), has the keys of the earlier chunks
+    (``keys``; None = no earlier chunk) and one step count. Returns (file, steps, keys) or None."""
+    for tmp in sorted(partial_dir.glob(f".{name}.*.tmp")):
+        try:
+            arrays = _load_npz(tmp, partial_dir.name[len(PARTIAL_PREFIX):])
+        except EpisodeValidationError:
+            continue
+        n = _steps_in_chunk(arrays)
+        if n is not None and (keys is None or set(arrays) == keys):
+            return tmp, n, set(arrays)
+    return None

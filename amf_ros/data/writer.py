@@ -1,18 +1,33 @@
 """EpisodeWriter: one episode written chunk by chunk into ``.partial-<id>/``, committed by rename.
 
+Layout of the partial directory while it is written::
+
+    .partial-<id>/
+      writer.lock                  flock'ed by the live writer from begin to commit/discard/close (WriterLock)
+      start.json                   the episode's metadata at start
+      chunk-000000.npz ...         K steps each, written as .chunk-NNNNNN.npz.<random>.tmp, fsynced, renamed
+      verdict.json                 written first by commit: the operator's success and note
+      steps.npz, meta.json         written last by commit, then the directory is renamed into the dataset
+
 Every chunk file (K steps, images encoded by a background thread) is written to a temp file, fsynced and
-renamed, so a crash loses at most the steps not yet in a chunk; :meth:`EpisodeWriter.commit` writes
-``steps.npz`` and ``meta.json`` and renames the directory into the dataset (see :mod:`amf_ros.data.store`).
+renamed, so a crash loses at most the steps not yet in a chunk (a chunk killed between write and rename is
+adopted by recovery, :mod:`amf_ros.data.store`). The lock tells recovery whether the writer is alive: the kernel
+releases it when the process dies, also by SIGKILL. ``verdict.json`` keeps the operator's verdict for recovery
+when the rest of the commit fails (disk full). After the rename, commit removes ``writer.lock`` and
+``verdict.json`` (a crash in between leaves them in the committed episode, where readers ignore them).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
+import json
 import logging
 import os
 import queue
 import shutil
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 import time
@@ -23,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from amf_ros.atomic import atomic_write_bytes, atomic_write_json, fsync_dir
+from amf_ros.atomic import atomic_write_bytes, atomic_write_json, default_mode, fsync_dir
 from amf_ros.data import codec as _codec
 from amf_ros.data.schema import (ACTION, ACTION_NATIVE, OBS_PREFIX, STAMP, STAMP_PREFIX, EpisodeMeta,
                                  EpisodeValidationError, is_image_key, validate_steps)
@@ -34,6 +49,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PARTIAL_PREFIX = ".partial-"
+LOCK_FILE = "writer.lock"
+VERDICT_FILE = "verdict.json"
+
+# What a partial episode's writer.lock says about its writer (PartialEpisode.writer).
+WRITER_ALIVE = "alive"  # lock held: a live EpisodeWriter (or a recovery under way) owns the directory
+WRITER_GONE = "gone"  # lock file there and free: the writer ended (closed, failed, exited or killed) for sure
+WRITER_UNKNOWN = "unknown"  # no lock file (written before writer.lock existed): only the directory's age tells
 
 
 @dataclass
@@ -90,6 +112,88 @@ def _load_npz(path: Path, episode: str) -> dict[str, np.ndarray]:
         raise EpisodeValidationError(episode, "file", f"cannot read {path.name}: {exc}") from exc
 
 
+def read_verdict(partial_dir: Path) -> dict[str, Any] | None:
+    """The ``verdict.json`` a failed commit left (``{"success", "operator_note", "num_steps"}``), or None if
+    there is none or it is unreadable (then recovery falls back to ``success=None``)."""
+    try:
+        obj = json.loads((partial_dir / VERDICT_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("%s: ignoring unreadable %s: %s", partial_dir.name, VERDICT_FILE, exc)
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("success"), (bool, type(None))) \
+            or not isinstance(obj.get("operator_note"), (str, type(None))):
+        log.warning("%s: ignoring %s with unexpected content %r", partial_dir.name, VERDICT_FILE, obj)
+        return None
+    return obj
+
+
+def tidy_committed(episode_dir: Path) -> None:
+    """Remove the writer's bookkeeping (writer.lock, verdict.json) from a just-committed episode directory."""
+    for name in (LOCK_FILE, VERDICT_FILE):
+        try:
+            (episode_dir / name).unlink(missing_ok=True)
+        except OSError as exc:  # harmless leftovers: readers never look at them
+            log.warning("%s: could not remove %s: %s", episode_dir.name, name, exc)
+
+
+class WriterLock:
+    """An exclusive ``flock`` on ``<partial dir>/writer.lock``: held by the live writer of that episode (or by a
+    recovery or discard at work on it).
+
+    Why flock: the kernel drops it with the holder's last descriptor, also on SIGKILL, so a free lock proves that
+    the writer is gone whatever the directory's age; and it belongs to an open file description, so a second
+    ``open`` in the same process sees it held too (a POSIX ``fcntl`` record lock would not). A process forked
+    while holding it shares it (it stays held while either lives).
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    @classmethod
+    def create(cls, directory: Path) -> WriterLock:
+        """Create ``directory/writer.lock`` already locked (locked under a temp name, then renamed: the name
+        never exists unlocked while its writer lives)."""
+        fd, tmp = tempfile.mkstemp(prefix=f".{LOCK_FILE}.", suffix=".tmp", dir=directory)
+        try:
+            os.fchmod(fd, default_mode())
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh file nobody else has opened: never blocks
+            os.rename(tmp, directory / LOCK_FILE)
+        except BaseException:
+            os.close(fd)
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return cls(fd)
+
+    @classmethod
+    def probe(cls, directory: Path) -> tuple[str, WriterLock | None]:
+        """(WRITER_ALIVE | WRITER_GONE | WRITER_UNKNOWN, lock): with WRITER_GONE the caller now holds the lock
+        (so nobody else recovers or discards the episode meanwhile) and must :meth:`release` it."""
+        try:
+            fd = os.open(directory / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return WRITER_UNKNOWN, None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return WRITER_ALIVE, None
+        except BaseException:
+            os.close(fd)
+            raise
+        return WRITER_GONE, cls(fd)
+
+    def release(self) -> None:
+        """Close the descriptor, which drops the lock (idempotent)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:  # a writer dropped without close() must not look alive for the process's life
+        self.release()
+
+
 def _package_version() -> str:
     try:
         from amf_ros import __version__
@@ -110,11 +214,15 @@ class EpisodeWriter:
         self.meta = meta
         self.path = store.root / f"{PARTIAL_PREFIX}{meta.episode_id}"
         self.path.mkdir(parents=False, exist_ok=False)
+        self._lock: WriterLock | None = None
         try:
+            self._lock = WriterLock.create(self.path)
             fsync_dir(store.root)
             atomic_write_json(self.path / "start.json", meta.to_json())
         except OSError as exc:  # e.g. the disk is already full: leave nothing behind
             shutil.rmtree(self.path, ignore_errors=True)
+            if self._lock is not None:
+                self._lock.release()
             raise StoreWriteError(exc.errno, f"episode {meta.episode_id}: cannot start: {exc.strerror or exc}") from exc
         self._keys: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None
         self._lowdim: dict[str, list[np.ndarray]] = {}
@@ -196,13 +304,25 @@ class EpisodeWriter:
 
     def commit(self, success: bool | None, operator_note: str | None = None,
                extra: Mapping[str, Any] | None = None, sync_stats: Mapping[str, int] | None = None) -> Path:
-        """Write the last chunk, steps.npz and meta.json, then rename the episode into place.
+        """Write verdict.json, the last chunk, steps.npz and meta.json, then rename the episode into place.
 
-        Returns the committed episode directory. On failure the episode stays partial and this raises.
+        Returns the committed episode directory. On failure the episode stays partial (recoverable with this
+        verdict, :meth:`EpisodeStore.recover`), the writer is closed and this raises (StoreWriteError for I/O).
         """
-        self._check_open()
+        if self._closed:
+            raise ValueError(f"episode {self.episode_id} is closed (committed, discarded or failed)")
         if self._num_steps == 0:
             raise ValueError(f"episode {self.episode_id}: cannot commit an episode with no steps (discard it)")
+        try:
+            return self._commit(success, operator_note, extra, sync_stats)
+        except BaseException:
+            self.close()  # releases the lock: a recovery may take the partial episode from here
+            raise
+
+    def _commit(self, success: bool | None, operator_note: str | None, extra: Mapping[str, Any] | None,
+                sync_stats: Mapping[str, int] | None) -> Path:
+        self._save_verdict(success, operator_note)  # first: also when an earlier chunk already failed
+        self._raise_if_failed()
         self._flush()
         self._drain()
         self._raise_if_failed()
@@ -230,13 +350,23 @@ class EpisodeWriter:
             os.rename(self.path, final)
             fsync_dir(self._store.root)
         except OSError as exc:
-            self._closed = True
             raise StoreWriteError(exc.errno, f"episode {self.episode_id}: commit failed, left partial "
                                   f"at {self.path}: {exc.strerror or exc}") from exc
         self._closed = True
         self.path = final
+        tidy_committed(final)
+        self._release_lock()
         self._store._after_commit(meta)
         return final
+
+    def _save_verdict(self, success: bool | None, operator_note: str | None) -> None:
+        """verdict.json: the operator's word survives a commit that fails later (recover() reads it)."""
+        verdict = {"success": None if success is None else bool(success), "operator_note": operator_note,
+                   "num_steps": self._num_steps}
+        try:
+            atomic_write_json(self.path / VERDICT_FILE, verdict)
+        except OSError as exc:  # the commit may still succeed (meta.json holds the verdict too): go on
+            log.warning("episode %s: could not save %s before the commit: %s", self.episode_id, VERDICT_FILE, exc)
 
     def discard(self) -> None:
         """Drop the episode: stop the writer thread and delete its partial directory."""
@@ -245,11 +375,14 @@ class EpisodeWriter:
         self._closed = True
         self._drain()
         shutil.rmtree(self.path, ignore_errors=True)
+        self._release_lock()
 
     def close(self) -> None:
-        """Stop the writer thread without committing or deleting (the episode stays partial, recoverable)."""
+        """Stop the writer thread and release the lock without committing or deleting (the episode stays
+        partial, recoverable at once)."""
         self._drain()
         self._closed = True
+        self._release_lock()
 
     def __enter__(self) -> "EpisodeWriter":
         return self
@@ -259,6 +392,10 @@ class EpisodeWriter:
             self.close()
 
     # -- internals -------------------------------------------------------------------------------------------
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError(f"episode {self.episode_id} is closed (committed, discarded or failed)")

@@ -3,7 +3,8 @@
 SIGKILL: a child process commits 3 episodes, then writes a 4th without end; the parent kills it at a
 random moment (while chunks are being encoded and renamed). Full disk: a 1 MiB tmpfs mounted for the
 test (needs root + mount); where that is not possible, a per-file size limit (RLIMIT_FSIZE, EFBIG) in a
-child process stands in for it and the test says so in its id.
+child process stands in for it and the test says so in its id. A commit that fails on the full disk after the
+operator's verdict leaves that verdict for recovery.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amf_ros.data.store import EpisodeStore, StoreConfig, StoreWriteError
+from amf_ros.data.store import WRITER_GONE, EpisodeStore, StoreConfig, StoreWriteError
 
 from data_helpers import synthetic_steps
 
@@ -73,7 +74,8 @@ def test_sigkill_mid_episode(tmp_path, delay_s):
     assert len(scan.episodes) == 3 and not scan.invalid
     [partial] = scan.partial
     assert partial.episode_id == killed_id and partial.num_steps >= 6 and partial.num_steps % 3 == 0
-    result = store.recover(killed_id)
+    assert partial.writer == WRITER_GONE  # the kill released writer.lock: dead for sure, however young
+    result = store.recover(killed_id, min_age_s=3600)
     assert result.action == "recovered" and result.num_steps == partial.num_steps
     ep = store.load(killed_id, verify_checksums=True)
     assert ep.meta.recovered and ep.meta.success is None
@@ -101,6 +103,7 @@ def _fill_until_error(store: EpisodeStore, n_max: int = 200) -> tuple[str, BaseE
             w.add_step({"state": np.full(3, i, np.float32), "image_primary": img}, np.zeros(7), stamp_ns=i + 1)
         w.commit(True)
     except StoreWriteError as exc:
+        w.close()  # as the recorder does when it gives up on the episode (a failed commit closes it itself)
         return w.episode_id, exc
     raise AssertionError("the disk never filled up")
 
@@ -129,6 +132,34 @@ def test_full_disk_tmpfs(tmp_path, chunk_steps):
             shutil.rmtree(mnt / eid)
         store.write_episode("task", "after", synthetic_steps(2), success=True)
         assert len(store) == 2
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_verdict_survives_a_full_disk_at_commit(tmp_path):
+    """1 MiB tmpfs: the chunks fit, ballast takes all but 64 kB, so the commit's steps.npz hits ENOSPC after
+    verdict.json was saved; once space is freed, recovery commits every step with the operator's verdict (the
+    same with a monkeypatched ENOSPC: test_recovery.py)."""
+    mnt = tmp_path / "small"
+    if not _mount_tmpfs(mnt, "1m"):
+        pytest.skip("cannot mount a tmpfs here (not root?); test_recovery.py covers the logic")
+    try:
+        store = EpisodeStore(mnt, StoreConfig(image_codec="raw", chunk_steps=1, threaded=False))
+        w = store.begin("task", "fills the disk")
+        rng = np.random.default_rng(0)
+        for i in range(24):  # 24 chunks of 8 kB; steps.npz would need ~200 kB
+            w.add_step({"state": rng.normal(size=2000).astype(np.float32)}, np.zeros(7), stamp_ns=i + 1)
+        st = os.statvfs(mnt)
+        ballast = mnt / "ballast"
+        ballast.write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - 64 * 1024))  # leave 64 kB
+        with pytest.raises(StoreWriteError) as info:
+            w.commit(True)
+        assert info.value.errno == errno.ENOSPC
+        assert (w.path / "verdict.json").is_file() and not (w.path / "steps.npz").exists()
+        ballast.unlink()
+        res = store.recover(w.episode_id)
+        assert res.action == "recovered" and res.num_steps == 24
+        assert store.meta(w.episode_id).success is True and not store.scan(verify_checksums=True).invalid
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
 
