@@ -11,6 +11,11 @@ message stamped at/after the request, or was silent for ``end_quiet_s`` since th
 run in another callback group of the MultiThreadedExecutor, so they keep running while the service callback
 waits), with a timeout at the instant the quiet rule would hold: no polling, no timer. The wait never exceeds
 ``end_timeout_s``; EndEpisode then answers after that wait plus the commit of the remaining steps.
+
+Partial episodes (left by a crash, or by a commit that failed) get ``on_partial`` at start and then from a
+periodic sweep (:meth:`DemoRecorder.sweep_partial`), so that none waits for a restart. Whether a partial's
+writer is alive is read from its writer.lock (:mod:`amf_ros.data.store`), never guessed from its age, except for
+directories without that file (older layout), for which ``recover_min_age_s`` still decides.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from amf_ros.data import ros_convert
 from amf_ros.data.recorder import EpisodeRecorder
-from amf_ros.data.store import EpisodeStore, StoreConfig
+from amf_ros.data.store import WRITER_ALIVE, WRITER_UNKNOWN, EpisodeStore, PartialEpisode, StoreConfig
 from amf_ros.data.sync import SyncConfig
 from amf_ros.data.tasks import check_task_keys
 from amf_ros.runtime import recorder_inputs as inputs
@@ -93,26 +98,59 @@ def quiet_at(last_stamp: Mapping[str, int], received: Mapping[str, float], t_end
                 if last_stamp.get(topic, -1) < t_end_ns), default=float("-inf"))
 
 
+ON_PARTIAL = ("recover", "ignore", "discard")
+
+
+def partial_action(store: EpisodeStore, part: PartialEpisode, policy: str, min_age_s: float) -> tuple[bool, str]:
+    """Apply ``policy`` to one partial episode; returns (whether it was recovered or discarded, a log line).
+
+    A partial whose writer is alive (writer.lock held, e.g. this recorder's own open episode) is never touched;
+    one whose lock is free is dead for sure, so it is handled at any age; one without writer.lock (older layout)
+    only once untouched for ``min_age_s``.
+    """
+    what = f"partial episode {part.episode_id} ({part.num_steps} steps in complete chunks)"
+    if policy == "ignore":
+        return False, f"{what}: left as is (on_partial=ignore, age {part.age_s:.1f} s)"
+    if part.writer == WRITER_ALIVE:
+        return False, f"{what}: left as is (writer alive (lock held))"
+    if part.writer == WRITER_UNKNOWN and part.age_s < min_age_s:
+        return False, f"{what}: left as is (no writer.lock, age {part.age_s:.1f} s < {min_age_s} s)"
+    if policy == "discard":
+        store.discard_partial(part.episode_id)
+        return True, f"{what}: discarded"
+    res = store.recover(part.episode_id, min_age_s)
+    return res.action == "recovered", f"{what}: {res.action} ({res.reason})"
+
+
 def handle_partial(store: EpisodeStore, policy: str, min_age_s: float) -> list[str]:
-    """Recover, ignore or discard the episodes a crash left partial; returns one line per episode saying which.
+    """At start: recover, ignore or discard the episodes a crash left partial (:func:`partial_action`); returns
+    one line per partial episode saying what was done with it.
 
     Args:
         policy: "recover" (commit the complete chunks; meta.recovered = true), "ignore" or "discard".
-        min_age_s: a partial episode modified more recently may belong to a live recorder: left as is.
+        min_age_s: a partial episode without writer.lock modified more recently may belong to a live recorder.
     """
-    if policy not in ("recover", "ignore", "discard"):
+    if policy not in ON_PARTIAL:
+        raise ValueError(f"policy must be recover, ignore or discard, got {policy=}")
+    return [partial_action(store, part, policy, min_age_s)[1] for part in store.partial()]
+
+
+def sweep_partial(store: EpisodeStore, policy: str, min_age_s: float, own_episode: str = "") -> list[str]:
+    """The periodic sweep: :func:`partial_action` on every partial episode but ``own_episode`` (the recorder's
+    open one). Returns one line per episode recovered or discarded, or whose handling failed (it is tried again
+    next sweep); none for those left as is, which would repeat every period."""
+    if policy not in ON_PARTIAL:
         raise ValueError(f"policy must be recover, ignore or discard, got {policy=}")
     lines = []
     for part in store.partial():
-        what = f"partial episode {part.episode_id} ({part.num_steps} steps in complete chunks)"
-        if policy == "ignore" or part.age_s < min_age_s:
-            lines.append(f"{what}: left as is (on_partial={policy}, age {part.age_s:.1f} s)")
-        elif policy == "discard":
-            store.discard_partial(part.episode_id)
-            lines.append(f"{what}: discarded")
-        else:
-            res = store.recover(part.episode_id)
-            lines.append(f"{what}: {res.action} ({res.reason})")
+        if part.episode_id == own_episode:
+            continue
+        try:
+            acted, line = partial_action(store, part, policy, min_age_s)
+        except (OSError, ValueError) as exc:  # e.g. disk still full, or gone meanwhile: next sweep tries again
+            acted, line = True, f"partial episode {part.episode_id}: {policy} failed: {type(exc).__name__}: {exc}"
+        if acted:
+            lines.append(line)
     return lines
 
 
@@ -212,7 +250,8 @@ class DemoRecorder:
         self.store = EpisodeStore(p.dataset_dir, StoreConfig(image_codec=p.image_codec,
                                   jpeg_quality=p.jpeg_quality, chunk_steps=p.chunk_steps))
         self.partial_report = handle_partial(self.store, p.on_partial, p.recover_min_age_s)
-        """One line per partial episode found at start (what was done with it), for the node's log."""
+        """One line per partial episode found at start (what was done with it), for the node's log; later ones
+        are handled by :meth:`sweep_partial`."""
         sync = SyncConfig(rate_hz=p.control_rate_hz, mode=p.sync_mode, aggregate=p.aggregate,
                           max_obs_age_s=p.max_obs_age_s, max_delay_s=p.max_delay_s)
         self.rec = EpisodeRecorder(self.store, self.topics, sync, robot=p.robot)
@@ -345,6 +384,22 @@ class DemoRecorder:
     def _report(self, ok: bool, message: str) -> None:
         self.last_error = "" if ok else message
 
+    def sweep_partial(self) -> list[str]:
+        """The periodic recovery sweep (every ``recover_sweep_period_s``): ``on_partial`` applied to partial episodes
+        other than the open one, e.g. one whose commit failed or whose recorder died after this one started.
+        Returns one line per episode acted on. Runs without the recorder's lock (only reading the open episode's
+        id takes it), so that a recovery's I/O never delays feed(); a writer started meanwhile holds its
+        writer.lock and is left alone."""
+        with self._cond:
+            if self._closed:
+                return []
+            own = self.rec.episode_id
+        lines = sweep_partial(self.store, self.p.on_partial, self.p.recover_min_age_s, own)
+        if lines:
+            with self._cond:
+                self.episodes_in_store = len(self.store)
+        return lines
+
     # -- status and shutdown -------------------------------------------------------------------------------
     def status(self) -> Status:
         """The current RecorderStatus fields."""
@@ -360,7 +415,8 @@ class DemoRecorder:
 
     def close(self) -> None:
         """Shutdown: an EndEpisode waiting for messages stops waiting and commits what it has; no new episode
-        starts. Idempotent, returns at once. An episode still open stays partial (recovered at the next start)."""
+        starts. Idempotent, returns at once. An episode still open stays partial (its lock is released when the
+        process exits; the next start or another recorder's sweep recovers it)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()

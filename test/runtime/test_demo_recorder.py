@@ -3,6 +3,7 @@ throttling) and the DemoRecorder class (messages -> episodes, start/end decision
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from types import SimpleNamespace as NS
@@ -63,29 +64,78 @@ def test_error_throttle_counts_suppressed_lines_per_kind():
     assert th.line(("/c", "slow"), "slow", now=3.0, period_s=5.0) is None  # a kind's own period
 
 
-def test_handle_partial_recovers_ignores_or_discards(tmp_path):
-    import numpy as np
+def crashed_writer(store, n: int = 5):
+    """A writer with ``n`` steps (chunks of 2), never committed; ``close()`` it to play the recorder's death."""
+    writer = store.begin("t", "do it")
+    for k in range(n):
+        writer.add_step({"state": np.zeros(3)}, np.zeros(7), stamp_ns=k + 1)
+    return writer
 
+
+def small_store(path):
     from amf_ros.data.store import EpisodeStore, StoreConfig
 
-    def crashed_store(path):
-        store = EpisodeStore(path, StoreConfig(chunk_steps=2, threaded=False))
-        writer = store.begin("t", "do it")
-        for k in range(5):
-            writer.add_step({"state": np.zeros(3)}, np.zeros(7), stamp_ns=k + 1)
-        return store, writer.episode_id  # never committed: as if the recorder died here
+    return EpisodeStore(path, StoreConfig(chunk_steps=2, threaded=False))
 
-    store, ep = crashed_store(tmp_path / "a")
-    assert "left as is" in rules.handle_partial(store, "recover", min_age_s=3600)[0]
+
+def test_handle_partial_recovers_ignores_or_discards(tmp_path):
+    store = small_store(tmp_path / "a")
+    writer = crashed_writer(store)
+    ep = writer.episode_id
+    assert "left as is (writer alive (lock held))" in rules.handle_partial(store, "recover", min_age_s=0)[0]
+    writer.close()  # the writer is gone (its lock is free): handled whatever the age
     assert "left as is" in rules.handle_partial(store, "ignore", min_age_s=0)[0]
-    lines = rules.handle_partial(store, "recover", min_age_s=0)
+    lines = rules.handle_partial(store, "recover", min_age_s=3600)
     assert ep in lines[0] and "recovered" in lines[0] and store.episode_ids() == [ep]
     assert len(store.load(ep)) == 4 and store.meta(ep).recovered
-    store, ep = crashed_store(tmp_path / "b")
+    store = small_store(tmp_path / "b")
+    writer = crashed_writer(store)
+    writer.close()
+    (writer.path / "writer.lock").unlink()  # older layout: only the age tells
+    assert "left as is (no writer.lock" in rules.handle_partial(store, "discard", min_age_s=3600)[0]
     assert "discarded" in rules.handle_partial(store, "discard", min_age_s=0)[0]
     assert store.partial() == [] and store.episode_ids() == []
     with pytest.raises(ValueError, match="policy"):
         rules.handle_partial(store, "keep", 0)
+
+
+def test_sweep_acts_on_dead_partials_only_and_reports_only_what_it_did(tmp_path):
+    store = small_store(tmp_path)
+    own, alive, dead, old, young = (crashed_writer(store) for _ in range(5))
+    for w in (dead, old, young):
+        w.close()
+    for w in (old, young):
+        (w.path / "writer.lock").unlink()
+    past = time.time() - 7200
+    os.utime(old.path, (past, past))  # untouched for two hours
+    lines = rules.sweep_partial(store, "recover", min_age_s=3600, own_episode=own.episode_id)
+    assert len(lines) == 2 and all("recovered" in line for line in lines)
+    assert sorted(store.episode_ids()) == sorted([dead.episode_id, old.episode_id])
+    assert sorted(p.episode_id for p in store.partial()) == sorted([own.episode_id, alive.episode_id,
+                                                                   young.episode_id])
+    assert rules.sweep_partial(store, "recover", 3600, own.episode_id) == []  # nothing new: silent
+    alive.close()
+    own.close()  # still excluded by id, whatever its lock says
+    [line] = rules.sweep_partial(store, "discard", 3600, own.episode_id)
+    assert alive.episode_id in line and "discarded" in line
+    assert sorted(p.episode_id for p in store.partial()) == sorted([own.episode_id, young.episode_id])
+
+
+def test_sweep_reports_a_failure_and_keeps_going(tmp_path, monkeypatch):
+    store = small_store(tmp_path)
+    first, second = crashed_writer(store), crashed_writer(store)
+    first.close(), second.close()
+    real = store.recover
+
+    def recover(episode_id, min_age_s=0.0):
+        if episode_id == first.episode_id:
+            raise OSError(28, "No space left on device")
+        return real(episode_id, min_age_s)
+
+    monkeypatch.setattr(store, "recover", recover)
+    lines = rules.sweep_partial(store, "recover", 0)
+    assert any(first.episode_id in ln and "recover failed: OSError" in ln for ln in lines)
+    assert store.episode_ids() == [second.episode_id]
 
 
 # -- DemoRecorder -------------------------------------------------------------------------------------------------
@@ -238,3 +288,45 @@ def test_close_wakes_a_waiting_end_and_refuses_new_episodes(tmp_path):
     end = rt.end(ep, True, False, now_ns=10 * SEC)
     assert time.monotonic() - t0 < 1.0 and end.ok and not end.settled and end.num_steps == 2
     assert rt.start("t", "do it", "", SEC, 1).message == "shutting down"
+
+
+def test_recorder_sweep_recovers_a_dead_partial_but_not_its_own_episode(tmp_path):
+    rt = recorder(tmp_path, end_quiet_s=0.0, topic_timeout_s=3600.0, recover_min_age_s=3600.0, chunk_steps=2)
+    assert rt.p.recover_sweep_period_s == 30.0  # the default: a sweep every 30 s
+    rt.feed(S, state(SEC)), rt.feed(C, image(SEC))
+    own = rt.start("t", "do it", "", now_ns=SEC, action_publishers=1).episode_id
+    feed_steps(rt, 2 * SEC, 3)
+    other = crashed_writer(rt.store)  # e.g. a second recorder on this dataset that died just now
+    assert rt.sweep_partial() == []  # alive: left alone
+    other.close()
+    [line] = rt.sweep_partial()
+    assert other.episode_id in line and "recovered" in line and rt.status().episodes_in_store == 1
+    assert [p.episode_id for p in rt.store.partial()] == [own]
+    end = rt.end(own, True, False, now_ns=3 * SEC)
+    assert end.ok and end.num_steps == 3 and rt.status().episodes_in_store == 2
+
+
+def test_recorder_sweep_never_holds_up_messages(tmp_path, monkeypatch):
+    """A recovery's I/O runs without the recorder's lock: feed() goes on while the sweep is busy."""
+    rt = recorder(tmp_path, end_quiet_s=0.0, topic_timeout_s=3600.0, chunk_steps=2)
+    crashed_writer(rt.store).close()
+    busy, release = threading.Event(), threading.Event()
+    real = rt.store.recover
+
+    def slow_recover(*args, **kwargs):
+        busy.set()
+        release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rt.store, "recover", slow_recover)
+    sweeper = threading.Thread(target=rt.sweep_partial)
+    sweeper.start()
+    try:
+        assert busy.wait(5)
+        t0 = time.monotonic()
+        assert rt.feed(S, state(SEC)) is None and rt.status().topic_age_s
+        assert time.monotonic() - t0 < 0.5
+    finally:
+        release.set()
+        sweeper.join(10)
+    assert not sweeper.is_alive() and len(rt.store.episode_ids()) == 1

@@ -110,15 +110,25 @@ class DemoRecorderParams:
     )
     on_partial: str = param(
         "recover",
-        "At start, what to do with episodes left partial by a crash: 'recover' = commit their complete chunks "
-        "(meta.recovered = true, success = null), 'ignore' = leave them and log them, 'discard' = delete them.",
+        "What to do with episodes left partial by a crash or a failed commit, at start and then every "
+        "recover_sweep_period_s: 'recover' = commit their complete chunks (meta.recovered = true; success from "
+        "the operator's verdict if the commit got that far, else null), 'ignore' = leave them (logged at start), "
+        "'discard' = delete them. A partial whose writer is alive (writer.lock held) is never touched.",
         choices=("recover", "ignore", "discard"),
     )
     recover_min_age_s: float = param(
         10.0,
-        "Only partial episodes untouched for this long are recovered or discarded (a younger one may belong to "
-        "a live recorder), s.",
+        "Partial episodes without a writer.lock (written by an older version) are recovered or discarded only "
+        "once untouched for this long (a younger one may belong to a live recorder), s. Those with a free "
+        "writer.lock are dead for sure and handled at any age.",
         range=(0.0, 1000000000.0),
+    )
+    recover_sweep_period_s: float = param(
+        30.0,
+        "Period of the sweep that applies on_partial to partial episodes other than the open one (e.g. left "
+        "by a recorder that died after this one started), s; 0 = only at start. Runs in its own callback "
+        "group: a recovery never delays recording.",
+        range=(0.0, 86400.0),
     )
     status_period_s: float = param(
         1.0, "Period of the latched status re-publication (topic ages, steps), s.", range=(0.05, 3600.0)

@@ -5,7 +5,9 @@ RecorderStatus, and an EpisodeInfo announcement per committed episode. Every mes
 ``header.stamp``, to :class:`amf_ros.runtime.demo_recorder.DemoRecorder` (checks, synchroniser, store; bad input
 is refused with a log line and ``last_error`` in the status). Messages and the status timer run in one callback
 group, the services in another: EndEpisode blocks its executor thread while it waits (bounded by
-``end_timeout_s``) for messages in flight, which the message callbacks keep taking on another thread.
+``end_timeout_s``) for messages in flight, which the message callbacks keep taking on another thread. The
+partial-episode sweep (every ``recover_sweep_period_s``) has a third group, so that a recovery's file I/O never
+delays a message callback.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class DemoRecorderNode(Node):
         self.create_service(StartEpisode, p.start_service, self._on_start, callback_group=services)
         self.create_service(EndEpisode, p.end_service, self._on_end, callback_group=services)
         self.create_timer(p.status_period_s, self._publish_status, callback_group=messages)
+        if p.recover_sweep_period_s > 0:
+            self.create_timer(p.recover_sweep_period_s, self._sweep, callback_group=MutuallyExclusiveCallbackGroup())
         self._publish_status()
         self.get_logger().info(f"recording {self.rt.topics} into {self.rt.store.root} "
                                f"({len(self.rt.store)} episodes)")
@@ -86,6 +90,18 @@ class DemoRecorderNode(Node):
             self._episodes_pub.publish(info)
         self._log(out.ok, f"EndEpisode: {out.message}")
         return res
+
+    def _sweep(self) -> None:
+        """Apply on_partial to partial episodes that appeared since the start (DemoRecorder.sweep_partial)."""
+        try:
+            lines = self.rt.sweep_partial()
+        except Exception as exc:  # noqa: BLE001 - a failed sweep must not end the node; the next one retries
+            self.get_logger().error(f"partial-episode sweep failed: {type(exc).__name__}: {exc}")
+            return
+        for line in lines:
+            self.get_logger().warn(line)
+        if lines:
+            self._publish_status()
 
     def _log(self, ok: bool, text: str) -> None:
         """Log a service outcome (rclpy wants one severity per call site) and publish the new status."""
