@@ -233,11 +233,3 @@ def gripper_at_limit(opening: bool, gripper: float, margin: float = 0.02) -> boo
     """True when a PWM-driven gripper reached the end it is driven to (measured opening ``gripper`` in [0, 1]):
     the driver then sends PWM 0, as Interbotix's gripper interface does, so the motor does not stall at the stop."""
     return gripper >= 1.0 - margin if opening else gripper <= margin
-
-
-def action_is_stale(stamp_ns: int, now_ns: int, timeout_s: float) -> bool:
-    """True if an action stamped ``stamp_ns`` is older than ``timeout_s`` at ``now_ns`` (0 = never stale;
-    an unstamped action, stamp 0, is accepted)."""
-    if timeout_s <= 0 or stamp_ns == 0:
-        return False
-    return (now_ns - stamp_ns) > timeout_s * 1e9

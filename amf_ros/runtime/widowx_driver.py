@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from amf_ros.robots import widowx
-from amf_ros.runtime.demo_recorder import ErrorThrottle
+from amf_ros.robots.action_gate import ActionGate
+from amf_ros.runtime.log_lines import ErrorThrottle
 
 if TYPE_CHECKING:
     from amf_ros.bringup.params.widowx_driver import WidowxDriverParams
@@ -66,6 +67,7 @@ class WidowXDriver:
         self._last_grip: bool | None = None  # direction the gripper was last driven (True = open)
         self._grip_driving = False  # a nonzero PWM is applied and the gripper has not reached its end yet
         self._throttle = ErrorThrottle()
+        self.gate = ActionGate(p.action_timeout_s)
 
     @property
     def stopped(self) -> bool:
@@ -96,13 +98,16 @@ class WidowXDriver:
             out.gripper, self._grip_driving = 0.0, False
         return proprio, out
 
-    def on_action(self, a7: Sequence[float], stamp_ns: int, now_ns: int, now: float | None = None) -> Commands:
-        """An EefDeltaAction (7,) stamped ``stamp_ns`` at node time ``now_ns`` -> the arm target and, when the
-        gripper's direction changes, its PWM. Stale actions (older than action_timeout_s), refused ones (not 7
-        finite numbers), and actions while stopped or before the first joint state publish nothing."""
+    def on_action(self, a7: Sequence[float], stamp_ns: int, now_ns: int, now: float | None = None,
+                  valid_for_ns: int = 0) -> Commands:
+        """An EefDeltaAction (7,) stamped ``stamp_ns``, valid for ``valid_for_ns``, at node time ``now_ns`` -> the arm
+        target and, when the gripper's direction changes, its PWM. Actions the gate drops (unstamped, stale, from
+        before the last stop: amf_ros/robots/action_gate.py), refused ones (not 7 finite numbers), and actions while
+        e-stopped or before the first joint state publish nothing."""
         out = Commands()
-        if widowx.action_is_stale(stamp_ns, now_ns, self.p.action_timeout_s):
-            self._log(out, "warn", "stale", "stale action dropped", now)
+        dropped = self.gate.refusal(stamp_ns, valid_for_ns, now_ns)
+        if dropped:
+            self._log(out, "warn", "stale", dropped, now)
             return out
         try:
             cmd = self.adapter.apply(np.asarray(a7, dtype=np.float64))
@@ -135,6 +140,19 @@ class WidowXDriver:
         message = "e-stop ENGAGED: arm holds, actions refused" if engage else "e-stop released"
         out.logs.append(("warn", message))
         return out, message
+
+    def stop(self, stamp_ns: int, now_ns: int, source: str, reason: str) -> Commands:
+        """An ArmStop: drop the actions stamped up to it and hold the measured joints (not latched: a newer action
+        moves the arm again; the e-stop is the latched stop)."""
+        self.gate.stop(stamp_ns, now_ns)
+        out = Commands()
+        hold = self.adapter.hold_command()
+        if hold is not None:
+            out.arm = [float(v) for v in hold.arm]
+        if self._grip_driving:
+            out.gripper, self._grip_driving = 0.0, False
+        out.logs.append(("info", f"stop from {source or '?'} ({reason[:200] or 'no reason'}): holding"))
+        return out
 
     def profile_request(self) -> dict[str, Any] | None:
         """OperatingModes request fields for a time-based arm profile of ``control_period_s`` (None: no

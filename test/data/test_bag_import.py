@@ -19,6 +19,7 @@ from amf_ros.data.store import EpisodeStore  # noqa: E402
 MS = 1_000_000
 TS = make_typestore()
 T = TS.types
+NO_HORIZON = T["builtin_interfaces/msg/Duration"](sec=0, nanosec=0)  # EefDeltaAction.valid_for 0: the arm's cap
 
 
 def header(t: int):
@@ -53,7 +54,7 @@ def session(n: int, state_topic: str, image_topic: str, compressed: bool = False
         if k % 2 == 0:
             ta = t + 30 * MS
             act = T["amf_ros/msg/EefDeltaAction"](header=header(ta), translation=np.array([k, 0, 0], np.float32),
-                                                  rotation=np.zeros(3, np.float32), gripper=1.0)
+                                                  rotation=np.zeros(3, np.float32), gripper=1.0, valid_for=NO_HORIZON)
             out.append((ta + 2 * MS, "/amf/action", "amf_ros/msg/EefDeltaAction", act))
     out.sort(key=lambda m: m[0])
     return out
@@ -139,7 +140,7 @@ def test_lenient_deserialize_limits():
     from amf_ros.data.cdr_fixup import lenient_deserialize
 
     msg = T["amf_ros/msg/EefDeltaAction"](header=header(5), translation=np.array([1, 2, 3], np.float32),
-                                          rotation=np.zeros(3, np.float32), gripper=0.5)
+                                          rotation=np.zeros(3, np.float32), gripper=0.5, valid_for=NO_HORIZON)
     raw = bytes(TS.serialize_cdr(msg, "amf_ros/msg/EefDeltaAction"))
     got = lenient_deserialize(raw + bytes(8), "amf_ros/msg/EefDeltaAction", TS)
     assert got.translation.tolist() == [1, 2, 3] and got.gripper == 0.5

@@ -30,11 +30,7 @@ def test_schema_defaults_and_yaml_build_valid_limits():
     assert validate("widowx_driver", {"max_joint_speed": 9.0})  # out of range is reported
 
 
-def test_stale_actions_and_gripper_limits():
-    assert widowx.action_is_stale(stamp_ns=1_000_000_000, now_ns=1_600_000_000, timeout_s=0.5)
-    assert not widowx.action_is_stale(stamp_ns=1_000_000_000, now_ns=1_400_000_000, timeout_s=0.5)
-    assert not widowx.action_is_stale(stamp_ns=0, now_ns=10**12, timeout_s=0.5)  # unstamped
-    assert not widowx.action_is_stale(stamp_ns=1, now_ns=10**12, timeout_s=0.0)  # disabled
+def test_gripper_limits():
     assert widowx.gripper_at_limit(True, 0.99) and not widowx.gripper_at_limit(True, 0.5)
     assert widowx.gripper_at_limit(False, 0.01) and not widowx.gripper_at_limit(False, 0.3)
 

@@ -145,7 +145,8 @@ def write_bag(path: Any, seq: Sequence[tuple[str, int, str, Any]], storage: str 
                 msg = T[types[topic]](header=header(ns), names=list(STATE_NAMES), values=np.asarray(value, np.float64))
             elif kind == "action":
                 a = np.asarray(value, dtype=np.float32)
-                msg = T[types[topic]](header=header(ns), translation=a[:3], rotation=a[3:6], gripper=float(a[6]))
+                msg = T[types[topic]](header=header(ns), translation=a[:3], rotation=a[3:6], gripper=float(a[6]),
+                                      valid_for=T["builtin_interfaces/msg/Duration"](sec=0, nanosec=0))
             else:
                 msg = T[types[topic]](header=header(ns), height=0, width=0, encoding="", is_bigendian=0, step=0,
                                       data=np.zeros(0, np.uint8))

@@ -63,9 +63,9 @@ def test_sim_bridge_steps_once_per_action_and_refuses_bad_input(start_nodes, cli
     first = after(t_reset)[0]
     assert first.shape == (39,)
 
-    for k in range(5):
+    for k in range(5):  # closed loop, as every publisher of actions is: the arm keeps only the newest action
         pub.publish(make_action([0.01, 0.0, 0.0, 0, 0, 0, 1.0], client_node.get_clock().now().nanoseconds))
-    wait_for(lambda: len(after(t_reset)) == 6, 10, "one observation per step")
+        wait_for(lambda: len(after(t_reset)) == k + 2, 10, "one observation per step")
     assert call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request()).steps == 5
     # One TaskStatus per observation, with the observation's stamp, counting the steps since the reset.
     wait_for(lambda: len([x for x in list(statuses) if x[0] > t_reset]) == 6, 10, "one status per observation")
@@ -89,8 +89,30 @@ def test_sim_bridge_steps_once_per_action_and_refuses_bad_input(start_nodes, cli
     assert procs.dead() == {}
     assert "refused action" in procs.log_tail("sim_bridge", 20000)
 
-    # Same seed, same scene: reset is deterministic; no step was taken by the refused inputs.
-    assert len(after(t_reset)) == 6
+    # Actions the arm must not apply (amf_ros/robots/action_gate.py): unstamped, older than their validity horizon,
+    # stamped before a stop. None steps the simulator; a fresh one after them does.
+    from amf_ros.msg import ArmStop
+    from amf_ros.ros.arm_msgs import stop_msg
+
+    stop_pub = client_node.create_publisher(ArmStop, "/amf/stop", qos)
+    wait_for(lambda: stop_pub.get_subscription_count() > 0, 10, "sim_bridge subscribing to /amf/stop")
+    now = client_node.get_clock().now().nanoseconds
+    held = make_action([0.01, 0.0, 0.0, 0, 0, 0, 1.0], now - 1_000)  # computed before the stop, still in flight
+    stop_pub.publish(stop_msg(client_node.get_clock().now().to_msg(), "test", "goal ended"))
+    wait_for(lambda: "stop from test" in procs.log_tail("sim_bridge", 20000), 10, "the stop to arrive")
+    stale = make_action([0.01, 0.0, 0.0, 0, 0, 0, 1.0], now - 2_000_000_000)
+    stale.valid_for.nanosec = 500_000_000
+    for msg in (make_action([0.01, 0.0, 0.0, 0, 0, 0, 1.0], 0), stale, held):
+        pub.publish(msg)
+        time.sleep(0.2)
+    wait_for(lambda: procs.log_tail("sim_bridge", 20000).count("dropped") >= 1, 10, "the drops to be logged")
+    assert call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request()).steps == 5
+    pub.publish(make_action([0.01, 0.0, 0.0, 0, 0, 0, 1.0], client_node.get_clock().now().nanoseconds))
+    wait_for(lambda: len(after(t_reset)) == 7, 10, "the fresh action's observation")
+    assert call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request()).steps == 6
+
+    # Same seed, same scene: reset is deterministic; no step was taken by the refused or dropped inputs.
+    assert len(after(t_reset)) == 7
     t_again = client_node.get_clock().now().nanoseconds
     call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=7))
     wait_for(lambda: after(t_again), 10, "observation after the second reset")

@@ -40,14 +40,16 @@ def test_joint_states_give_proprio_and_bad_ones_are_logged_throttled():
 
 def test_actions_before_joints_stale_or_bad_publish_nothing():
     rt = driver()
-    out = rt.on_action(np.zeros(7), stamp_ns=0, now_ns=SEC, now=0.0)
+    out = rt.on_action(np.zeros(7), stamp_ns=SEC, now_ns=SEC, now=0.0)
     assert out.arm is None and out.logs == [("warn", "action ignored: no joint state yet")]
     rt.on_joint_state(NAMES, joints())
     out = rt.on_action([0, 0, 0, 0, 0, 0, 1.0], stamp_ns=SEC, now_ns=SEC + 600_000_000, now=0.0)
-    assert out.arm is None and out.logs == [("warn", "stale action dropped")]
-    out = rt.on_action([0.0, float("nan"), 0, 0, 0, 0, 1.0], stamp_ns=0, now_ns=SEC, now=0.0)
+    assert out.arm is None and out.logs == [("warn", "stale action dropped: 600 ms old, valid for 500 ms")]
+    out = rt.on_action([0, 0, 0, 0, 0, 0, 1.0], stamp_ns=0, now_ns=SEC, now=10.0)
+    assert out.arm is None and "unstamped" in out.logs[0][1]  # as the recorder: never applied, never recorded
+    out = rt.on_action([0.0, float("nan"), 0, 0, 0, 0, 1.0], stamp_ns=SEC, now_ns=SEC, now=0.0)
     assert out.arm is None and out.logs[0][0] == "error" and "7 finite numbers" in out.logs[0][1]
-    out = rt.on_action([0.0, float("nan"), 0, 0, 0, 0, 1.0], stamp_ns=0, now_ns=SEC, now=0.1)
+    out = rt.on_action([0.0, float("nan"), 0, 0, 0, 0, 1.0], stamp_ns=SEC, now_ns=SEC, now=0.1)
     assert len(out.logs) == 1  # refused actions are never throttled
     fresh = driver(action_timeout_s=0.0)
     fresh.on_joint_state(NAMES, joints())
@@ -57,14 +59,14 @@ def test_actions_before_joints_stale_or_bad_publish_nothing():
 def test_actions_move_the_arm_and_drive_the_gripper_once_per_direction_until_it_arrives():
     rt = driver()
     rt.on_joint_state(NAMES, joints(finger=0.037))  # fully open
-    out = rt.on_action([0.0, 0.01, 0.0, 0, 0, 0, 1.0], stamp_ns=0, now_ns=SEC)
+    out = rt.on_action([0.0, 0.01, 0.0, 0, 0, 0, 1.0], stamp_ns=SEC, now_ns=SEC)
     assert len(out.arm) == 6 and out.gripper == pytest.approx(250.0) and out.logs == []
     np.testing.assert_allclose(wx250s.fk(np.array(out.arm))[:3, 3], [0.3, 0.01, 0.15], atol=2e-3)
     assert rt.gripper_driving
-    assert rt.on_action([0, 0, 0, 0, 0, 0, 1.0], 0, SEC).gripper is None  # same direction: no new PWM
+    assert rt.on_action([0, 0, 0, 0, 0, 0, 1.0], SEC, SEC).gripper is None  # same direction: no new PWM
     assert rt.on_joint_state(NAMES, joints(finger=0.037))[1].gripper == 0.0  # at the open end: PWM 0
     assert not rt.gripper_driving and rt.on_joint_state(NAMES, joints())[1].gripper is None
-    out = rt.on_action([0, 0, 0, 0, 0, 0, 0.0], 0, SEC)
+    out = rt.on_action([0, 0, 0, 0, 0, 0, 0.0], SEC, SEC)
     assert out.gripper == pytest.approx(-250.0) and rt.gripper_driving  # closing
     assert rt.on_joint_state(NAMES, joints(finger=0.03))[1].gripper is None  # still on its way
 
@@ -72,16 +74,28 @@ def test_actions_move_the_arm_and_drive_the_gripper_once_per_direction_until_it_
 def test_estop_holds_stops_the_gripper_refuses_actions_and_release_reanchors():
     rt = driver()
     rt.on_joint_state(NAMES, joints())
-    rt.on_action([0, 0, 0, 0, 0, 0, 0.0], 0, SEC)
+    rt.on_action([0, 0, 0, 0, 0, 0, 0.0], SEC, SEC)
     out, message = rt.estop(True)
     np.testing.assert_allclose(out.arm, joints()[:6])
     assert out.gripper == 0.0 and rt.stopped and "ENGAGED" in message and out.logs == [("warn", message)]
-    assert rt.on_action([0, 0, 0, 0, 0, 0, 1.0], 0, SEC, now=0.0).logs == [("warn", "action ignored: e-stop engaged")]
+    assert rt.on_action([0, 0, 0, 0, 0, 0, 1.0], SEC, SEC, now=0.0).logs == [("warn", "action ignored: e-stop engaged")]
     out, message = rt.estop(False)
     assert (out.arm, out.gripper, message) == (None, None, "e-stop released") and not rt.stopped
-    out = rt.on_action([0, 0, 0, 0, 0, 0, 0.0], 0, SEC)
+    out = rt.on_action([0, 0, 0, 0, 0, 0, 0.0], SEC, SEC)
     assert out.arm is not None and out.gripper == pytest.approx(-250.0)  # direction forgotten at the stop
     assert driver(start_stopped=True).stopped
+
+
+def test_arm_stop_holds_and_drops_the_actions_stamped_before_it_but_not_later_ones():
+    rt = driver()
+    rt.on_joint_state(NAMES, joints())
+    rt.on_action([0, 0, 0, 0, 0, 0, 0.0], SEC, SEC)  # gripper closing
+    out = rt.stop(stamp_ns=2 * SEC, now_ns=2 * SEC, source="/amf/policy_server", reason="run_policy push ended")
+    np.testing.assert_allclose(out.arm, joints()[:6])
+    assert out.gripper == 0.0 and "holding" in out.logs[0][1] and not rt.stopped  # not latched
+    late = rt.on_action([0, 0.01, 0, 0, 0, 0, 0.0], 2 * SEC - 1, 2 * SEC + 1000)  # of the ended goal, in flight
+    assert late.arm is None and "before the last stop" in late.logs[0][1]
+    assert rt.on_action([0, 0.01, 0, 0, 0, 0, 0.0], 2 * SEC + 1, 2 * SEC + 1000).arm is not None  # a new goal's
 
 
 def test_profile_request_and_missing_interbotix_line():

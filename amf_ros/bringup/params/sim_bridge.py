@@ -53,6 +53,18 @@ class SimBridgeParams:
         "camera/image_raw", "Camera topic (sensor_msgs/Image rgb8, reliable QoS); used only when render is true."
     )
     action_topic: str = param("action", "Action topic (amf_ros/EefDeltaAction); each message = one step.")
+    max_action_age_s: float = param(
+        1.0,
+        "The arm's cap on an action's age, s: an action older than the smaller of this and its own valid_for, "
+        "unstamped, or stamped before the last ArmStop is dropped (the simulator does not step). 0 = only the "
+        "action's valid_for.",
+        range=(0.0, 60.0),
+    )
+    stop_topic: str = param(
+        "stop",
+        "ArmStop topic (amf_ros/ArmStop): actions stamped at or before a stop are dropped and the arm holds "
+        "(amf_ros/robots/action_gate.py).",
+    )
     reset_service: str = param("sim/reset", "Service (amf_ros/ResetTask) resetting the arm to a task.")
     success_service: str = param(
         "sim/success",

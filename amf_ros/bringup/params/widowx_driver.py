@@ -64,7 +64,16 @@ class WidowxDriverParams:
         range=(0.02, 5.0),
     )
     action_timeout_s: float = param(
-        0.5, "Actions stamped longer ago than this are dropped (stale), s; 0 = accept any stamp.", range=(0.0, 60.0)
+        0.5,
+        "The arm's cap on an action's age, s: an action older than the smaller of this and its own valid_for, "
+        "unstamped, or stamped before the last ArmStop is dropped and the arm holds. 0 = only the action's "
+        "valid_for.",
+        range=(0.0, 60.0),
+    )
+    stop_topic: str = param(
+        "stop",
+        "ArmStop topic (amf_ros/ArmStop): actions stamped at or before a stop are dropped and the arm holds "
+        "(amf_ros/robots/action_gate.py).",
     )
     gripper_pressure: float = param(
         0.5, "Gripper effort in [0, 1], mapped to PWM between the two limits.", range=(0.0, 1.0)

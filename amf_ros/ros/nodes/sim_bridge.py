@@ -4,7 +4,9 @@ Every EefDeltaAction on ``action_topic`` is one simulator step; each observation
 with the node clock: the rendered image on ``image_topic`` (``render: true``), then the state on ``state_topic``,
 then amf_ros/TaskStatus on ``status_topic`` (latched), all three with the same header.stamp. While no action
 arrives the state and status are re-published every ``idle_publish_period_s``. ``reset_service`` starts a new
-episode (publishing its first observation before answering); ``success_service`` still answers the current task,
+episode (publishing its first observation before answering); an action is applied only if it is stamped, within
+its validity horizon and newer than the last ArmStop on ``stop_topic`` (amf_ros/robots/action_gate.py: otherwise
+it is dropped, the simulator does not step and the drop is logged); ``success_service`` still answers the current task,
 success since the reset and steps, but readers should take the latched status instead of calling it per tick.
 """
 
@@ -15,8 +17,10 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import Image
 
-from amf_ros.msg import EefDeltaAction, StateVector, TaskStatus
+from amf_ros.msg import ArmStop, EefDeltaAction, StateVector, TaskStatus
+from amf_ros.robots.action_gate import ActionGate
 from amf_ros.ros import qos
+from amf_ros.ros.arm_msgs import action_fields, stamp_ns
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.sim_bridge import Frame, RenderSpec, make_backend
@@ -39,7 +43,9 @@ class SimBridge(Node):
         self._names = [str(n) for n in getattr(backend, "state_names", [])]
         self.sim = SimRuntime(backend, self._publish, initial_task=p.initial_task,
                               seed=p.seed, render=render, idle_publish_period_s=p.idle_publish_period_s)
-        self.create_subscription(EefDeltaAction, p.action_topic, self._on_action, qos.STREAM, callback_group=group)
+        self.gate = ActionGate(p.max_action_age_s)
+        self.create_subscription(EefDeltaAction, p.action_topic, self._on_action, qos.ACTIONS, callback_group=group)
+        self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=group)
         self.create_service(ResetTask, p.reset_service, self._on_reset, callback_group=group)
         self.create_service(TaskSuccess, p.success_service, self._on_success, callback_group=group)
         if p.idle_publish_period_s > 0:
@@ -66,9 +72,19 @@ class SimBridge(Node):
         self._status_pub.publish(status)
 
     def _on_action(self, msg: EefDeltaAction) -> None:
-        refused = self.sim.step(np.array([*msg.translation, *msg.rotation, msg.gripper], dtype=np.float64))
+        a7, stamp, valid_for = action_fields(msg)
+        dropped = self.gate.refusal(stamp, valid_for, self.get_clock().now().nanoseconds)
+        if dropped:
+            self.get_logger().warn(f"{dropped} ({self.gate.dropped} dropped so far)", throttle_duration_sec=2.0)
+            return
+        refused = self.sim.step(np.array(a7, dtype=np.float64))
         if refused:
             self.get_logger().error(f"{refused} (on {self.p.action_topic})", throttle_duration_sec=2.0)
+
+    def _on_stop(self, msg: ArmStop) -> None:
+        at = self.gate.stop(stamp_ns(msg.header.stamp), self.get_clock().now().nanoseconds)
+        self.get_logger().info(f"stop from {msg.source or '?'} ({msg.reason[:200] or 'no reason'}): actions stamped "
+                               f"up to {at / 1e9:.3f} are dropped")
 
     def _on_reset(self, request: ResetTask.Request, response: ResetTask.Response) -> ResetTask.Response:
         try:

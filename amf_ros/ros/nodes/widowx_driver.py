@@ -20,9 +20,10 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 
-from amf_ros.msg import EefDeltaAction, StateVector
+from amf_ros.msg import ArmStop, EefDeltaAction, StateVector
 from amf_ros.robots import widowx
 from amf_ros.ros import qos
+from amf_ros.ros.arm_msgs import action_fields, stamp_ns
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.widowx_driver import Commands, WidowXDriver, missing_interbotix_line
@@ -50,8 +51,9 @@ class WidowXDriverNode(Node):
         self._state_pub = self.create_publisher(StateVector, self.p.state_topic, qos.COMMANDS)
         self.create_subscription(JointState, self.p.joint_states_topic, self._on_joints, qos.COMMANDS,
                                  callback_group=group)
-        self.create_subscription(EefDeltaAction, self.p.action_topic, self._on_action, qos.COMMANDS,
+        self.create_subscription(EefDeltaAction, self.p.action_topic, self._on_action, qos.ACTIONS,
                                  callback_group=group)
+        self.create_subscription(ArmStop, self.p.stop_topic, self._on_stop, qos.EVENTS, callback_group=group)
         self.create_service(SetBool, self.p.estop_service, self._on_estop, callback_group=group)
         self._modes = (self.create_client(OperatingModes, self.p.operating_modes_service)
                        if self.p.operating_modes_service else None)
@@ -87,9 +89,12 @@ class WidowXDriverNode(Node):
         self._send(out)
 
     def _on_action(self, msg: EefDeltaAction) -> None:
-        stamp_ns = int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
-        a7 = [*msg.translation, *msg.rotation, msg.gripper]
-        self._send(self.rt.on_action(a7, stamp_ns, self.get_clock().now().nanoseconds))
+        a7, stamp, valid_for = action_fields(msg)
+        self._send(self.rt.on_action(a7, stamp, self.get_clock().now().nanoseconds, valid_for_ns=valid_for))
+
+    def _on_stop(self, msg: ArmStop) -> None:
+        self._send(self.rt.stop(stamp_ns(msg.header.stamp), self.get_clock().now().nanoseconds, msg.source,
+                                msg.reason))
 
     def _on_estop(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
         out, response.message = self.rt.estop(bool(request.data))
