@@ -8,10 +8,12 @@ tick, so the period the arm sees does not carry the inference time's jitter. A t
 late is not caught up (no burst of actions): the schedule restarts from now.
 
 Bounds (every wait is one): every action is computed from an observation newer than the previous action's (a
-frozen arm is never driven open-loop) and younger than ``obs_timeout_s``; after ``obs_timeout_s`` without one the
-goal ends with ok=false; with a task status stream, the verdict after the
-last action waits at most ``status_timeout_s`` for the status of that action and otherwise ends ok=false; cancel
-and shutdown are seen within one period.
+frozen arm is never driven open-loop). The first action waits at most ``obs_timeout_s`` for one (the arm may be
+idle, re-publishing slowly); after that an observation older than ``stale_s`` (default 1.5 control periods) is
+stale: nothing is computed from it, and unless a fresh one arrives within one more period the goal ends with
+ok=false, so a stopped arm or camera is never commanded for long. With a task status stream, the verdict after the
+last action waits at most ``status_timeout_s`` for the status of that action and otherwise ends ok=false; cancel,
+an ArmStop from someone else (:meth:`ControlLoop.abort`) and shutdown are seen within one period.
 """
 
 from __future__ import annotations
@@ -101,10 +103,15 @@ class LoopConfig:
     max_steps: int
     obs_timeout_s: float
     status_timeout_s: float
+    stale_s: float = 0.0
+    """Age from which an observation is stale once acting, s; 0 = 1.5 control periods."""
 
     def __post_init__(self) -> None:
-        if not (self.period_s > 0 and self.max_steps >= 1 and self.obs_timeout_s > 0 and self.status_timeout_s > 0):
+        if not (self.period_s > 0 and self.max_steps >= 1 and self.obs_timeout_s > 0 and self.status_timeout_s > 0
+                and self.stale_s >= 0):
             raise ValueError(f"bad control loop timing, got {self}")
+        if self.stale_s == 0:
+            object.__setattr__(self, "stale_s", 1.5 * self.period_s)
 
 
 class ControlLoop:
@@ -126,12 +133,18 @@ class ControlLoop:
         self.act, self.publish, self.observations, self.status = act, publish, observations, status
         self.task, self.cfg, self.stop, self.cancelled, self.feedback = task, cfg, stop, cancelled, feedback
         self.result = RunResult()
+        self._abort_reason = ""
         self._thread = threading.Thread(target=self._run_safely, name=f"control:{task}", daemon=True)
 
     # -- the thread ------------------------------------------------------------------------------------------
     def start(self) -> "ControlLoop":
         self._thread.start()
         return self
+
+    def abort(self, reason: str) -> None:
+        """End the goal (ok=false, ``reason``) within one period: an ArmStop from someone else."""
+        self._abort_reason = reason
+        self.stop.set()
 
     def join(self, timeout_s: float) -> bool:
         """Wait (bounded) for the loop to end; True if it did."""
@@ -191,11 +204,13 @@ class ControlLoop:
             return self._end(False, refusal)
         start = time.monotonic()
         next_tick = start  # publish time of the next action
+        scheduled = start  # the tick it was scheduled for before a late schedule restarted (for staleness)
         waiting_since: float | None = None
         used = 0  # count of the observation the previous action was computed from
         while True:
             if self.stop.is_set():
-                return self._end(False, f"policy_server is shutting down; stopped after {r.steps} steps")
+                return self._end(False, f"{self._abort_reason or 'policy_server is shutting down'}; stopped after "
+                                        f"{r.steps} steps")
             if self.cancelled():
                 r.cancelled = True
                 return self._end(False, f"cancelled after {r.steps} steps")
@@ -204,15 +219,29 @@ class ControlLoop:
                 self.stop.wait(next_tick - self._lead_s() - now)
                 continue
             obs, t_obs, count = self.observations.get()
-            if obs is None or count == used or now - t_obs > cfg.obs_timeout_s:
+            # Its age counts up to when this action was due to be computed: a late wake-up of this thread does not
+            # make the arm's observation stale (a simulator waits for the action), an arm that stopped does.
+            due = min(now, scheduled - self._lead_s())
+            max_age = cfg.obs_timeout_s if r.steps == 0 else cfg.stale_s
+            if obs is None or count == used or due - t_obs > max_age:
                 # Never act twice on one observation (a frozen arm must not be driven open-loop) nor on an old
-                # one; the wait is timed from the first tick that found none, so a stall of the whole process
-                # (the observation arrived meanwhile) does not end the run by itself.
+                # one. Before the first action the wait is timed from the first tick that found none (an idle arm
+                # re-publishes slowly); once acting, the goal ends one period after the newest observation went
+                # stale.
                 waiting_since = now if waiting_since is None else waiting_since
-                if now - waiting_since > cfg.obs_timeout_s:
-                    return self._end(False, f"no new observation for {cfg.obs_timeout_s} s after {r.steps} steps "
+                if r.steps == 0 and now - waiting_since > cfg.obs_timeout_s:
+                    return self._end(False, f"no new observation for {cfg.obs_timeout_s} s before the first action "
                                             "(is the arm / sim_bridge / camera running?)")
-                self.observations.wait_newer(count, min(cfg.period_s, cfg.obs_timeout_s))
+                if r.steps > 0 and now - (t_obs + cfg.stale_s) > cfg.period_s:
+                    return self._end(False, f"observation stale: the newest is {(now - t_obs) * 1e3:.0f} ms old "
+                                            f"(stale after {cfg.stale_s * 1e3:.0f} ms = observation_stale_periods x "
+                                            f"the control period) after {r.steps} steps; stopped commanding (is "
+                                            "the arm / sim_bridge / camera running, and faster than the control "
+                                            "rate?)")
+                wait = min(cfg.period_s, cfg.obs_timeout_s)
+                if r.steps > 0:  # wake up at the stale deadline, not up to a period after it
+                    wait = min(wait, max(0.0, t_obs + cfg.stale_s + cfg.period_s - now) + 0.001)
+                self.observations.wait_newer(count, wait)
                 continue
             waiting_since, used = None, count
             t0 = time.monotonic()
@@ -236,6 +265,7 @@ class ControlLoop:
             if r.steps >= cfg.max_steps:
                 return self._final_verdict(first_status)
             next_tick += cfg.period_s
+            scheduled = next_tick
             if next_tick < time.monotonic() - cfg.period_s:  # more than a period late: restart, no catch-up burst
                 next_tick = time.monotonic()
 

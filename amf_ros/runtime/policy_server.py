@@ -353,7 +353,8 @@ class PolicyServer:
                 return RunResult(ok=False, message=str(exc))
             p = self.p
             cfg = LoopConfig(period_s=1.0 / p.control_rate_hz, max_steps=int(max_steps or p.max_steps),
-                             obs_timeout_s=p.observation_timeout_s, status_timeout_s=p.observation_timeout_s)
+                             obs_timeout_s=p.observation_timeout_s, status_timeout_s=p.observation_timeout_s,
+                             stale_s=p.observation_stale_periods / p.control_rate_hz)
             if self.octo is not None:
                 act = self.octo.actor(policy)
                 act.reset(task)
@@ -374,6 +375,15 @@ class PolicyServer:
         finally:
             self._run_stop = self._loop = None
             self._run_slot.release()
+
+    def stop_run(self, reason: str) -> bool:
+        """End the running goal (ok=false, ``reason``) within one period: an ArmStop from someone else. True if a
+        goal was running."""
+        loop = self._loop
+        if loop is None:
+            return False
+        loop.abort(reason)
+        return True
 
     # -- fine_tune -----------------------------------------------------------------------------------------------
     def fine_tune(self, steps: int = 0, tasks: Sequence[str] = (),

@@ -2,8 +2,9 @@
 frozen mid-goal ends the goal with ok=false within its documented bound and the next goal works; SIGINT while a
 run_policy goal and a fine-tune are both active ends every node within 3 s with exit code 0.
 
-Bound of a lost arm (amf_ros/runtime/control_loop.py): ``observation_timeout_s`` after the last observation, plus
-one control period; checked here with 3 s of slack for process scheduling on a loaded 2-core machine.
+Bound of a lost arm once acting (amf_ros/runtime/control_loop.py): ``observation_stale_periods`` (1.5) control
+periods after the last observation, plus one period (0.25 s at 10 Hz); checked here with 3 s of slack for process
+scheduling on a loaded 2-core machine (amf bench faults measures the time itself).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 TASKS = ("reach", "push")
 OBS_TIMEOUT_S = 2.0  # config/sim.yaml, policy_server observation_timeout_s (asserted below)
+STALE_BOUND_S = 2.5 / 10.0  # (observation_stale_periods + 1) / control_rate_hz of config/sim.yaml
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +35,7 @@ def graph(ros_env, rclpy_context, tmp_path_factory):
 
     config = REPO / "config" / "sim.yaml"
     ps = yaml.safe_load(config.read_text())["/**/policy_server"]["ros__parameters"]
-    assert ps["observation_timeout_s"] == OBS_TIMEOUT_S
+    assert ps["observation_timeout_s"] == OBS_TIMEOUT_S and ps["control_rate_hz"] == 10.0
     run = tmp_path_factory.mktemp("faults")
     ckpt = make_checkpoint(run / "pretrained", TASKS)
     extra = node_overrides(run, LoopConfig(selector="round_robin"))
@@ -76,8 +78,8 @@ def test_killed_simulator_ends_the_goal_in_bound_and_the_next_goal_works(graph) 
     t_kill = time.monotonic()
     result = client.wait_result(future, timeout=60)
     waited = time.monotonic() - t_kill
-    assert not result.ok and "no new observation" in result.message, result.message
-    assert waited <= OBS_TIMEOUT_S + 0.1 + 3.0, f"goal ended {waited:.1f} s after the kill: {result.message}"
+    assert not result.ok and "observation stale" in result.message, result.message
+    assert waited <= STALE_BOUND_S + 3.0, f"goal ended {waited:.1f} s after the kill: {result.message}"
     assert procs.procs["policy_server"].poll() is None
     procs.procs["sim_bridge"].wait(timeout=10)
     procs.restart("sim_bridge")
@@ -97,8 +99,8 @@ def test_frozen_simulator_for_10_s_does_not_wedge(graph) -> None:
     try:
         result = client.wait_result(future, timeout=60)
         waited = time.monotonic() - t_stop
-        assert not result.ok and "no new observation" in result.message, result.message
-        assert waited <= OBS_TIMEOUT_S + 0.1 + 3.0, f"goal ended {waited:.1f} s after SIGSTOP"
+        assert not result.ok and "observation stale" in result.message, result.message
+        assert waited <= STALE_BOUND_S + 3.0, f"goal ended {waited:.1f} s after SIGSTOP"
         time.sleep(max(0.0, 10.0 - (time.monotonic() - t_stop)))
     finally:
         sim.send_signal(signal.SIGCONT)

@@ -81,10 +81,62 @@ def test_observations_that_stop_mid_run_end_the_goal_and_no_action_uses_a_stale_
     time.sleep(0.2)
     arm.respond = False  # the arm dies: no observation after the current one
     assert loop.join(5.0)
-    assert not loop.result.ok and "no new observation" in loop.result.message
+    assert not loop.result.ok and "observation stale" in loop.result.message
     assert len(arm.actions) < 1000
     # the last observation was acted on once: no open-loop actions on a frozen arm
     assert sum(1 for a in arm.actions if a[0] == arm.actions[-1][0]) == 1
+
+
+def test_a_stopped_arm_ends_the_goal_one_period_after_its_newest_observation_went_stale() -> None:
+    """Stale after 1.5 periods (the default), the goal ends within one more period; the last action is the one
+    computed before the arm stopped."""
+    arm = FakeArm()
+    cfg = LoopConfig(period_s=0.1, max_steps=1000, obs_timeout_s=2.0, status_timeout_s=2.0)
+    assert abs(cfg.stale_s - 0.15) < 1e-12
+    ended = []
+    loop = _loop(arm, cfg, feedback=lambda s, t: arm.__setattr__("respond", s < 5)).start()
+    threading.Thread(target=lambda: (loop.join(5.0), ended.append(time.monotonic()))).start()
+    assert loop.join(5.0)
+    time.sleep(0.05)
+    _, t_obs, _ = arm.obs.get()
+    r = loop.result
+    assert not r.ok and "observation stale" in r.message and r.steps == 6 == len(arm.actions), r.message
+    # ends at stale + one period, never earlier; later only by thread wake-up latency (0.1 s of slack for a
+    # loaded machine: the loop itself sleeps until that deadline)
+    assert cfg.stale_s + cfg.period_s <= ended[0] - t_obs < cfg.stale_s + cfg.period_s + 0.1, ended[0] - t_obs
+
+
+def test_a_late_wake_up_of_the_control_thread_does_not_make_the_arms_observation_stale() -> None:
+    """A simulator waits for the next action: when this process stalls for 5 periods, the observation that arrived
+    in time is still the arm's current state, and the goal goes on."""
+    arm = FakeArm()
+    n = []
+
+    def act(obs):
+        n.append(1)
+        return np.zeros(7)
+
+    def feedback(step: int, elapsed: float) -> None:
+        if step == 2:
+            time.sleep(0.25)  # the control thread stalls right after publishing (5 periods of 50 ms)
+
+    cfg = LoopConfig(period_s=0.05, max_steps=5, obs_timeout_s=1.0, status_timeout_s=1.0)
+    loop = _loop(arm, cfg, act=act, feedback=feedback).start()
+    assert loop.join(5.0)
+    assert loop.result.ok and loop.result.steps == 5, loop.result.message
+
+
+def test_abort_ends_the_goal_with_its_reason_and_nothing_is_published_after() -> None:
+    arm = FakeArm()
+    cfg = LoopConfig(period_s=0.02, max_steps=100000, obs_timeout_s=1.0, status_timeout_s=1.0)
+    loop = _loop(arm, cfg).start()
+    time.sleep(0.1)
+    loop.abort("stop from operator (hands off)")
+    assert loop.join(2.0)
+    n = len(arm.actions)
+    time.sleep(0.1)
+    assert len(arm.actions) == n and not loop.result.ok and not loop.result.cancelled
+    assert loop.result.message.startswith("stop from operator (hands off); stopped after")
 
 
 def test_lost_final_status_ends_the_goal_ok_false_in_bounded_time() -> None:

@@ -74,7 +74,27 @@ class PolicyServerParams(OctoTrunkParams):
         "arm): result.success = false.",
     )
     observation_timeout_s: float = param(
-        2.0, "run_policy fails if no observation arrives within this time, s.", range=(0.01, 600.0)
+        2.0,
+        "run_policy fails if no observation arrives within this time before its first action (the arm may be idle), "
+        "and the final success verdict waits at most this long for the arm's status, s.",
+        range=(0.01, 600.0),
+    )
+    observation_stale_periods: float = param(
+        1.5,
+        "Once acting, an observation older than this many control periods is stale: no action is computed from it, "
+        "and the goal ends (ok=false) within one more period unless a fresh one arrives.",
+        range=(0.5, 1000.0),
+    )
+    action_valid_for_s: float = param(
+        0.5,
+        "Validity horizon stamped on every action (EefDeltaAction.valid_for), s: an arm drops an action older than "
+        "this. Keep it at two control periods or more.",
+        range=(0.0, 60.0),
+    )
+    stop_topic: str = param(
+        "stop",
+        "ArmStop topic (amf_ros/ArmStop): a stop from another node ends the current run_policy goal; policy_server "
+        "publishes one when a run_policy goal ends, so that none of its actions still in flight is applied.",
     )
     checkpoint_topic: str = param("checkpoint", "Latched topic announcing each new checkpoint.")
     executor: str = param(

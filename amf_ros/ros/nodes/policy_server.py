@@ -19,8 +19,9 @@ from sensor_msgs.msg import Image
 from amf_ros.action import FineTune, RunPolicy
 from amf_ros.data import transitions
 from amf_ros.data.ros_convert import image_to_rgb
-from amf_ros.msg import CheckpointInfo, EefDeltaAction, StateVector, TaskStatus
+from amf_ros.msg import ArmStop, CheckpointInfo, EefDeltaAction, StateVector, TaskStatus
 from amf_ros.ros import qos
+from amf_ros.ros.arm_msgs import action_msg, stop_msg
 from amf_ros.ros.offload import Offload
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
@@ -45,7 +46,8 @@ class PolicyServerNode(Node):
         p = self.p = declare(self, "policy_server")
         self.executor_kind = p.executor  # read by spin()
         self.offload = Offload(self, inline=p.executor.startswith("multi"))  # goals wait on a thread of their own
-        self.pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.COMMANDS)
+        self.pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.ACTIONS)
+        self.stop_pub = self.create_publisher(ArmStop, p.stop_topic, qos.EVENTS)
         self.ckpt_pub = self.create_publisher(CheckpointInfo, p.checkpoint_topic, qos.LATCHED)
         self.server = PolicyServer(p, self.publish_action, log=self.get_logger().info, warn=self.get_logger().warn)
         if self.server.octo is not None:
@@ -63,6 +65,7 @@ class PolicyServerNode(Node):
         if p.task_status_topic:
             self.create_subscription(TaskStatus, p.task_status_topic, self._status, qos.LATCHED,
                                      callback_group=inputs)
+        self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=inputs)
         ActionServer(self, RunPolicy, "run_policy", self.execute_run, callback_group=ReentrantCallbackGroup(),
                      goal_callback=lambda _req: GoalResponse.ACCEPT if self.server.reserve_run()
                      else GoalResponse.REJECT, cancel_callback=lambda _g: CancelResponse.ACCEPT)
@@ -78,9 +81,17 @@ class PolicyServerNode(Node):
         self.server.close()
 
     def publish_action(self, action: np.ndarray) -> None:
-        msg = EefDeltaAction(translation=action[:3].tolist(), rotation=action[3:6].tolist(), gripper=float(action[6]))
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self.pub.publish(msg)
+        self.pub.publish(action_msg(action, self.get_clock().now().to_msg(), self.p.action_valid_for_s))
+
+    def publish_stop(self, reason: str) -> None:
+        """Tell the arm that no action published so far may still be applied (a goal ended)."""
+        self.stop_pub.publish(stop_msg(self.get_clock().now().to_msg(), self.get_fully_qualified_name(), reason))
+
+    def _on_stop(self, msg: ArmStop) -> None:
+        if msg.source != self.get_fully_qualified_name():
+            reason = f"stop from {msg.source or '?'}: {msg.reason[:200] or 'no reason'}"
+            if self.server.stop_run(reason):
+                self.get_logger().warn(f"run_policy: {reason}; ending the goal")
 
     def announce(self) -> None:
         """Publish the acting checkpoint on the latched checkpoint topic."""
@@ -106,6 +117,8 @@ class PolicyServerNode(Node):
                                  lambda: goal_handle.is_cancel_requested,
                                  lambda s, t: goal_handle.publish_feedback(RunPolicy.Feedback(step=s, elapsed_s=t)))
         mean, median, worst = res.period_stats()
+        if res.steps:
+            self.publish_stop(f"run_policy {req.task[:64]} ended after {res.steps} steps")
         _finish(goal_handle.canceled if res.cancelled else goal_handle.succeed if res.ok else goal_handle.abort)
         self.get_logger().info(f"run_policy {req.task}: {res.message}")
         return RunPolicy.Result(ok=res.ok, message=res.message, success=res.success, steps=res.steps,
