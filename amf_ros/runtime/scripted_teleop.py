@@ -229,6 +229,12 @@ class ScriptedTeleop:
                 return
             self._maybe_act()
 
+    def stop(self, reason: str) -> None:
+        """An ArmStop from someone else: end the demonstration in progress, discarded (the operator stopped it)."""
+        with self._lock:
+            if self._episode is not None:
+                self._finish(self._episode.episode_id, False, True, "warn", f"{reason}; discarding it")
+
     # ---- decisions ----------------------------------------------------------------------------------------------
     def _on_fresh_status(self, ep: _Episode, status: SimStatus) -> None:
         """A status stamped after the episode start: start on this scene, ask for a reset, or see the reset done."""

@@ -312,3 +312,20 @@ def test_metaworld_experts_act_in_the_wire_action_space():
     assert experts["reach"].max_steps == env.spec.max_steps
     noisy = metaworld_experts("config/tasks/metaworld.yaml", noise_std=0.5, seed=1)["reach"].act(obs)
     assert noisy.shape == (7,) and not np.allclose(noisy, experts["reach"].act(obs))
+
+
+def test_a_stop_from_someone_else_discards_the_demonstration_and_no_action_follows():
+    teleop, out, clock, sim = make()
+    start(teleop, clock)
+    clock.t += 50 * MS
+    sim.publish()
+    assert len(out.actions) == 1
+    teleop.stop("stop from operator: hands off")
+    assert out.ended == [("ep1", False, True)] and teleop.episode is None
+    assert ("warn", "episode ep1: stop from operator: hands off; discarding it") in out.lines
+    clock.t += 100 * MS
+    sim.step()
+    sim.publish()
+    assert len(out.actions) == 1  # nothing after the stop
+    teleop.stop("again")  # no episode: nothing to end
+    assert len(out.ended) == 1

@@ -50,6 +50,22 @@ class ScriptedTeleopParams:
     )
     state_topic: str = param("observation/state", "Observation topic (amf_ros/StateVector) the expert reads.")
     action_topic: str = param("action", "Teleop action topic (amf_ros/EefDeltaAction).")
+    action_valid_for_s: float = param(
+        0.5,
+        "Validity horizon stamped on every action (EefDeltaAction.valid_for), s: an arm drops an action older than "
+        "this. Keep it at two control periods or more.",
+        range=(0.0, 60.0),
+    )
+    stop_topic: str = param(
+        "stop",
+        "ArmStop topic (amf_ros/ArmStop): a stop from another node ends the current demonstration (discarded).",
+    )
+    call_timeout_s: float = param(
+        5.0,
+        "Bound on every service call (EndEpisode, the sim reset): an unanswered call is abandoned with an error "
+        "line (the episode's fate is then the recorder's: it recovers what it wrote).",
+        range=(0.1, 600.0),
+    )
     status_topic: str = param("recorder/status", "Latched recorder status (amf_ros/RecorderStatus).")
     end_episode_service: str = param("recorder/end_episode", "Recorder service (amf_ros/EndEpisode).")
     task_status_topic: str = param(

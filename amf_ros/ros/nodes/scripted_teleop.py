@@ -4,7 +4,8 @@ When the recorder's latched status (``status_topic``) shows a new episode for ta
 on a fresh scene of T (calling ``reset_service`` asynchronously only when the simulator's latched TaskStatus on
 ``task_status_topic`` shows another task or a used scene), drives the arm with T's scripted Metaworld expert on
 ``action_topic`` as a teleop device would, and ends the episode (EndEpisode, success from the TaskStatus) when the
-status says solved or done, or after ``max_steps`` actions. No service is called per control tick.
+status says solved or done, or after ``max_steps`` actions. No service is called per control tick, and every call
+is bounded by ``call_timeout_s``. An ArmStop from another node on ``stop_topic`` ends the demonstration (discarded).
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from builtin_interfaces.msg import Time
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
-from rclpy.task import Future
 
-from amf_ros.msg import EefDeltaAction, RecorderStatus, StateVector, TaskStatus
+from amf_ros.msg import ArmStop, EefDeltaAction, RecorderStatus, StateVector, TaskStatus
 from amf_ros.ros import qos
+from amf_ros.ros.arm_msgs import action_msg
+from amf_ros.ros.calls import call_bounded
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.scripted_teleop import ScriptedTeleop as TeleopRuntime
@@ -45,7 +48,8 @@ class ScriptedTeleop(Node):
         self.create_subscription(TaskStatus, p.task_status_topic, self._on_task_status, qos.LATCHED,
                                  callback_group=subs)
         self.create_subscription(StateVector, p.state_topic, self._on_state, qos.STREAM, callback_group=subs)
-        self._action_pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.STREAM)
+        self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=subs)
+        self._action_pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.ACTIONS)
         self._end = self.create_client(EndEpisode, p.end_episode_service, callback_group=calls)
         self._reset = self.create_client(ResetTask, p.reset_service, callback_group=calls)
         self.create_timer(1.0 / p.control_rate_hz, self.teleop.tick, callback_group=subs)
@@ -61,32 +65,31 @@ class ScriptedTeleop(Node):
     def _on_state(self, msg: StateVector) -> None:
         self.teleop.on_state(_ns(msg.header.stamp), np.asarray(msg.values, dtype=np.float64))
 
+    def _on_stop(self, msg: ArmStop) -> None:
+        if msg.source != self.get_fully_qualified_name():
+            self.teleop.stop(f"stop from {msg.source or '?'}: {msg.reason[:200] or 'no reason'}")
+
     # ---- TeleopOutputs ------------------------------------------------------------------------------------------
     def send_action(self, a7: np.ndarray, stamp_ns: int) -> None:
-        msg = EefDeltaAction(translation=a7[:3].tolist(), rotation=a7[3:6].tolist(), gripper=float(a7[6]))
-        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
-        self._action_pub.publish(msg)
+        stamp = Time(sec=int(stamp_ns) // 1_000_000_000, nanosec=int(stamp_ns) % 1_000_000_000)
+        self._action_pub.publish(action_msg(a7, stamp, self.p.action_valid_for_s))
 
     def end_episode(self, episode_id: str, success: bool, discard: bool) -> None:
-        future = self._end.call_async(EndEpisode.Request(episode_id=episode_id, success=success, discard=discard))
-
-        def done(f: Future) -> None:
-            res = f.result()
+        def done(res: Any, why: str) -> None:
             if res is not None and res.ok:
                 self.get_logger().info(f"episode {episode_id} ended: {res.num_steps} steps, {res.path or 'discarded'}")
             else:
-                self.get_logger().error(f"EndEpisode({episode_id}) failed: {getattr(res, 'message', 'no answer')}")
-        future.add_done_callback(done)
+                self.get_logger().error(f"EndEpisode({episode_id}) failed: {why or res.message}")
+        call_bounded(self, self._end, EndEpisode.Request(episode_id=episode_id, success=success, discard=discard),
+                     self.p.call_timeout_s, done)
 
     def reset_sim(self, episode_id: str, task: str) -> None:
         if not self._reset.service_is_ready():
             self.get_logger().warn(f"{self.p.reset_service} not available yet; asking anyway")
-        future = self._reset.call_async(ResetTask.Request(task=task, seed=-1))
 
-        def done(f: Future) -> None:
-            res = f.result()
-            self.teleop.on_reset_reply(episode_id, res is not None and res.ok, getattr(res, "message", "no answer"))
-        future.add_done_callback(done)
+        def done(res: Any, why: str) -> None:
+            self.teleop.on_reset_reply(episode_id, res is not None and res.ok, why or res.message)
+        call_bounded(self, self._reset, ResetTask.Request(task=task, seed=-1), self.p.call_timeout_s, done)
 
     def log(self, level: str, text: str) -> None:
         {"info": self.get_logger().info, "warn": self.get_logger().warn}.get(level, self.get_logger().error)(text)
