@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("amf_ros.loop.run:main", "the main job: the whole AMF loop on the embedded simulation over ROS 2"),
     "up": ("amf_ros.bringup.up:main", "start the nodes of a config YAML as processes (no `ros2 launch` needed)"),
+    "stop": ("amf_ros.ros.stop:main", "stop the arm(s) now: drop the actions sent so far, end run_policy / demos"),
     "pretrain": ("amf_ros.bench.pretrain:main", "pre-train a policy on scripted demonstrations (mismatched allocation)"),
     "inspect": ("amf_ros.data.cli:inspect_main", "summarise and validate an episode dataset"),
     "export": ("amf_ros.data.cli:export_main", "export episodes (rlds)"),

@@ -18,15 +18,14 @@ from typing import Any, Callable, Iterator
 from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from amf_ros.action import FineTune, RunPolicy
 from amf_ros.bringup.graph import NAMESPACE
-from amf_ros.msg import CheckpointInfo, EefDeltaAction, EpisodeInfo, RecorderStatus
+from amf_ros.msg import ArmStop, CheckpointInfo, EefDeltaAction, EpisodeInfo, RecorderStatus
+from amf_ros.ros import qos
+from amf_ros.ros.arm_msgs import stop_msg
 from amf_ros.srv import EndEpisode, NextTask, ResetTask, StartEpisode, TaskSuccess
 
-LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-RELIABLE_50 = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 
 
 class ROSCallError(RuntimeError):
@@ -73,17 +72,23 @@ class AMFClient:
         self.end_cli = n.create_client(EndEpisode, "recorder/end_episode")
         self.fine_tune_cli = ActionClient(n, FineTune, "fine_tune")
         self.run_cli = ActionClient(n, RunPolicy, "run_policy")
-        n.create_subscription(EpisodeInfo, "episodes", lambda m: self._add(self.seen.episodes, m), RELIABLE_50)
+        n.create_subscription(EpisodeInfo, "episodes", lambda m: self._add(self.seen.episodes, m), qos.EVENTS)
         n.create_subscription(CheckpointInfo, "checkpoint", lambda m: self._add(self.seen.checkpoints, m),
-                              LATCHED)
-        n.create_subscription(RecorderStatus, "recorder/status", self._on_status, LATCHED)
+                              qos.LATCHED)
+        n.create_subscription(RecorderStatus, "recorder/status", self._on_status, qos.LATCHED)
+        self.stop_pub = n.create_publisher(ArmStop, "stop", qos.EVENTS)
         if record_actions:
             n.create_subscription(EefDeltaAction, "action",
-                                  lambda m: self._add(self.seen.actions, (time.monotonic(), m)), RELIABLE_50)
+                                  lambda m: self._add(self.seen.actions, (time.monotonic(), m)), qos.EVENTS)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(n)
         self._thread = threading.Thread(target=self.executor.spin, name="amf_client", daemon=True)
         self._thread.start()
+
+    def stop(self, reason: str = "operator", source: str = "operator") -> None:
+        """Publish an ArmStop stamped now: every arm drops the actions sent so far and holds; a running run_policy
+        goal or scripted demonstration ends."""
+        self.stop_pub.publish(stop_msg(self.node.get_clock().now().to_msg(), source, reason))
 
     def _add(self, target: list, item: Any) -> None:
         with self._lock:

@@ -1,0 +1,44 @@
+"""`amf stop`: the operator's stop button from a shell (an amf_ros/ArmStop on the graph's `stop` topic).
+
+Every arm drops the actions sent so far and holds; a running run_policy goal and a scripted demonstration end.
+Same as ``ros2 topic pub --once /amf/stop amf_ros/msg/ArmStop "{source: operator, reason: ...}"``, but it waits
+(bounded) until the arms have discovered it, so the stop is not published into an empty graph and lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Sequence
+
+import rclpy
+
+from amf_ros.bringup.graph import NAMESPACE
+from amf_ros.ros.client import AMFClient
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="amf stop", description=__doc__.splitlines()[0])
+    ap.add_argument("--reason", default="operator stop", help="why (shown in every node's log)")
+    ap.add_argument("--namespace", default=NAMESPACE, help=f"namespace of the graph (default {NAMESPACE})")
+    ap.add_argument("--timeout", type=float, default=5.0, help="wait at most this long for a subscriber, s")
+    ns = ap.parse_args(argv)
+    rclpy.init()
+    client = AMFClient("amf_stop", namespace=ns.namespace)
+    try:
+        deadline = time.monotonic() + ns.timeout
+        while client.stop_pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        count = client.stop_pub.get_subscription_count()
+        client.stop(ns.reason)
+        time.sleep(0.3)  # let the reliable writer deliver before the process exits
+    finally:
+        client.close()
+        rclpy.try_shutdown()
+    if count == 0:
+        print(f"amf stop: nobody subscribes to /{ns.namespace.strip('/')}/stop within {ns.timeout:g} s; "
+              "published anyway", file=sys.stderr)
+        return 1
+    print(f"amf stop: sent to {count} subscriber(s)")
+    return 0
