@@ -31,6 +31,7 @@ from amf_ros.data.store import WRITER_ALIVE, WRITER_UNKNOWN, EpisodeStore, Parti
 from amf_ros.data.sync import SyncConfig
 from amf_ros.data.tasks import check_task_keys
 from amf_ros.runtime import recorder_inputs as inputs
+from amf_ros.runtime.log_lines import ErrorThrottle
 
 if TYPE_CHECKING:
     from amf_ros.bringup.params.demo_recorder import DemoRecorderParams
@@ -152,28 +153,6 @@ def sweep_partial(store: EpisodeStore, policy: str, min_age_s: float, own_episod
         if acted:
             lines.append(line)
     return lines
-
-
-class ErrorThrottle:
-    """At most one log line per ``period_s`` per kind of problem (a broken 30 Hz camera must not flood the log);
-    the suppressed ones are counted into the next line."""
-
-    def __init__(self, period_s: float = 1.0) -> None:
-        self.period_s = period_s
-        self._last: dict[tuple[str, str], tuple[float, int]] = {}  # kind -> (time of last line, suppressed)
-
-    def line(self, kind: tuple[str, str], text: str, now: float | None = None,
-             period_s: float | None = None) -> str | None:
-        """The line to log for this problem now, or None if it is suppressed (``period_s``: this kind's own
-        period instead of the instance's)."""
-        now = time.monotonic() if now is None else now
-        period_s = self.period_s if period_s is None else period_s
-        last, suppressed = self._last.get(kind, (float("-inf"), 0))
-        if now - last < period_s:
-            self._last[kind] = (last, suppressed + 1)
-            return None
-        self._last[kind] = (now, 0)
-        return text + (f" ({suppressed} similar messages not logged)" if suppressed else "")
 
 
 @dataclass

@@ -135,7 +135,12 @@ class TaskSelection:
         counts = self.cache.demo_counts()
         demo_counts = {c: int(counts.get(c, 0)) for c in cands}
         score_fn = None
-        if self.selector_name == "amf" and all(v > 0 for v in demo_counts.values()):
+        unseen = [c for c in cands if demo_counts[c] == 0]
+        if self.selector_name == "amf" and unseen and batch_size > len(unseen):
+            raise ValueError(f"batch_size {batch_size} is more than the warm start can choose: AMF scores need a first "
+                             f"demonstration of every candidate task, and {len(unseen)} have none yet ({unseen}); "
+                             f"ask for batch_size <= {len(unseen)} until each has one")
+        if self.selector_name == "amf" and not unseen:
             score_fn = self._amf_score_fn(state)  # during warm start the selector needs no scores
         selection = self.selector.select(cands, demo_counts, self.rng, batch_size=batch_size, score_fn=score_fn,
                                          pretrain_counts=state.pretrain_counts)

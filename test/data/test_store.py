@@ -150,6 +150,9 @@ def test_partial_episode_recover_and_ignore(tmp_path):
     empty = store.begin("t", "no chunk yet")
     empty.add_step({"state": np.zeros(4)}, np.zeros(7), stamp_ns=5)
     assert store.episode_ids() == [done]
+    assert [p.writer for p in store.partial()] == ["alive", "alive"]  # writer.lock held: never recovered
+    assert {r.reason for r in store.recover_all()} == {"writer alive (lock held)"}
+    w.close(), empty.close()  # the writers are gone (their locks are free), as after a crash
     partial = {p.episode_id: p for p in store.partial()}
     assert partial[w.episode_id].num_steps == 6 and partial[empty.episode_id].num_steps == 0
     results = {r.episode_id: r for r in store.recover_all()}

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from amf_ros.runtime import demo_recorder as rules
+from amf_ros.runtime.log_lines import ErrorThrottle
 
 
 def test_stream_topics_names_every_camera_and_refuses_clashes():
@@ -55,7 +56,7 @@ def test_quiet_at_is_when_settled_starts_to_hold():
 
 
 def test_error_throttle_counts_suppressed_lines_per_kind():
-    th = rules.ErrorThrottle(period_s=1.0)
+    th = ErrorThrottle(period_s=1.0)
     assert th.line(("/c", "enc"), "bad", now=0.0) == "bad"
     assert th.line(("/c", "enc"), "bad", now=0.5) is None
     assert th.line(("/c", "nan"), "nan", now=0.6) == "nan"  # another kind of problem is not hidden

@@ -15,6 +15,7 @@ from amf_ros.ros import qos
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime import policy_server as policy_runtime
+from amf_ros.runtime.log_lines import ErrorThrottle, bounded
 from amf_ros.runtime.task_selector import TaskSelectorRuntime
 from amf_ros.srv import NextTask
 
@@ -28,6 +29,7 @@ class TaskSelectorNode(Node):
         self.p = declare(self, "task_selector")
         policy_runtime.set_torch_threads(self.p.torch_threads)
         self.runtime = TaskSelectorRuntime(self.p)
+        self._refusals = ErrorThrottle(1.0)  # a fuzzing client gets every answer, the log one line per second
         for note in self.runtime.notes:
             self.get_logger().warn(note)
         self.create_service(NextTask, "next_task", self.on_next_task,
@@ -53,9 +55,11 @@ class TaskSelectorNode(Node):
         try:
             d = self.runtime.next_task(list(request.candidate_tasks), int(request.batch_size))
         except Exception as exc:  # noqa: BLE001 - caller errors and library failures alike -> ok=false
-            response.ok, response.message = False, str(exc)
+            response.ok, response.message = False, bounded(str(exc), 2000)
             response.selector = self.p.selector
-            self.get_logger().warn(f"next_task refused: {exc}")
+            line = self._refusals.line(("next_task", "refused"), f"next_task refused: {bounded(str(exc))}")
+            if line is not None:
+                self.get_logger().warn(line)
             return response
         response.ok, response.message = True, d.message
         response.task, response.instruction, response.selected_tasks = d.task, d.instruction, d.selected_tasks
