@@ -197,6 +197,19 @@ def test_batch_size_is_bounded_by_the_candidates_and_max_batch_size(tmp_path):
     assert len(TaskSelection("uniform", tasks, tmp_path / "data").next_task([], 0).selected_tasks) == 1
 
 
+def test_a_warm_start_batch_larger_than_the_unseen_tasks_is_refused_saying_what_to_ask(tmp_path):
+    """AMF scores need a first demonstration of every task: with 2 of 3 tasks unseen, batch 3 cannot be chosen yet;
+    the refusal names the unseen tasks and the largest batch that works (which then works)."""
+    tasks = {t: f"do {t}" for t in ("a", "b", "c")}
+    _write_store(tmp_path / "data", ["a"])
+    sel = TaskSelection("amf", tasks, tmp_path / "data")
+    with pytest.raises(ValueError, match=re.escape("ask for batch_size <= 2")) as info:
+        sel.next_task([], 3)
+    assert "['b', 'c']" in str(info.value) and "score_fn" not in str(info.value)
+    d = sel.next_task([], 2)
+    assert sorted(d.selected_tasks) == ["b", "c"] and d.warm_start
+
+
 def test_task_keys_are_checked_with_bounded_messages(tmp_path):
     """Empty, non-printable (NUL), over-long, repeated and unknown keys are refused; the message quotes at most 40
     characters of a key, so a 1 MB key cannot flood the log."""
