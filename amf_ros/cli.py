@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "perf-finetune": ("amf_ros.bench.perf_finetune:main", "head fine-tuning speed on cached trunk embeddings"),
     "store": ("amf_ros.bench.store:main", "episode store write/read throughput and bytes per step"),
     "simpler": ("amf_ros.bench.simpler:main", "evaluate a policy on SIMPLER WidowX tasks (needs simpler_env)"),
+    "faults": ("amf_ros.bench.faults:main", "fault probes (killed/frozen nodes, floods, stop, checkpoints) vs bounds"),
     "ros-latency": ("amf_ros.bench.ros_latency:main", "next_task latency and control-loop jitter over ROS 2"),
 }
 

@@ -32,6 +32,15 @@ class ROSCallError(RuntimeError):
     """A service/action did not answer in time, or answered ok=false when the caller required ok."""
 
 
+def _sendable(*texts: str) -> None:
+    """Refuse a string with a NUL before it is sent: rclpy's C conversion cuts a string at its first NUL, so
+    ``"push\\x00x"`` would reach the node as ``"push"`` and be accepted as that task (no node can tell)."""
+    for text in texts:
+        if "\x00" in text:
+            raise ValueError(f"{text[:40]!r} contains a NUL character; ROS 2 strings end at the first NUL, so it "
+                             f"would be sent as {text.split(chr(0))[0][:40]!r}")
+
+
 def _wait(future: Any, timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while not future.done():
@@ -135,16 +144,19 @@ class AMFClient:
 
     def next_task(self, candidates: list[str] | None = None, batch_size: int = 1, timeout: float = 120.0,
                   require_ok: bool = True) -> Any:
+        _sendable(*(candidates or []))
         return self._call(self.next_task_cli, NextTask.Request(candidate_tasks=list(candidates or []),
                                                                batch_size=batch_size), timeout, require_ok)
 
     def reset(self, task: str, seed: int = -1, timeout: float = 60.0) -> Any:
+        _sendable(task)
         return self._call(self.reset_cli, ResetTask.Request(task=task, seed=seed), timeout, True)
 
     def success(self, timeout: float = 30.0) -> Any:
         return self._call(self.success_cli, TaskSuccess.Request(), timeout, True)
 
     def start_episode(self, task: str, instruction: str = "", timeout: float = 30.0, require_ok: bool = True) -> Any:
+        _sendable(task, instruction)
         return self._call(self.start_cli, StartEpisode.Request(task=task, instruction=instruction), timeout,
                           require_ok)
 
@@ -175,6 +187,7 @@ class AMFClient:
     def fine_tune(self, steps: int = 0, tasks: list[str] | None = None, timeout: float = 600.0,
                   feedback: Callable[[Any], None] | None = None) -> Any:
         """Run /amf/fine_tune to completion; returns FineTune.Result (check .ok)."""
+        _sendable(*(tasks or []))
         return self._action(self.fine_tune_cli, FineTune.Goal(steps=steps, tasks=list(tasks or [])), timeout,
                             "fine_tune", feedback)
 
@@ -204,6 +217,7 @@ class AMFClient:
 
     def send_run_policy(self, task: str, max_steps: int = 0, feedback: Callable[[Any], None] | None = None) -> Any:
         """Start a run_policy goal without waiting; returns its result future (:meth:`wait_result`)."""
+        _sendable(task)
         cb = (lambda fb: feedback(fb.feedback)) if feedback else None
         handle = _wait(self.run_cli.send_goal_async(RunPolicy.Goal(task=task, max_steps=max_steps),
                                                     feedback_callback=cb), 30.0, "/amf/run_policy goal")
@@ -213,6 +227,7 @@ class AMFClient:
 
     def run_policy(self, task: str, max_steps: int = 0, timeout: float = 300.0) -> Any:
         """Run /amf/run_policy to completion; returns RunPolicy.Result (check .ok, .success)."""
+        _sendable(task)
         return self._action(self.run_cli, RunPolicy.Goal(task=task, max_steps=max_steps), timeout,
                             "run_policy")
 

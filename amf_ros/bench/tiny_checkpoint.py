@@ -1,0 +1,44 @@
+"""A small Metaworld-suite policy checkpoint for graph-level benchmarks and tests (fault probes, supervision).
+
+Why: every node of the embedded simulation loads, acts with, embeds and fine-tunes the policy it serves; with this
+one (39-D state, native 4-D action, chunks of 4, frozen prior, fitted 5 steps on synthetic data, the "hash" task
+encoder instead of the language model) a whole graph starts in seconds on 2 cores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def tiny_checkpoint(path: Path, tasks: tuple[str, ...] = ("reach", "push"), head: str = "mlp", seed: int = 0) -> Path:
+    """Write the checkpoint to ``path``; returns its directory."""
+    import numpy as np
+
+    from amf_ros.envs.metaworld_suite import load_tasks
+    from amf_ros.policies.agent import TaskConditionedPolicy
+    from amf_ros.policies.config import PolicyConfig
+
+    specs = load_tasks(keys=list(tasks))
+    cfg = PolicyConfig(head=head, trunk="state", task_encoder="hash", action_horizon=4, seed=seed)
+    policy = TaskConditionedPolicy(cfg, action_dim=4, state_dim=39, tasks={s.key: s.instruction for s in specs})
+    rng = np.random.default_rng(seed)
+    n, per = 40, 10
+    transitions = {"state": rng.normal(size=(n, 39)).astype(np.float32),
+                   "action": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
+                   "task": np.array([specs[(i // per) % len(specs)].key for i in range(n)]),
+                   "episode_index": np.repeat(np.arange(n // per), per), "step": np.tile(np.arange(per), n // per)}
+    policy.fit(transitions, 5)
+    policy.freeze_prior()
+    return Path(policy.save(path))
+
+
+def nan_copy(src: Path, dst: Path) -> Path:
+    """A copy of checkpoint ``src`` whose floating-point weights are all NaN (a diverged fine-tune's output): it
+    loads, and a fine-tune started from it must refuse to save."""
+    import torch
+
+    from amf_ros.policies.checkpoint import load_checkpoint, save_checkpoint
+
+    tensors, meta = load_checkpoint(src)
+    poisoned = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in tensors.items()}
+    return save_checkpoint(dst, poisoned, meta)
