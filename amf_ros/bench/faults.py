@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from amf_ros.atomic import atomic_write_text
 from amf_ros.bench.results import format_table, write_results
 from amf_ros.paths import resolve_config
 
@@ -428,7 +429,8 @@ def probe_checkpoints(g: LiveGraph, slack_s: float) -> list[Probe]:
         saved = sorted(p.name for p in ckpts.iterdir())
         ok = not res.ok and ("nan" in res.message.lower() or "non-finite" in res.message) and \
             saved == ["round_0001", "round_0002"]
-        rows.append(Probe("fine_tune from NaN weights: refused, nothing saved", "5", 0, took, ok, res.message[:90]))
+        rows.append(Probe("fine_tune from NaN weights: refused, nothing saved", "5", 60.0, took, ok and took <= 60.0,
+                          res.message[:90]))
     finally:
         client.close()
         proc.stop()
@@ -572,20 +574,40 @@ def run(cfg: FaultConfig, out: Path) -> dict[str, Any]:
                     probes += rows
             finally:
                 g.stop()
-            probes += probe_amf_up_signals(work, env, cfg.signals, cfg.slack_s)
-    results = {"benchmark": "faults", "config": dataclasses.asdict(cfg), "wall_time_s": time.monotonic() - t_start,
-               "machine": {"cpus": os.cpu_count()}, "probes": [dataclasses.asdict(p) | {"verdict": p.verdict()}
-                                                               for p in probes],
-               "passed": sum(p.ok for p in probes), "total": len(probes)}
+            rows = probe_amf_up_signals(work, env, cfg.signals, cfg.slack_s)
+            for r in rows:
+                log.info("%-52s %s", r.name, r.verdict())
+            probes += rows
+    results = summarize(cfg, probes, time.monotonic() - t_start)
     write_results(out, results)
     return results
+
+
+def summarize(cfg: FaultConfig, probes: Sequence[Probe], wall_time_s: float) -> dict[str, Any]:
+    """The results dict of a run (results.json)."""
+    return {"benchmark": "faults", "config": dataclasses.asdict(cfg),
+            "metric": "seconds (counts or log bytes where the probe says so)", "wall_time_s": wall_time_s,
+            "machine": {"cpus": os.cpu_count()},
+            "settings": [dataclasses.asdict(p) | {"verdict": p.verdict()} for p in probes],
+            "passed": sum(p.ok for p in probes), "total": len(probes)}
 
 
 def table(results: dict[str, Any]) -> str:
     """The results as a text table (times in seconds; rows whose bound is a count say so in the details)."""
     rows = [[p["name"], p["finding"], p["bound_s"], p["measured_s"], p["verdict"], p["detail"][:70]]
-            for p in results["probes"]]
+            for p in results["settings"]]
     return format_table(["probe", "finding", "bound", "measured", "verdict", "details"], rows, floatfmt=".2f")
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as a Markdown table (docs/ros-system.md quotes it); counts and byte sizes without a unit."""
+    rows = ["| probe | finding | bound | measured | verdict | details |", "|---|---|---|---|---|---|"]
+    for p in results["settings"]:
+        timed = not ("count" in p["detail"] or "bytes" in p["name"] or p["bound_s"] == p["measured_s"] == 0)
+        show = (lambda v: f"{v:.2f} s") if timed else (lambda v: f"{v:.0f}")
+        rows.append(f"| {p['name']} | {p['finding']} | {show(p['bound_s'])} | {show(p['measured_s'])} | "
+                    f"{p['verdict']} | {p['detail'].replace('|', '/')} |")
+    return "\n".join(rows) + "\n"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -602,6 +624,7 @@ def main(argv: Sequence[str]) -> int:
     cfg = FaultConfig(slack_s=args.slack, freeze_s=args.freeze, fuzz_requests=args.fuzz,
                       signals=tuple(s for s in args.signals.split(",") if s))
     results = run(cfg, Path(args.out))
+    atomic_write_text(Path(args.out) / "table.md", markdown(results))
     print(table(results))
     print(f"\n{results['passed']} of {results['total']} probes pass; wrote {Path(args.out) / 'results.json'} in "
           f"{results['wall_time_s']:.0f} s")

@@ -98,3 +98,23 @@ def test_integrator_random_shooting_candidates():
     # warm start covers the 12 evaluation tasks once; the last two rounds pick among 6 random angles
     assert sum(res["counts"]) + res["off_grid"] == 14 and min(res["counts"]) >= 1 and res["off_grid"] >= 1
     assert np.all(np.isfinite(res["returns"]))
+
+
+def test_faults_results_and_table_without_a_graph(tmp_path):
+    """The fault bench's results pass the results contract and its table shows every probe with its verdict (the
+    probes themselves run over DDS: test/ros_system/test_fault_probes.py)."""
+    from amf_ros.bench import faults
+    from amf_ros.bench.results import write_results
+
+    probes = [faults.Probe("sim_bridge SIGKILL mid-goal: goal ends", "1", 0.25, 0.26, True, "observation stale"),
+              faults.Probe("... actions applied after SIGCONT", "3", 0, 1, False, "count")]
+    results = faults.summarize(faults.FaultConfig(), probes, 12.0)
+    write_results(tmp_path, results)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert (saved["passed"], saved["total"]) == (1, 2)
+    assert [p["verdict"] for p in saved["settings"]] == ["pass", "FAIL"]
+    text = faults.table(saved)
+    assert "SIGKILL mid-goal" in text and "FAIL" in text and "0.26" in text
+    md = faults.markdown(saved).splitlines()
+    assert md[2] == "| sim_bridge SIGKILL mid-goal: goal ends | 1 | 0.25 s | 0.26 s | pass | observation stale |"
+    assert md[3] == "| ... actions applied after SIGCONT | 3 | 0 | 1 | FAIL | count |"
