@@ -5,6 +5,7 @@ Without `ros2 launch`: `amf up config/sim.yaml` starts the same nodes (amf_ros.b
 """
 
 from amf_ros.bringup import graph
+from amf_ros.bringup.lifetime import DIE_WITH_PARENT_ENV
 
 # Launch arguments: name -> (default, description). Read by the static launch test.
 LAUNCH_ARGUMENTS = {
@@ -32,7 +33,8 @@ def generate_launch_description():
         values = {k: LaunchConfiguration(k).perform(context) for k in LAUNCH_ARGUMENTS}
         return [Node(package=graph.PACKAGE, executable=s.executable, name=s.name, namespace=s.namespace,
                      output="screen", parameters=[s.params_file, s.overrides], respawn=s.respawn,
-                     respawn_delay=s.respawn_delay_s, respawn_max_retries=s.respawn_max_retries)
+                     respawn_delay=s.respawn_delay_s, respawn_max_retries=s.respawn_max_retries,
+                     additional_env={DIE_WITH_PARENT_ENV: "1"})
                 for s in node_plan(**values)]
 
     args = [DeclareLaunchArgument(k, default_value=d, description=h) for k, (d, h) in LAUNCH_ARGUMENTS.items()]

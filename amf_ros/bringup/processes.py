@@ -18,19 +18,10 @@ import time
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
+from amf_ros.bringup.lifetime import die_with_parent
 from amf_ros.bringup.graph import NodeSpec, find_executable
 
 log = logging.getLogger(__name__)
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: ask the kernel for SIGTERM when the parent dies (no-op off Linux)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class NodeProcesses:
@@ -78,7 +69,7 @@ class NodeProcesses:
         log.info("starting %s: %s", spec.name, " ".join(cmd))
         self.procs[spec.name] = subprocess.Popen(cmd, env=self.env, stdout=out, start_new_session=True,
                                                  stderr=subprocess.STDOUT if out else None,
-                                                 preexec_fn=_die_with_parent)
+                                                 preexec_fn=die_with_parent)
 
     def restart(self, name: str) -> None:
         """Start node ``name`` again after it exited (its log is appended to); an error while it still runs."""

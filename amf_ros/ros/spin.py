@@ -24,6 +24,8 @@ from rclpy.executors import (ConditionReachedException, ExternalShutdownExceptio
                              ShutdownException, SingleThreadedExecutor, TimeoutException)
 from rclpy.node import Node
 
+from amf_ros.bringup.lifetime import die_with_parent_if_asked
+
 EXECUTORS = ("multi", "multi_rclpy", "single", "events")
 
 
@@ -87,6 +89,7 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
     A node may define ``close()``: it is called as soon as shutdown starts (signal or error) and once more after
     spinning ends; it must be idempotent and must not block for long.
     """
+    die_with_parent_if_asked()  # started by ros2 launch: do not outlive it (bringup/lifetime.py)
     rclpy.init(args=args)
     node: Node | None = None
     ex: Executor | None = None

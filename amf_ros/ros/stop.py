@@ -13,9 +13,14 @@ import time
 from typing import Sequence
 
 import rclpy
+from rclpy.duration import Duration
 
 from amf_ros.bringup.graph import NAMESPACE
 from amf_ros.ros.client import AMFClient
+
+
+SETTLE_S = 1.0
+"""Discovery has settled when no new subscriber paired for this long, s (all of a local graph pair within ~0.5 s)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,12 +32,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     rclpy.init()
     client = AMFClient("amf_stop", namespace=ns.namespace)
     try:
+        # Publish once discovery has settled: this new process pairs with the subscribers (each arm, policy_server,
+        # scripted_teleop) one by one, and a stop sent before a pairing never arrives there. Settled = at least one
+        # subscriber and no new one for SETTLE_S.
         deadline = time.monotonic() + ns.timeout
-        while client.stop_pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+        count, since = 0, time.monotonic()
+        while time.monotonic() < deadline:
+            now_count = client.stop_pub.get_subscription_count()
+            if now_count != count:
+                count, since = now_count, time.monotonic()
+            elif count > 0 and time.monotonic() - since >= SETTLE_S:
+                break
             time.sleep(0.05)
-        count = client.stop_pub.get_subscription_count()
         client.stop(ns.reason)
-        time.sleep(0.3)  # let the reliable writer deliver before the process exits
+        acked = client.stop_pub.wait_for_all_acked(Duration(seconds=ns.timeout))  # delivered before we exit
     finally:
         client.close()
         rclpy.try_shutdown()
@@ -40,5 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"amf stop: nobody subscribes to /{ns.namespace.strip('/')}/stop within {ns.timeout:g} s; "
               "published anyway", file=sys.stderr)
         return 1
-    print(f"amf stop: sent to {count} subscriber(s)")
+    if not acked:
+        print(f"amf stop: sent to {count} subscriber(s), not all acknowledged it within {ns.timeout:g} s",
+              file=sys.stderr)
+        return 1
+    print(f"amf stop: delivered to {count} subscriber(s)")
     return 0

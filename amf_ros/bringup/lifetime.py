@@ -1,0 +1,35 @@
+"""A node process dies with the process that started it: no orphaned nodes driving an arm.
+
+Why: `ros2 launch` exits on SIGTERM without stopping what it launched (launch_service.py: "using SIGTERM can
+result in orphaned processes"), and a supervisor killed with SIGKILL cannot stop anything. A process supervisor
+(systemd, docker, a test harness) sends exactly those. So the nodes ask the kernel for SIGTERM when their parent
+dies (PR_SET_PDEATHSIG, Linux): `amf up` sets it in the child before exec, the launch files through the
+environment variable below, read by ``amf_ros.ros.spin``; SIGTERM then stops the node cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+DIE_WITH_PARENT_ENV = "AMF_DIE_WITH_PARENT"
+"""Set to "1" in a node's environment (the launch files do): the node gets SIGTERM when its parent exits."""
+
+
+def die_with_parent() -> bool:
+    """Ask the kernel for SIGTERM when the parent process dies; False where that is unavailable (not Linux)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM) == 0  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_parent_if_asked() -> None:
+    """In a node at start: :func:`die_with_parent` when the environment asks for it; if the parent is already gone
+    (re-parented to init), SIGTERM right away (the kernel would not send it any more)."""
+    if os.environ.get(DIE_WITH_PARENT_ENV) != "1" or not die_with_parent():
+        return
+    if os.getppid() == 1:
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,61 @@
+"""A node started with AMF_DIE_WITH_PARENT=1 (as the launch files start them) stops cleanly when the process that
+started it dies, even by SIGKILL (`ros2 launch` exits on SIGTERM without stopping its nodes: launch_service.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ros_system_util import INSTALL_LIB
+
+pytestmark = [pytest.mark.ros]
+
+PARENT = """
+import subprocess, sys, time
+child = subprocess.Popen(sys.argv[1:], stdout=open(sys.argv[0] + ".log", "wb"), stderr=subprocess.STDOUT)
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("ask", [True, False])
+def test_a_node_does_not_outlive_the_process_that_started_it_when_asked(ros_env, tmp_path, ask) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    env = {**os.environ, **ros_env, "AMF_DIE_WITH_PARENT": "1" if ask else "0"}
+    node = [str(INSTALL_LIB / "sim_bridge"), "--ros-args", "-r", "__ns:=/amf_lifetime", "-p", "render:=false"]
+    parent = subprocess.Popen([sys.executable, str(script), *node], env=env, stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    log = Path(str(script) + ".log")
+    try:
+        deadline = time.monotonic() + 60
+        while "]: backend " not in (log.read_text(errors="replace") if log.exists() else ""):
+            assert time.monotonic() < deadline and _alive(child), log.read_text(errors="replace")[-2000:]
+            time.sleep(0.1)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        t0 = time.monotonic()
+        while _alive(child) and time.monotonic() - t0 < 5.0:
+            time.sleep(0.02)
+        gone = not _alive(child)
+        if ask:
+            assert gone and time.monotonic() - t0 < 3.0, "the node outlived its parent"
+            assert "Traceback" not in log.read_text(errors="replace")
+        else:
+            assert not gone, "without the variable a node keeps running (a shell's background job)"
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
