@@ -74,18 +74,13 @@ class LatencyConfig:
 def _make_checkpoint(path: Path, seed: int, head: str = "diffusion") -> Path:
     """A Metaworld-sized policy (MiniLM task encoder) fitted briefly on synthetic data, with a prior."""
     from amf_ros.bench.pretrain import DEFAULT_TASKS, make_policy
+    from amf_ros.bench.tiny_checkpoint import fit_on_noise
     from amf_ros.envs.metaworld_suite import load_tasks
 
     specs = load_tasks(keys=list(DEFAULT_TASKS))
     policy = make_policy(specs, head=head, seed=seed)
-    rng = np.random.default_rng(seed)
-    n = 200
-    policy.fit({"state": rng.normal(size=(n, 39)).astype(np.float32),
-                "action": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
-                "task": np.array([specs[i % len(specs)].key for i in range(n)]),
-                "episode_index": np.repeat(np.arange(n // 20), 20), "step": np.tile(np.arange(20), n // 20)}, 20)
-    policy.freeze_prior()
-    return Path(policy.save(path))
+    return fit_on_noise(policy, [s.key for s in specs], path, episodes=10, steps_per_episode=20, fit_steps=20,
+                        seed=seed)
 
 
 def _write_store(root: Path, n: int, steps: int, instructions: dict[str, str], seed: int) -> None:

@@ -8,6 +8,7 @@ encoder instead of the language model) a whole graph starts in seconds on 2 core
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Sequence
 
 
 def tiny_checkpoint(path: Path, tasks: tuple[str, ...] = ("reach", "push"), head: str = "mlp", seed: int = 0) -> Path:
@@ -21,13 +22,22 @@ def tiny_checkpoint(path: Path, tasks: tuple[str, ...] = ("reach", "push"), head
     specs = load_tasks(keys=list(tasks))
     cfg = PolicyConfig(head=head, trunk="state", task_encoder="hash", action_horizon=4, seed=seed)
     policy = TaskConditionedPolicy(cfg, action_dim=4, state_dim=39, tasks={s.key: s.instruction for s in specs})
+    return fit_on_noise(policy, [s.key for s in specs], path, episodes=4, steps_per_episode=10, fit_steps=5, seed=seed)
+
+
+def fit_on_noise(policy: Any, tasks: Sequence[str], path: Path, episodes: int, steps_per_episode: int,
+                 fit_steps: int, seed: int) -> Path:
+    """Fit a Metaworld-sized policy briefly on random 39-D states and native 4-D actions (tasks in turn, one per
+    episode), freeze its prior and save it to ``path``: a checkpoint every node can load, act with and embed."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
-    n, per = 40, 10
+    n, per = episodes * steps_per_episode, steps_per_episode
     transitions = {"state": rng.normal(size=(n, 39)).astype(np.float32),
                    "action": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
-                   "task": np.array([specs[(i // per) % len(specs)].key for i in range(n)]),
-                   "episode_index": np.repeat(np.arange(n // per), per), "step": np.tile(np.arange(per), n // per)}
-    policy.fit(transitions, 5)
+                   "task": np.array([tasks[(i // per) % len(tasks)] for i in range(n)]),
+                   "episode_index": np.repeat(np.arange(episodes), per), "step": np.tile(np.arange(per), episodes)}
+    policy.fit(transitions, fit_steps)
     policy.freeze_prior()
     return Path(policy.save(path))
 
