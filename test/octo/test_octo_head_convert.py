@@ -52,6 +52,17 @@ def test_pair_is_independent_and_prior_frozen():
     assert not torch.equal(ft.diffusion_model.reverse_network.dense1.bias, prior.diffusion_model.reverse_network.dense1.bias)
 
 
+def test_every_accepted_tree_layout_converts_to_the_same_head():
+    """The full tree, the head's own tree, both in flax's {"params": ...} collection (what ``head.init`` returns and
+    orbax restores), and the flat dict all give identical weights."""
+    params = synthetic_octo_params(384)
+    head = params["heads_action"]
+    ref = load_octo_head(params).state_dict()
+    for tree in (head, {"params": params}, {"params": head}):
+        got = load_octo_head(tree).state_dict()
+        assert all(torch.equal(got[k], ref[k]) for k in ref)
+
+
 def test_npz_roundtrip_and_flat_input(tmp_path):
     params = synthetic_octo_params(384)
     path = save_head_npz(params, tmp_path / "head.npz")

@@ -7,8 +7,9 @@ it); this module walks an Octo parameter tree, checks it against that table (no 
 leaf passes silently) and builds the state_dict.
 
 Inputs accepted everywhere a "params" argument appears: the full Octo tree (``model.params``, with
-``heads_action``), the head's own tree (with ``diffusion_model``), or a flat ``{"a/b/c": array}`` dict (as
-saved by :func:`save_head_npz`). Arrays may be numpy or JAX arrays.
+``heads_action``), the head's own tree (with ``diffusion_model``), either of them wrapped in flax's
+``{"params": ...}`` collection (as ``module.init`` returns it and orbax restores it), or a flat
+``{"a/b/c": array}`` dict (as saved by :func:`save_head_npz`). Arrays may be numpy or JAX arrays.
 
 Command line (on the machine with Octo/orbax, to move the head to one without)::
 
@@ -49,10 +50,11 @@ def head_params(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The head's leaves as a flat dict keyed ``diffusion_model/...`` (see module doc for accepted inputs)."""
     flat = flatten_params(params) if any(isinstance(v, Mapping) for v in params.values()) else {
         k: np.asarray(v) for k, v in params.items()}
-    for prefix in ("params/" + HEAD_PREFIX, HEAD_PREFIX, ""):
+    for prefix in ("params/" + HEAD_PREFIX, HEAD_PREFIX, "params/", ""):
         sub = {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix + SCORE_NET)}
         if sub:
-            extra = sorted(k for k in flat if prefix and k.startswith(prefix) and not k.startswith(prefix + SCORE_NET))
+            extra = sorted(k for k in flat if prefix.endswith(HEAD_PREFIX) and k.startswith(prefix)
+                           and not k.startswith(prefix + SCORE_NET))
             if extra:  # e.g. a MAP head's leaves: not part of the diffusion score network
                 log.info("ignoring %d non-diffusion leaves under %s (e.g. %s)", len(extra), prefix, extra[0])
             return sub
