@@ -35,6 +35,18 @@ from amf_ros.policies.postprocess import eef7_to_simpler, matrix_to_rpy
 
 log = logging.getLogger(__name__)
 
+VULKAN_HELP = ("no usable Vulkan device. SIMPLER renders with SAPIEN's Vulkan renderer: it needs an NVIDIA GPU, its "
+               "driver's Vulkan ICD (vulkaninfo must list the GPU; see ManiSkill's installation troubleshooting) and, "
+               "on some machines, DISPLAY=\"\" and one CUDA_VISIBLE_DEVICES. Without a GPU use the embedded simulation "
+               "(robot:=sim)")
+
+
+def is_vulkan_error(exc: BaseException) -> bool:
+    """SAPIEN's ways of saying that Vulkan rendering is unavailable (vk::... ErrorInitializationFailed /
+    ErrorExtensionNotPresent, "failed to find a rendering device")."""
+    text = str(exc)
+    return "vk::" in text or "rendering device" in text or "vulkan" in text.lower()
+
 SIMPLER_WIDOWX_TASKS: dict[str, tuple[str, int]] = {
     "widowx_spoon_on_towel": ("PutSpoonOnTableClothInScene-v0", 60),
     "widowx_carrot_on_plate": ("PutCarrotOnPlateInScene-v0", 60),
@@ -136,7 +148,12 @@ class SimplerTaskEnv:
         self.spec = spec
         self.stop_at_success = bool(stop_at_success)
         self._get_image = get_image_from_maniskill2_obs_dict
-        self._env = simpler_env.make(spec.env_name, **make_kwargs)
+        try:
+            self._env = simpler_env.make(spec.env_name, **make_kwargs)
+        except RuntimeError as exc:
+            if is_vulkan_error(exc):
+                raise RuntimeError(f"SIMPLER cannot render {spec.env_name!r}: {VULKAN_HELP} (SAPIEN said: {exc})") from None
+            raise
         self._obs: dict | None = None
         self.steps = 0
         self.success = False

@@ -17,6 +17,7 @@ parameter) picks its own. Which node uses which, and why: docs/ros-system.md ("E
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any, Callable, Sequence
 
 import rclpy
@@ -27,6 +28,11 @@ from rclpy.node import Node
 from amf_ros.bringup.lifetime import die_with_parent_if_asked
 
 EXECUTORS = ("multi", "multi_rclpy", "single", "events")
+
+
+class StartupError(RuntimeError):
+    """A node cannot start for a reason its operator can fix (missing GPU, package, file): :func:`spin` prints the
+    message as one line on stderr and exits with status 1, no traceback."""
 
 
 class PooledExecutor(MultiThreadedExecutor):
@@ -93,6 +99,7 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
     rclpy.init(args=args)
     node: Node | None = None
     ex: Executor | None = None
+    exit_code = 0
     try:
         node = make_node()
         built = node
@@ -102,6 +109,9 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
         ex.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except StartupError as exc:
+        print(f"{exc}", file=sys.stderr)
+        exit_code = 1
     except Exception:
         if rclpy.ok():
             raise  # a real error; an interrupted start shows up as an invalid context instead
@@ -112,3 +122,5 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+    if exit_code:
+        sys.exit(exit_code)

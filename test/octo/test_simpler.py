@@ -116,3 +116,17 @@ def test_bench_without_simpler_env_says_what_to_install(tmp_path, capsys, monkey
         monkeypatch.delitem(sys.modules, name)
     assert main(["--checkpoint", str(tmp_path), "--out", str(tmp_path)]) == 2
     assert "simpler-env" in capsys.readouterr().out
+
+
+def test_a_machine_without_vulkan_gets_a_clear_error_not_a_sapien_traceback(standin, monkeypatch):
+    """SAPIEN's own words on a machine without a usable Vulkan device become one message saying what is needed."""
+    from amf_ros.envs.simpler import is_vulkan_error, make_suite
+
+    monkeypatch.setenv("SIMPLER_STANDIN_NO_VULKAN", "1")
+    with pytest.raises(RuntimeError) as info:
+        make_suite().reset("carrot_on_plate", 0)
+    text = str(info.value)
+    assert "SIMPLER cannot render" in text and "NVIDIA GPU" in text and "vulkaninfo" in text and "robot:=sim" in text
+    assert "ErrorInitializationFailed" in text and info.value.__cause__ is None
+    assert is_vulkan_error(RuntimeError("failed to find a rendering device"))
+    assert not is_vulkan_error(RuntimeError("episode_id out of range"))

@@ -9,8 +9,10 @@ demo_recorder, that StartEpisode for another task than the simulator's puts the 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -197,8 +199,6 @@ def test_scripted_teleop_demonstrates_with_the_experts_own_actions(start_nodes, 
 def test_sim_bridge_hosts_simpler_backend_with_camera(start_nodes, client_node):
     """backend 'simpler' (amf_ros.envs.simpler) behind the same topics, with the Octo engineer's stand-in for
     simpler_env (test/octo/standin, same interface) on the node's PYTHONPATH; rendering on."""
-    import os
-    from pathlib import Path
 
     from amf_ros.msg import EefDeltaAction, StateVector
     from amf_ros.srv import ResetTask, TaskSuccess
@@ -271,3 +271,26 @@ def test_start_episode_for_another_task_puts_the_simulator_on_it_and_records(sta
     assert info.task == task_b and info.success and info.num_steps == sim.steps > 0
     assert "resetting it to" in procs.log_tail("scripted_teleop", 20000)
     assert procs.dead() == {}
+
+
+def test_sim_bridge_without_vulkan_exits_with_one_line_saying_what_is_needed(ros_env, tmp_path):
+    """backend 'simpler' on a machine without a Vulkan GPU (the stand-in raises SAPIEN's error): exit status 1 and
+    one line naming the missing piece, no traceback. The first action of a reset creates the env, so the node
+    resets at start (initial_task)."""
+    import subprocess
+
+    import yaml
+
+    from amf_ros.bringup.graph import find_executable
+
+    standin = Path(__file__).resolve().parents[1] / "octo" / "standin"
+    params = tmp_path / "p.yaml"
+    params.write_text(yaml.safe_dump({"/**/sim_bridge": {"ros__parameters": {
+        "backend": "simpler", "initial_task": "carrot_on_plate", "render": False}}}))
+    env = {**os.environ, **ros_env, "SIMPLER_STANDIN_NO_VULKAN": "1",
+           "PYTHONPATH": os.pathsep.join([str(standin), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([str(find_executable("sim_bridge")), "--ros-args", "-r", "__ns:=/amf_novulkan",
+                          "--params-file", str(params)], env=env, capture_output=True, text=True, timeout=120)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert len(lines) == 1 and "sim_bridge: backend 'simpler' cannot start" in lines[0] and "Vulkan" in lines[0], lines

@@ -22,7 +22,7 @@ from amf_ros.robots.action_gate import ActionGate
 from amf_ros.ros import qos
 from amf_ros.ros.arm_msgs import action_fields, stamp_ns
 from amf_ros.ros.params import declare
-from amf_ros.ros.spin import spin
+from amf_ros.ros.spin import StartupError, spin
 from amf_ros.runtime.sim_bridge import Frame, RenderSpec, make_backend
 from amf_ros.runtime.sim_bridge import SimBridge as SimRuntime
 from amf_ros.srv import ResetTask, TaskSuccess
@@ -39,10 +39,13 @@ class SimBridge(Node):
         self._status_pub = self.create_publisher(TaskStatus, p.status_topic, qos.LATCHED)
         self._image_pub = self.create_publisher(Image, p.image_topic, qos.images(10)) if p.render else None
         render = RenderSpec(p.image_width, p.image_height, p.camera_name) if p.render else None
-        backend = make_backend(p.backend, p.tasks_file)
-        self._names = [str(n) for n in getattr(backend, "state_names", [])]
-        self.sim = SimRuntime(backend, self._publish, initial_task=p.initial_task,
-                              seed=p.seed, render=render, idle_publish_period_s=p.idle_publish_period_s)
+        try:  # builds the simulator and resets it to the first task: SIMPLER creates its renderer here
+            backend = make_backend(p.backend, p.tasks_file)
+            self._names = [str(n) for n in getattr(backend, "state_names", [])]
+            self.sim = SimRuntime(backend, self._publish, initial_task=p.initial_task,
+                                  seed=p.seed, render=render, idle_publish_period_s=p.idle_publish_period_s)
+        except (ImportError, RuntimeError) as exc:  # no simpler_env, no Vulkan GPU: say so in one line
+            raise StartupError(f"sim_bridge: backend {p.backend!r} cannot start: {exc}") from exc
         self.gate = ActionGate(p.max_action_age_s)
         self.create_subscription(EefDeltaAction, p.action_topic, self._on_action, qos.ACTIONS, callback_group=group)
         self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=group)

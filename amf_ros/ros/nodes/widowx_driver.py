@@ -12,7 +12,6 @@ naming the package to install and exits with status 1.
 from __future__ import annotations
 
 import os
-import sys
 
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -25,7 +24,7 @@ from amf_ros.robots import widowx
 from amf_ros.ros import qos
 from amf_ros.ros.arm_msgs import action_fields, stamp_ns
 from amf_ros.ros.params import declare
-from amf_ros.ros.spin import spin
+from amf_ros.ros.spin import StartupError, spin
 from amf_ros.runtime.widowx_driver import Commands, WidowXDriver, missing_interbotix_line
 
 
@@ -119,13 +118,12 @@ class WidowXDriverNode(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``lib/amf_ros/widowx_driver``; without interbotix_xs_msgs: one line on stderr, exit 1."""
-    try:
-        interbotix = _interbotix_msgs()
-    except ImportError:
-        print(missing_interbotix_line(os.environ.get("ROS_DISTRO")), file=sys.stderr)
-        sys.exit(1)
 
     def make() -> WidowXDriverNode:
+        try:
+            interbotix = _interbotix_msgs()
+        except ImportError:
+            raise StartupError(missing_interbotix_line(os.environ.get("ROS_DISTRO"))) from None
         node = WidowXDriverNode(interbotix)
         node.set_profile()
         return node

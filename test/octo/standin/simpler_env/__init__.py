@@ -12,6 +12,8 @@ orthographic 480x640 picture: target = red square, TCP = green square, so an ima
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 ENVIRONMENTS = ["google_robot_pick_coke_can", "widowx_spoon_on_towel", "widowx_carrot_on_plate",
@@ -108,6 +110,8 @@ class _StandInEnv:
 def make(task_name, **kwargs):
     """Creates simulated eval environment from task name."""
     assert task_name in ENVIRONMENTS, f"Task {task_name} is not supported. Environments: \n {ENVIRONMENTS}"
+    if os.environ.get("SIMPLER_STANDIN_NO_VULKAN") == "1":  # what SAPIEN raises on a machine without Vulkan
+        raise RuntimeError("vk::Instance::enumeratePhysicalDevices: ErrorInitializationFailed")
     env_name, env_kwargs = ENVIRONMENT_MAP[task_name]
     env_kwargs = dict(env_kwargs, obs_mode="rgbd", prepackaged_config=True, **kwargs)
     env = _StandInEnv(env_name, **env_kwargs)
