@@ -69,13 +69,16 @@ def test_offline_view_redirects_t5_and_links_weights(tmp_path):
     ckpt = make_checkpoint(tmp_path / "ckpt")
     with pytest.raises(ValueError, match="t5-base tokenizer"):
         prepare_offline_checkpoint(ckpt, tmp_path / "no_t5", tmp_path / "work")
-    t5 = tmp_path / "t5"
+    t5 = tmp_path / "lm"  # a name without "t5": Octo would build the full encoder-decoder from it and fail
     t5.mkdir()
     (t5 / "config.json").write_text("{}")
     view = prepare_offline_checkpoint(ckpt, t5, tmp_path / "work")
     cfg = json.loads((view / "config.json").read_text())
-    assert cfg["text_processor"]["kwargs"]["tokenizer_name"] == str(t5.resolve())
-    assert cfg["model"]["task_tokenizers"]["language"]["kwargs"]["encoder"] == str(t5.resolve())
+    link = view / "t5-base"
+    assert link.is_symlink() and link.resolve() == t5.resolve() and "t5" in str(link)
+    assert cfg["text_processor"]["kwargs"]["tokenizer_name"] == str(link)
+    assert cfg["model"]["task_tokenizers"]["language"]["kwargs"]["encoder"] == str(link)
+    assert prepare_offline_checkpoint(ckpt, t5, tmp_path / "work") == view  # again: same view, link kept
     assert (view / "300000").is_symlink() and (view / "dataset_statistics.json").is_symlink()
     assert read_checkpoint(view).steps == [300000]
 

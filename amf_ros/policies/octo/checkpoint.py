@@ -272,7 +272,10 @@ def prepare_offline_checkpoint(path: str | os.PathLike, t5_path: str | os.PathLi
                                workdir: str | os.PathLike) -> Path:
     """A view of checkpoint ``path`` under ``workdir`` whose config.json loads T5 from ``t5_path``.
 
-    Every entry except config.json is a symlink to the original (no weights are copied).
+    Every entry except config.json is a symlink to the original (no weights are copied). The T5 directory is
+    reached through a link named ``t5-base`` inside the view: Octo's LanguageTokenizer builds the encoder-only T5
+    model only ``if "t5" in encoder`` (octo/model/components/tokenizers.py) and otherwise the full encoder-decoder,
+    which fails (``'NoneType' object has no attribute 'dtype'``) for a directory like ``~/models/lm``.
     """
     src, t5 = Path(path).expanduser().resolve(), Path(t5_path).expanduser().resolve()
     if not (t5 / "config.json").is_file():
@@ -280,11 +283,16 @@ def prepare_offline_checkpoint(path: str | os.PathLike, t5_path: str | os.PathLi
     read_checkpoint(src)  # validates the directory before anything is written
     with open(src / CONFIG_FILE, encoding="utf-8") as fh:
         raw = json.load(fh)
-    new_cfg, n = replace_t5(raw, str(t5))
+    out = Path(workdir).expanduser().resolve() / f"{src.name}-offline"
+    new_cfg, n = replace_t5(raw, str(out / T5_NAME))
     if n == 0:
         raise ValueError(f"{src / CONFIG_FILE} does not mention {T5_NAME!r}; nothing to redirect")
-    out = Path(workdir) / f"{src.name}-offline"
     out.mkdir(parents=True, exist_ok=True)
+    t5_link = out / T5_NAME
+    if t5_link.is_symlink() and t5_link.resolve() != t5:
+        t5_link.unlink()
+    if not t5_link.exists():
+        t5_link.symlink_to(t5, target_is_directory=True)
     for entry in src.iterdir():
         if entry.name == CONFIG_FILE:
             continue
