@@ -10,8 +10,10 @@ late is not caught up (no burst of actions): the schedule restarts from now.
 Bounds (every wait is one): every action is computed from an observation newer than the previous action's (a
 frozen arm is never driven open-loop). The first action waits at most ``obs_timeout_s`` for one (the arm may be
 idle, re-publishing slowly); after that an observation older than ``stale_s`` (default 1.5 control periods) is
-stale: nothing is computed from it, and unless a fresh one arrives within one more period the goal ends with
-ok=false, so a stopped arm or camera is never commanded for long. With a task status stream, the verdict after the
+stale: nothing is computed from it, and unless a fresh one arrives the goal ends with ok=false one period after
+the later of "it went stale" and "this thread started waiting for a new one" (a slow inference starves the
+process's executor, so frames arrive late without the arm being at fault), so a stopped arm or camera is never
+commanded for long. With a task status stream, the verdict after the
 last action waits at most ``status_timeout_s`` for the status of that action and otherwise ends ok=false; cancel,
 an ArmStop from someone else (:meth:`ControlLoop.abort`) and shutdown are seen within one period.
 """
@@ -197,6 +199,13 @@ class ControlLoop:
         recent = self.result.act_times[-10:]
         return min(0.8 * self.cfg.period_s, 1.5 * max(recent) + 0.001) if recent else 0.0
 
+    def _stale_s(self) -> float:
+        """Age from which an observation is stale: ``stale_s``, or twice the slowest of the last 10 inferences if
+        that is longer (an inference slower than the period, e.g. Octo's trunk on a CPU, already acts on frames that
+        old, and saturating the CPU delays the camera's frames as much)."""
+        recent = self.result.act_times[-10:]
+        return max(self.cfg.stale_s, 2.0 * max(recent)) if recent else self.cfg.stale_s
+
     def _run(self) -> None:
         cfg, r = self.cfg, self.result
         first_status, refusal = self._status_start()
@@ -222,7 +231,8 @@ class ControlLoop:
             # Its age counts up to when this action was due to be computed: a late wake-up of this thread does not
             # make the arm's observation stale (a simulator waits for the action), an arm that stopped does.
             due = min(now, scheduled - self._lead_s())
-            max_age = cfg.obs_timeout_s if r.steps == 0 else cfg.stale_s
+            stale_s = self._stale_s()
+            max_age = cfg.obs_timeout_s if r.steps == 0 else stale_s
             if obs is None or count == used or due - t_obs > max_age:
                 # Never act twice on one observation (a frozen arm must not be driven open-loop) nor on an old
                 # one. Before the first action the wait is timed from the first tick that found none (an idle arm
@@ -232,15 +242,18 @@ class ControlLoop:
                 if r.steps == 0 and now - waiting_since > cfg.obs_timeout_s:
                     return self._end(False, f"no new observation for {cfg.obs_timeout_s} s before the first action "
                                             "(is the arm / sim_bridge / camera running?)")
-                if r.steps > 0 and now - (t_obs + cfg.stale_s) > cfg.period_s:
+                # Once acting: end one period after the newest observation went stale, and only after this thread
+                # has itself waited a period for a new one (a slow inference, e.g. Octo's trunk on a CPU, starves
+                # the process's executor: the camera's frames are then late through no fault of the arm's).
+                if r.steps > 0 and now - max(t_obs + stale_s, waiting_since) > cfg.period_s:
                     return self._end(False, f"observation stale: the newest is {(now - t_obs) * 1e3:.0f} ms old "
-                                            f"(stale after {cfg.stale_s * 1e3:.0f} ms = observation_stale_periods x "
-                                            f"the control period) after {r.steps} steps; stopped commanding (is "
-                                            "the arm / sim_bridge / camera running, and faster than the control "
-                                            "rate?)")
+                                            f"(stale after {stale_s * 1e3:.0f} ms: observation_stale_periods x "
+                                            "the control period, or twice the slowest inference) after "
+                                            f"{r.steps} steps; stopped commanding (is the arm / sim_bridge / "
+                                            "camera running, and faster than the control rate?)")
                 wait = min(cfg.period_s, cfg.obs_timeout_s)
-                if r.steps > 0:  # wake up at the stale deadline, not up to a period after it
-                    wait = min(wait, max(0.0, t_obs + cfg.stale_s + cfg.period_s - now) + 0.001)
+                if r.steps > 0:  # wake up at the deadline, not up to a period after it
+                    wait = min(wait, max(0.0, max(t_obs + stale_s, waiting_since) + cfg.period_s - now) + 0.001)
                 self.observations.wait_newer(count, wait)
                 continue
             waiting_since, used = None, count
