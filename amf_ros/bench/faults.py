@@ -231,7 +231,7 @@ def probe_frozen_simulator(g: LiveGraph, slack_s: float, freeze_s: float) -> lis
     except Exception:  # noqa: BLE001 - reported in the row below
         pass
     caught_up = time.monotonic() - t_cont
-    time.sleep(1.0)
+    time.sleep(3.0)  # one more heartbeat period of Fast DDS (3 s): a goal sent earlier could lose its actions
     applied_late = g.steps() - before
     ok = not result.ok and "observation stale" in result.message
     works, message = g.next_goal_works()
@@ -475,11 +475,11 @@ def _amf_up_once(work: Path, env: dict[str, str], sig_name: str, slack_s: float,
             same = {n: p for n, p in after.items() if n != "demo_recorder"} == \
                 {n: p for n, p in children.items() if n != "demo_recorder"}
             respawned = time.monotonic() - t0
-            records = _records_again(client)
+            why_not = _records_again(client)
             rows.append(Probe("amf up: SIGKILL demo_recorder -> respawned", "4", 2.0, respawned,
-                              same and records and after.get("demo_recorder") not in (None, children["demo_recorder"]),
+                              same and not why_not and after.get("demo_recorder") not in (None, children["demo_recorder"]),
                               ("the other four kept their pids" if same else "another node restarted") +
-                              ("; it records again" if records else "; it does not record")))
+                              (f"; it does not record: {why_not}" if why_not else "; it records again")))
             children = after
     finally:
         client.close()
@@ -505,20 +505,20 @@ def _amf_up_once(work: Path, env: dict[str, str], sig_name: str, slack_s: float,
     return rows
 
 
-def _records_again(client: Any, timeout_s: float = 120.0) -> bool:
-    """The respawned recorder records an episode (the scripted operator ends it); the first request to it may be
-    lost while discovery catches up, so it is retried."""
+def _records_again(client: Any, timeout_s: float = 120.0) -> str:
+    """Why the respawned recorder does not record an episode ("" = it does; the scripted operator ends it). The
+    first request to it may be lost while discovery catches up, so it is retried."""
     from amf_ros.ros.client import ROSCallError
 
-    client.reset("reach", seed=1)
     try:
+        client.reset("reach", seed=1)
         ep = retry_lost(lambda: client.start_episode("reach", "reach", require_ok=False, timeout=5), timeout_s)
-    except ROSCallError:
-        return False
-    if not ep.ok:
-        return False
-    client.wait_episode(ep.episode_id, timeout=timeout_s)
-    return True
+        if not ep.ok:
+            return f"StartEpisode refused: {ep.message[:120]}"
+        client.wait_episode(ep.episode_id, timeout=timeout_s)
+    except ROSCallError as exc:
+        return str(exc)[:160]
+    return ""
 
 
 def _children(pid: int) -> dict[str, int]:
