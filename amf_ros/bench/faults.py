@@ -30,6 +30,7 @@ import numpy as np
 
 from amf_ros.atomic import atomic_write_text
 from amf_ros.bench.results import format_table, write_results
+from amf_ros.bringup.lifetime import alive
 from amf_ros.paths import resolve_config
 
 log = logging.getLogger(__name__)
@@ -317,12 +318,12 @@ def probe_next_task_flood(g: LiveGraph, slack_s: float, requests: int, seed: int
         fh.seek(size0)
         added = fh.read().decode(errors="replace").splitlines(keepends=True)
     refusal_bytes = sum(len(line.encode()) for line in added if "refused" in line)
-    alive = g.procs.procs["task_selector"].poll() is None
+    selector_alive = g.procs.procs["task_selector"].poll() is None
     bound_bytes = (fuzz_s + 2.0) * 600  # at most one refusal line (~600 B at most) per second
     rows.append(Probe(f"next_task fuzz x{requests}: refusal log bytes", "7", bound_bytes, refusal_bytes,
-                      alive and refusal_bytes <= bound_bytes,
+                      selector_alive and refusal_bytes <= bound_bytes,
                       f"{refused} refused in {fuzz_s:.1f} s: {refusal_bytes / max(refused, 1):.0f} B of log per "
-                      f"refusal (before: ~49 kB); node alive: {alive}",
+                      f"refusal (before: ~49 kB); node alive: {selector_alive}",
                       {"refusal_log_bytes": refusal_bytes, "refused": refused, "fuzz_s": fuzz_s}))
     checks: dict[str, str] = {}
 
@@ -487,7 +488,7 @@ def _amf_up_once(work: Path, env: dict[str, str], sig_name: str, slack_s: float,
     up.send_signal(getattr(signal, sig_name))
     gone_at = None
     while time.monotonic() - t0 < 15:
-        if not any(_alive(p) for p in children.values()):
+        if not any(alive(p) for p in children.values()):
             gone_at = time.monotonic() - t0
             break
         time.sleep(0.02)
@@ -531,13 +532,6 @@ def _children(pid: int) -> dict[str, int]:
             continue
         out[Path(cmd[1].decode()).name if len(cmd) > 1 else ""] = int(child)
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 # -- the benchmark ----------------------------------------------------------------------------------------------

@@ -16,6 +16,15 @@ DIE_WITH_PARENT_ENV = "AMF_DIE_WITH_PARENT"
 """Set to "1" in a node's environment (the launch files do): the node gets SIGTERM when its parent exits."""
 
 
+def alive(pid: int) -> bool:
+    """True while process ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def die_with_parent() -> bool:
     """Ask the kernel for SIGTERM when the parent process dies; False where that is unavailable (not Linux)."""
     try:

@@ -41,10 +41,14 @@ def message_kind(msg: Any) -> str:
                      "JointState, StateVector, EefDeltaAction")
 
 
+def time_ns(stamp: Any) -> int:
+    """A ``builtin_interfaces/Time`` (or Duration; rclpy or rosbags) in integer nanoseconds."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
 def stamp_ns(msg: Any) -> int:
     """``header.stamp`` in integer nanoseconds (rclpy ``builtin_interfaces/Time`` or rosbags equivalent)."""
-    stamp = msg.header.stamp
-    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+    return time_ns(msg.header.stamp)
 
 
 def _bytes(data: Any) -> np.ndarray:

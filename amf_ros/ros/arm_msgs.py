@@ -8,14 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from amf_ros.data.ros_convert import time_ns as stamp_ns
 from amf_ros.msg import ArmStop, EefDeltaAction
 
 NS = 1_000_000_000
-
-
-def stamp_ns(stamp: Any) -> int:
-    """builtin_interfaces/Time (or Duration) -> integer nanoseconds."""
-    return int(stamp.sec) * NS + int(stamp.nanosec)
 
 
 def action_msg(a7: Sequence[float], stamp: Any, valid_for_s: float) -> EefDeltaAction:

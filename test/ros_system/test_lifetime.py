@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from amf_ros.bringup.lifetime import alive
 from ros_system_util import INSTALL_LIB
 
 pytestmark = [pytest.mark.ros]
@@ -22,13 +23,6 @@ child = subprocess.Popen(sys.argv[1:], stdout=open(sys.argv[0] + ".log", "wb"), 
 print(child.pid, flush=True)
 time.sleep(600)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("ask", [True, False])
@@ -43,19 +37,19 @@ def test_a_node_does_not_outlive_the_process_that_started_it_when_asked(ros_env,
     try:
         deadline = time.monotonic() + 60
         while "]: backend " not in (log.read_text(errors="replace") if log.exists() else ""):
-            assert time.monotonic() < deadline and _alive(child), log.read_text(errors="replace")[-2000:]
+            assert time.monotonic() < deadline and alive(child), log.read_text(errors="replace")[-2000:]
             time.sleep(0.1)
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
         t0 = time.monotonic()
-        while _alive(child) and time.monotonic() - t0 < 5.0:
+        while alive(child) and time.monotonic() - t0 < 5.0:
             time.sleep(0.02)
-        gone = not _alive(child)
+        gone = not alive(child)
         if ask:
             assert gone and time.monotonic() - t0 < 3.0, "the node outlived its parent"
             assert "Traceback" not in log.read_text(errors="replace")
         else:
             assert not gone, "without the variable a node keeps running (a shell's background job)"
     finally:
-        if _alive(child):
+        if alive(child):
             os.kill(child, signal.SIGKILL)

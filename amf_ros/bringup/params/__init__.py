@@ -114,6 +114,16 @@ def workspace_param() -> Any:
     )
 
 
+def action_valid_for_param() -> Any:
+    """The ``action_valid_for_s`` parameter of every node that publishes actions (policy_server, scripted_teleop)."""
+    return param(
+        0.5,
+        "Validity horizon stamped on every action (EefDeltaAction.valid_for), s: an arm drops an action older than "
+        "this. Keep it at two control periods or more.",
+        range=(0.0, 60.0),
+    )
+
+
 def params_class(node: str) -> type:
     """The frozen parameter dataclass of ``node`` (``amf_ros.bringup.params.<node>.<Node>Params``)."""
     try:

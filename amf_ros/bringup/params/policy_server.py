@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amf_ros.bringup.params import param, workspace_param
+from amf_ros.bringup.params import action_valid_for_param, param, workspace_param
 from amf_ros.bringup.params._octo_trunk import OctoTrunkParams
 
 
@@ -85,12 +85,7 @@ class PolicyServerParams(OctoTrunkParams):
         "and the goal ends (ok=false) within one more period unless a fresh one arrives.",
         range=(0.5, 1000.0),
     )
-    action_valid_for_s: float = param(
-        0.5,
-        "Validity horizon stamped on every action (EefDeltaAction.valid_for), s: an arm drops an action older than "
-        "this. Keep it at two control periods or more.",
-        range=(0.0, 60.0),
-    )
+    action_valid_for_s: float = action_valid_for_param()
     stop_topic: str = param(
         "stop",
         "ArmStop topic (amf_ros/ArmStop): a stop from another node ends the current run_policy goal; policy_server "

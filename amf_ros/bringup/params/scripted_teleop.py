@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amf_ros.bringup.params import param
+from amf_ros.bringup.params import action_valid_for_param, param
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,7 @@ class ScriptedTeleopParams:
     )
     state_topic: str = param("observation/state", "Observation topic (amf_ros/StateVector) the expert reads.")
     action_topic: str = param("action", "Teleop action topic (amf_ros/EefDeltaAction).")
-    action_valid_for_s: float = param(
-        0.5,
-        "Validity horizon stamped on every action (EefDeltaAction.valid_for), s: an arm drops an action older than "
-        "this. Keep it at two control periods or more.",
-        range=(0.0, 60.0),
-    )
+    action_valid_for_s: float = action_valid_for_param()
     stop_topic: str = param(
         "stop",
         "ArmStop topic (amf_ros/ArmStop): a stop from another node ends the current demonstration (discarded).",

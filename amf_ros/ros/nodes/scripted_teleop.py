@@ -19,18 +19,13 @@ from rclpy.node import Node
 
 from amf_ros.msg import ArmStop, EefDeltaAction, RecorderStatus, StateVector, TaskStatus
 from amf_ros.ros import qos
-from amf_ros.ros.arm_msgs import action_msg
+from amf_ros.ros.arm_msgs import action_msg, stamp_ns
 from amf_ros.ros.calls import call_bounded
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.scripted_teleop import ScriptedTeleop as TeleopRuntime
 from amf_ros.runtime.scripted_teleop import SimStatus, metaworld_experts
 from amf_ros.srv import EndEpisode, ResetTask
-
-
-def _ns(stamp: Any) -> int:
-    """builtin_interfaces/Time -> integer nanoseconds."""
-    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
 class ScriptedTeleop(Node):
@@ -56,14 +51,14 @@ class ScriptedTeleop(Node):
         self.get_logger().info(f"ready: experts for {sorted(experts)}")
 
     def _on_recorder(self, msg: RecorderStatus) -> None:
-        self.teleop.on_recorder_status(msg.recording, msg.episode_id, msg.task, _ns(msg.header.stamp))
+        self.teleop.on_recorder_status(msg.recording, msg.episode_id, msg.task, stamp_ns(msg.header.stamp))
 
     def _on_task_status(self, msg: TaskStatus) -> None:
-        self.teleop.on_sim_status(SimStatus(_ns(msg.header.stamp), msg.task, int(msg.resets), int(msg.steps),
+        self.teleop.on_sim_status(SimStatus(stamp_ns(msg.header.stamp), msg.task, int(msg.resets), int(msg.steps),
                                             bool(msg.success), bool(msg.done)))
 
     def _on_state(self, msg: StateVector) -> None:
-        self.teleop.on_state(_ns(msg.header.stamp), np.asarray(msg.values, dtype=np.float64))
+        self.teleop.on_state(stamp_ns(msg.header.stamp), np.asarray(msg.values, dtype=np.float64))
 
     def _on_stop(self, msg: ArmStop) -> None:
         if msg.source != self.get_fully_qualified_name():
