@@ -153,7 +153,7 @@ class LiveGraph:
             time.sleep(1.0)  # the same discovery, seen from policy_server
 
     def next_goal_works(self, timeout_s: float = 60.0) -> tuple[bool, str]:
-        self.client.wait_ready(timeout=timeout_s)
+        self.client.wait_ready(timeout=timeout_s, recorder=False)  # a goal, not a demonstration
         retry_lost(lambda: self.client.reset("reach", seed=8, timeout=5), timeout_s)
         res = self.client.run_policy("reach", max_steps=10, timeout=timeout_s)
         return bool(res.ok and res.steps >= 1), res.message

@@ -114,7 +114,9 @@ class AMFClient:
 
     # -- waiting -------------------------------------------------------------------------------------------
     def wait_ready(self, timeout: float = 60.0, sim: bool = True, recorder: bool = True) -> None:
-        """Wait until every service/action server of the graph is discoverable."""
+        """Wait until every service/action server of the graph is discoverable and, with ``recorder``, until the
+        recorder's status says a StartEpisode would be accepted (it has heard the arm's topics: servers appear
+        before DDS has matched every topic, and a StartEpisode sent in between is refused)."""
         deadline = time.monotonic() + timeout
         clients = [self.next_task_cli] + ([self.reset_cli, self.success_cli] if sim else []) + \
             ([self.start_cli, self.end_cli] if recorder else [])
@@ -124,6 +126,13 @@ class AMFClient:
         for acli, name in ((self.fine_tune_cli, "fine_tune"), (self.run_cli, "run_policy")):
             if not acli.wait_for_server(timeout_sec=max(0.1, deadline - time.monotonic())):
                 raise ROSCallError(f"action {name} did not appear within {timeout:.0f} s")
+        if recorder:
+            try:
+                self.wait_for(lambda: self.seen.status is not None and self.seen.status.ready,
+                              max(0.1, deadline - time.monotonic()), "demo_recorder to be ready")
+            except ROSCallError as exc:
+                status = self.seen.status
+                raise ROSCallError(f"{exc}: {status.not_ready_reason if status else 'no recorder/status'}") from None
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
         """Poll ``predicate`` until true (ROSCallError naming ``what`` after ``timeout`` s)."""

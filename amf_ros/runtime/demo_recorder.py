@@ -66,8 +66,8 @@ def start_problem(received: Mapping[str, float], now: float, timeout_s: float, a
         action_topic: the teleop topic; it only needs a publisher (teleop starts when the episode does).
         action_publishers: number of publishers on the action topic.
     """
-    problems = [f"no message on {topic} for {timeout_s} s" for topic, r in received.items()
-                if topic != action_topic and (r < 0 or now - r > timeout_s)]
+    problems = [f"no message on {topic} yet" if r < 0 else f"no message on {topic} for {timeout_s} s"
+                for topic, r in received.items() if topic != action_topic and (r < 0 or now - r > timeout_s)]
     if action_publishers == 0:
         problems.append(f"no publisher on the action topic {action_topic}")
     return "; ".join(problems)
@@ -195,6 +195,8 @@ class Status:
     topics: list[str] = field(default_factory=list)
     topic_age_s: list[float] = field(default_factory=list)
     """Seconds since each topic's newest message, -1 = never."""
+    not_ready_reason: str = ""
+    """Why a StartEpisode would be refused now ("" = it would be accepted; clients wait on it after bring-up)."""
 
 
 def converters(p: DemoRecorderParams) -> dict[str, inputs.Converter]:
@@ -380,17 +382,21 @@ class DemoRecorder:
         return lines
 
     # -- status and shutdown -------------------------------------------------------------------------------
-    def status(self) -> Status:
-        """The current RecorderStatus fields."""
+    def status(self, action_publishers: int) -> Status:
+        """The current RecorderStatus fields (``action_publishers``: publishers on the action topic now)."""
         with self._cond:
             now = time.monotonic()
             recording = self.rec.recording
             task, instruction = self._episode_meta if recording else ("", "")
+            blocker = ("recording" if recording else "shutting down" if self._closed else
+                       start_problem(self.received, now, self.p.topic_timeout_s, self.p.action_topic,
+                                     action_publishers))
             return Status(recording=recording, episode_id=self.rec.episode_id, num_steps=self.rec.num_steps,
                           control_rate_hz=float(self.p.control_rate_hz), episodes_in_store=self.episodes_in_store,
                           last_error=self.last_error, task=task, instruction=instruction,
                           topics=list(self.received),
-                          topic_age_s=[now - r if r >= 0 else -1.0 for r in self.received.values()])
+                          topic_age_s=[now - r if r >= 0 else -1.0 for r in self.received.values()],
+                          not_ready_reason=blocker)
 
     def close(self) -> None:
         """Shutdown: an EndEpisode waiting for messages stops waiting and commits what it has; no new episode

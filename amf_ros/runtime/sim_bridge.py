@@ -164,8 +164,9 @@ class SimBridge:
             self._publish()
             return int(seed)
 
-    def step(self, a7: Any) -> str:
-        """Apply one 7-D action and emit the resulting frame.
+    def step(self, a7: Any, applied: Callable[[], None] | None = None) -> str:
+        """Apply one 7-D action and emit the resulting frame; ``applied`` is called once the simulator stepped,
+        before the frame goes out (the node echoes the action there, ahead of the observation it led to).
 
         Returns:
             "" when the simulator stepped, else why the action was refused (nothing stepped, nothing emitted).
@@ -185,6 +186,8 @@ class SimBridge:
             self._steps += 1
             self._success = self._success or bool(success)
             self._done = bool(done)
+            if applied is not None:
+                applied()
             self._publish()
             return ""
 

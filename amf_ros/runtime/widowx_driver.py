@@ -48,6 +48,8 @@ class Commands:
     """Signed gripper PWM for JointSingleCommand(name=gripper_name) (+ opens, - closes, 0 = stop), or None."""
     logs: list[tuple[str, str]] = field(default_factory=list)
     """(level "info" | "warn" | "error", line) to log now (already throttled)."""
+    applied: bool = False
+    """The input action became this arm target (echo it on applied_action_topic: it is what the arm executes)."""
 
 
 class WidowXDriver:
@@ -101,7 +103,8 @@ class WidowXDriver:
     def on_action(self, a7: Sequence[float], stamp_ns: int, now_ns: int, now: float | None = None,
                   valid_for_ns: int = 0) -> Commands:
         """An EefDeltaAction (7,) stamped ``stamp_ns``, valid for ``valid_for_ns``, at node time ``now_ns`` -> the arm
-        target and, when the gripper's direction changes, its PWM. Actions the gate drops (unstamped, stale, from
+        target and, when the gripper's direction changes, its PWM (``applied`` when the action itself became the target).
+        Actions the gate drops (unstamped, stale, from
         before the last stop: amf_ros/robots/action_gate.py), refused ones (not 7 finite numbers), and actions while
         e-stopped or before the first joint state publish nothing."""
         out = Commands()
@@ -121,6 +124,7 @@ class WidowXDriver:
         if not cmd.ik_ok:
             self._log(out, "warn", "ik", "no IK solution within joint limits; holding", now)
         out.arm = [float(v) for v in cmd.arm]
+        out.applied = bool(cmd.ik_ok)
         if cmd.gripper_pwm != 0.0 and cmd.gripper_open != self._last_grip:
             out.gripper = float(cmd.gripper_pwm)
             self._last_grip, self._grip_driving = cmd.gripper_open, True

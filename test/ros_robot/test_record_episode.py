@@ -20,7 +20,8 @@ TASK = "reach"
 
 def loop_params(dataset, **recorder):
     rec = {"dataset_dir": str(dataset), "tasks_file": "config/tasks/metaworld.yaml", "robot": "metaworld",
-           "control_rate_hz": 40.0, "sync_mode": "on_action", "chunk_steps": 10, "status_period_s": 0.5}
+           "control_rate_hz": 40.0, "sync_mode": "on_action", "chunk_steps": 10, "status_period_s": 0.5,
+           "action_topic": "action/applied"}  # as config/sim.yaml: what the arm executed
     rec.update(recorder)
     return {"sim_bridge": {"backend": "metaworld", "tasks_file": "config/tasks/metaworld.yaml",
                            "initial_task": TASK, "idle_publish_period_s": 0.3},
@@ -72,4 +73,38 @@ def test_episode_recorded_end_to_end_with_the_experts_pairs(start_nodes, client_
         assert (ep.steps["stamp/observation/state"] < ep.steps["stamp/action"]).all()
         assert (np.diff(ep.steps["stamp/observation/state"]) > 0).all()
         assert ep.steps["is_terminal"][-1] and not ep.steps["is_terminal"][:-1].any()
+    assert procs.dead() == {}
+
+
+def test_an_action_the_arm_dropped_is_not_recorded(start_nodes, client_node, tmp_path):
+    """The recorder records the arm's echo (action/applied), so a command the arm dropped as stale never enters
+    the demonstration: one stale and one fresh action, both stamped inside the episode -> one simulator step, one
+    recorded step (recording the command topic gives two)."""
+    import time
+
+    from amf_ros.msg import EefDeltaAction
+    from amf_ros.ros import qos
+    from amf_ros.srv import EndEpisode, ResetTask, StartEpisode, TaskSuccess
+    from robot_testutil import make_action
+
+    procs = start_nodes({k: v for k, v in loop_params(tmp_path / "dataset").items() if k != "scripted_teleop"},
+                        name="dropped")
+    pub = client_node.create_publisher(EefDeltaAction, "/amf/action", qos.ACTIONS)
+    wait_for(lambda: pub.get_subscription_count() >= 1, 30, "sim_bridge's action subscription")
+    assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=3), 30).ok
+
+    def started():
+        res = call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
+        return res if res.ok else None
+    ep = wait_for(started, 30, "StartEpisode to succeed (state heard, the arm's echo publisher there)", poll=0.3)
+    stamp = client_node.get_clock().now().nanoseconds  # after the episode start: a recorder would take it
+    time.sleep(1.5)  # sim_bridge's cap on an action's age is 1 s: by now the action is stale
+    pub.publish(make_action([0.01, 0, 0, 0, 0, 0, 1], stamp))
+    wait_for(lambda: "stale action dropped" in procs.log_tail("sim_bridge", 20000), 30, "the arm to drop it")
+    pub.publish(make_action([0.01, 0, 0, 0, 0, 0, 1], client_node.get_clock().now().nanoseconds))
+    wait_for(lambda: call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request()).steps == 1, 30,
+             "the simulator to step on the fresh action")
+    end = call(client_node, EndEpisode, "/amf/recorder/end_episode",
+               EndEpisode.Request(episode_id=ep.episode_id, success=False, discard=False), 30)
+    assert end.ok and end.num_steps == 1, end.message
     assert procs.dead() == {}

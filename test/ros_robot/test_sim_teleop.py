@@ -250,7 +250,8 @@ def test_start_episode_for_another_task_puts_the_simulator_on_it_and_records(sta
 
     task_a, task_b = "push", TASK
     rec = {"dataset_dir": str(tmp_path / "dataset"), "tasks_file": "config/tasks/metaworld.yaml",
-           "robot": "metaworld", "control_rate_hz": 40.0, "sync_mode": "on_action", "status_period_s": 0.5}
+           "robot": "metaworld", "control_rate_hz": 40.0, "sync_mode": "on_action", "status_period_s": 0.5,
+           "action_topic": "action/applied"}  # as config/sim.yaml: what the arm executed
     procs = start_nodes({"sim_bridge": sim_params(initial_task=task_a),
                          "scripted_teleop": {"control_rate_hz": 40.0, "start_timeout_s": 10.0},
                          "demo_recorder": rec}, name="other_task")

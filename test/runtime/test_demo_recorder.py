@@ -30,6 +30,7 @@ def test_start_problem_names_silent_topics_and_a_missing_teleop():
     received = {"/a": -1.0, "/s": 9.5, "/c": 5.0}
     msg = rules.start_problem(received, now=10.0, timeout_s=2.0, action_topic="/a", action_publishers=0)
     assert "no message on /c for 2.0 s" in msg and "/s" not in msg.replace("/a", "")
+    assert "no message on /s yet" in rules.start_problem({"/a": 9.0, "/s": -1.0}, 10.0, 2.0, "/a", 1)
     assert "no publisher on the action topic /a" in msg
     assert rules.start_problem({"/a": -1.0, "/s": 9.5}, 10.0, 2.0, "/a", 1) == ""
 
@@ -181,26 +182,29 @@ def test_start_checks_then_records_commits_and_announces(tmp_path):
     rt = recorder(tmp_path, end_quiet_s=0.0)
     res = rt.start("t", "do it", "", now_ns=SEC, action_publishers=1)
     assert not res.ok and f"no message on {S}" in res.message and f"no message on {C}" in res.message
-    assert rt.status().last_error == res.message  # a refused start is the last error until the next success
+    assert rt.status(1).last_error == res.message  # a refused start is the last error until the next success
+    assert rt.status(1).not_ready_reason == res.message  # the status says so before anyone asks
     rt.feed(S, state(SEC // 2)), rt.feed(C, image(SEC // 2))
+    assert rt.status(1).not_ready_reason == "" and "no publisher" in rt.status(0).not_ready_reason
     assert "no publisher on the action topic" in rt.start("t", "do it", "", SEC, action_publishers=0).message
     assert "no instruction" in rt.start("t", "", "", SEC, 1).message
     assert "non-printable" in rt.start("t\0", "do it", "", SEC, 1).message  # no tasks file: any printable key
     assert "at most 128" in rt.start("t" * 5000, "do it", "", SEC, 1).message
     res = rt.start("t", "do it", "note", now_ns=SEC, action_publishers=1)
-    assert res.ok and res.episode_id and rt.status().last_error == ""
+    assert res.ok and res.episode_id and rt.status(1).last_error == ""
     assert "already recording" in rt.start("t", "do it", "", SEC, 1).message
     feed_steps(rt, 2 * SEC, 4)
-    st = rt.status()
+    st = rt.status(1)
     assert (st.recording, st.episode_id, st.task, st.instruction) == (True, res.episode_id, "t", "do it")
+    assert st.not_ready_reason == "recording"
     assert st.topics == [A, C, S] and all(0 <= age < 5 for age in st.topic_age_s)
     assert "not the current episode" in rt.end("other", True, False, now_ns=3 * SEC).message
     end = rt.end(res.episode_id, True, False, now_ns=3 * SEC)
     assert end.ok and end.num_steps == 4 and end.message == "saved 4 steps" and end.settled
     assert end.announce == dict(episode_id=res.episode_id, task="t", instruction="do it", path=end.path,
                                 num_steps=4, success=True)
-    assert rt.store.meta(res.episode_id).operator_note == "note" and rt.status().episodes_in_store == 1
-    assert not rt.status().recording and "not recording" in rt.end(res.episode_id, True, False, 3 * SEC).message
+    assert rt.store.meta(res.episode_id).operator_note == "note" and rt.status(1).episodes_in_store == 1
+    assert not rt.status(1).recording and "not recording" in rt.end(res.episode_id, True, False, 3 * SEC).message
 
 
 def test_discard_and_empty_episode(tmp_path):
@@ -212,7 +216,7 @@ def test_discard_and_empty_episode(tmp_path):
     assert end.ok and end.message == "discarded" and end.announce is None and rt.store.episode_ids() == []
     ep = rt.start("t", "do it", "", now_ns=SEC, action_publishers=1).episode_id
     end = rt.end(ep, True, False, now_ns=3 * SEC)
-    assert not end.ok and "no steps recorded" in end.message and rt.status().last_error == end.message
+    assert not end.ok and "no steps recorded" in end.message and rt.status(1).last_error == end.message
 
 
 def test_bad_messages_are_refused_logged_once_and_kept_as_last_error(tmp_path):
@@ -220,7 +224,7 @@ def test_bad_messages_are_refused_logged_once_and_kept_as_last_error(tmp_path):
     line = rt.feed(C, image(SEC, encoding="yuv422"))
     assert line and "yuv422" in line and "message refused" in line
     assert rt.feed(C, image(SEC, encoding="yuv422")) is None  # throttled, still the last error
-    assert "yuv422" in rt.status().last_error
+    assert "yuv422" in rt.status(1).last_error
     assert "header.stamp is zero" in rt.feed(S, state(0))
     bad = action(SEC)
     bad.translation[1] = float("nan")
@@ -301,10 +305,10 @@ def test_recorder_sweep_recovers_a_dead_partial_but_not_its_own_episode(tmp_path
     assert rt.sweep_partial() == []  # alive: left alone
     other.close()
     [line] = rt.sweep_partial()
-    assert other.episode_id in line and "recovered" in line and rt.status().episodes_in_store == 1
+    assert other.episode_id in line and "recovered" in line and rt.status(1).episodes_in_store == 1
     assert [p.episode_id for p in rt.store.partial()] == [own]
     end = rt.end(own, True, False, now_ns=3 * SEC)
-    assert end.ok and end.num_steps == 3 and rt.status().episodes_in_store == 2
+    assert end.ok and end.num_steps == 3 and rt.status(1).episodes_in_store == 2
 
 
 def test_recorder_sweep_never_holds_up_messages(tmp_path, monkeypatch):
@@ -325,7 +329,7 @@ def test_recorder_sweep_never_holds_up_messages(tmp_path, monkeypatch):
     try:
         assert busy.wait(5)
         t0 = time.monotonic()
-        assert rt.feed(S, state(SEC)) is None and rt.status().topic_age_s
+        assert rt.feed(S, state(SEC)) is None and rt.status(1).topic_age_s
         assert time.monotonic() - t0 < 0.5
     finally:
         release.set()

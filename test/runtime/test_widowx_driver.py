@@ -41,10 +41,11 @@ def test_joint_states_give_proprio_and_bad_ones_are_logged_throttled():
 def test_actions_before_joints_stale_or_bad_publish_nothing():
     rt = driver()
     out = rt.on_action(np.zeros(7), stamp_ns=SEC, now_ns=SEC, now=0.0)
-    assert out.arm is None and out.logs == [("warn", "action ignored: no joint state yet")]
+    assert out.arm is None and out.logs == [("warn", "action ignored: no joint state yet")] and not out.applied
     rt.on_joint_state(NAMES, joints())
     out = rt.on_action([0, 0, 0, 0, 0, 0, 1.0], stamp_ns=SEC, now_ns=SEC + 600_000_000, now=0.0)
     assert out.arm is None and out.logs == [("warn", "stale action dropped: 600 ms old, valid for 500 ms")]
+    assert not out.applied  # not echoed on applied_action_topic: the recorder never sees it
     out = rt.on_action([0, 0, 0, 0, 0, 0, 1.0], stamp_ns=0, now_ns=SEC, now=10.0)
     assert out.arm is None and "unstamped" in out.logs[0][1]  # as the recorder: never applied, never recorded
     out = rt.on_action([0.0, float("nan"), 0, 0, 0, 0, 1.0], stamp_ns=SEC, now_ns=SEC, now=0.0)
@@ -60,7 +61,7 @@ def test_actions_move_the_arm_and_drive_the_gripper_once_per_direction_until_it_
     rt = driver()
     rt.on_joint_state(NAMES, joints(finger=0.037))  # fully open
     out = rt.on_action([0.0, 0.01, 0.0, 0, 0, 0, 1.0], stamp_ns=SEC, now_ns=SEC)
-    assert len(out.arm) == 6 and out.gripper == pytest.approx(250.0) and out.logs == []
+    assert len(out.arm) == 6 and out.gripper == pytest.approx(250.0) and out.logs == [] and out.applied
     np.testing.assert_allclose(wx250s.fk(np.array(out.arm))[:3, 3], [0.3, 0.01, 0.15], atol=2e-3)
     assert rt.gripper_driving
     assert rt.on_action([0, 0, 0, 0, 0, 0, 1.0], SEC, SEC).gripper is None  # same direction: no new PWM

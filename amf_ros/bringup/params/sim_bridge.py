@@ -53,6 +53,12 @@ class SimBridgeParams:
         "camera/image_raw", "Camera topic (sensor_msgs/Image rgb8, reliable QoS); used only when render is true."
     )
     action_topic: str = param("action", "Action topic (amf_ros/EefDeltaAction); each message = one step.")
+    applied_action_topic: str = param(
+        "action/applied",
+        "Echo of every action the simulator stepped on (the received amf_ros/EefDeltaAction unchanged), published "
+        "before the observation it led to; dropped and refused actions are not echoed. demo_recorder records this "
+        "topic so that a demonstration holds exactly the actions the arm executed ('' = no echo).",
+    )
     max_action_age_s: float = param(
         1.0,
         "The arm's cap on an action's age, s: an action older than the smaller of this and its own valid_for, "

@@ -32,6 +32,12 @@ class WidowxDriverParams:
     arm_group: str = param("arm", "xs_sdk joint group of the six arm joints.")
     gripper_name: str = param("gripper", "xs_sdk name of the gripper joint.")
     action_topic: str = param("action", "amf_ros/EefDeltaAction commands (policy_server or a teleop).")
+    applied_action_topic: str = param(
+        "action/applied",
+        "Echo of every action sent to the arm as a joint target (the received amf_ros/EefDeltaAction unchanged); "
+        "dropped, refused, ignored (e-stop, no joint state) and IK-failed actions are not echoed. demo_recorder "
+        "records this topic so that a demonstration holds exactly the actions the arm executed ('' = no echo).",
+    )
     state_topic: str = param(
         "observation/state",
         "amf_ros/StateVector with Octo's 8-D WidowX proprio [x, y, z, roll, pitch, yaw, pad, gripper], "

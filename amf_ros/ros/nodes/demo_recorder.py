@@ -112,11 +112,12 @@ class DemoRecorderNode(Node):
         self._publish_status()
 
     def _publish_status(self) -> None:
-        s = self.rt.status()
+        s = self.rt.status(self.count_publishers(self.p.action_topic))
         msg = RecorderStatus(recording=s.recording, episode_id=s.episode_id, num_steps=s.num_steps,
                              control_rate_hz=s.control_rate_hz, topics=s.topics,
                              episodes_in_store=s.episodes_in_store, topic_age_s=s.topic_age_s,
-                             last_error=s.last_error, task=s.task, instruction=s.instruction)
+                             last_error=s.last_error, task=s.task, instruction=s.instruction,
+                             ready=not s.not_ready_reason, not_ready_reason=s.not_ready_reason)
         msg.header.stamp = self.get_clock().now().to_msg()
         self._status_pub.publish(msg)
 

@@ -6,7 +6,9 @@ then amf_ros/TaskStatus on ``status_topic`` (latched), all three with the same h
 arrives the state and status are re-published every ``idle_publish_period_s``. ``reset_service`` starts a new
 episode (publishing its first observation before answering); an action is applied only if it is stamped, within
 its validity horizon and newer than the last ArmStop on ``stop_topic`` (amf_ros/robots/action_gate.py: otherwise
-it is dropped, the simulator does not step and the drop is logged); ``success_service`` still answers the current task,
+it is dropped, the simulator does not step and the drop is logged). Every action the simulator stepped on is echoed
+unchanged on ``applied_action_topic`` just before the observation it led to: demo_recorder records that topic, so a
+dropped command never enters a demonstration. ``success_service`` still answers the current task,
 success since the reset and steps, but readers should take the latched status instead of calling it per tick.
 """
 
@@ -38,6 +40,8 @@ class SimBridge(Node):
         self._state_pub = self.create_publisher(StateVector, p.state_topic, qos.STREAM)
         self._status_pub = self.create_publisher(TaskStatus, p.status_topic, qos.LATCHED)
         self._image_pub = self.create_publisher(Image, p.image_topic, qos.images(10)) if p.render else None
+        self._applied_pub = (self.create_publisher(EefDeltaAction, p.applied_action_topic, qos.STREAM)
+                             if p.applied_action_topic else None)
         render = RenderSpec(p.image_width, p.image_height, p.camera_name) if p.render else None
         try:  # builds the simulator and resets it to the first task: SIMPLER creates its renderer here
             backend = make_backend(p.backend, p.tasks_file)
@@ -80,7 +84,8 @@ class SimBridge(Node):
         if dropped:
             self.get_logger().warn(f"{dropped} ({self.gate.dropped} dropped so far)", throttle_duration_sec=2.0)
             return
-        refused = self.sim.step(np.array(a7, dtype=np.float64))
+        echo = (lambda: self._applied_pub.publish(msg)) if self._applied_pub is not None else None
+        refused = self.sim.step(np.array(a7, dtype=np.float64), applied=echo)
         if refused:
             self.get_logger().error(f"{refused} (on {self.p.action_topic})", throttle_duration_sec=2.0)
 

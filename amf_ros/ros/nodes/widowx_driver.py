@@ -48,6 +48,8 @@ class WidowXDriverNode(Node):
         self._arm_pub = self.create_publisher(self._JointGroup, self.p.joint_group_topic, qos.COMMANDS)
         self._grip_pub = self.create_publisher(self._JointSingle, self.p.joint_single_topic, qos.COMMANDS)
         self._state_pub = self.create_publisher(StateVector, self.p.state_topic, qos.COMMANDS)
+        self._applied_pub = (self.create_publisher(EefDeltaAction, self.p.applied_action_topic, qos.STREAM)
+                             if self.p.applied_action_topic else None)
         self.create_subscription(JointState, self.p.joint_states_topic, self._on_joints, qos.COMMANDS,
                                  callback_group=group)
         self.create_subscription(EefDeltaAction, self.p.action_topic, self._on_action, qos.ACTIONS,
@@ -89,7 +91,10 @@ class WidowXDriverNode(Node):
 
     def _on_action(self, msg: EefDeltaAction) -> None:
         a7, stamp, valid_for = action_fields(msg)
-        self._send(self.rt.on_action(a7, stamp, self.get_clock().now().nanoseconds, valid_for_ns=valid_for))
+        out = self.rt.on_action(a7, stamp, self.get_clock().now().nanoseconds, valid_for_ns=valid_for)
+        self._send(out)
+        if out.applied and self._applied_pub is not None:
+            self._applied_pub.publish(msg)  # after the target went out: what the recorder stores is what ran
 
     def _on_stop(self, msg: ArmStop) -> None:
         self._send(self.rt.stop(stamp_ns(msg.header.stamp), self.get_clock().now().nanoseconds, msg.source,
