@@ -113,7 +113,8 @@ def convert_head_params(params: Mapping[str, Any], config: Any = None, action_ho
         if tuple(arr.shape) != tuple(row.octo_shape):
             problems.append(f"{row.octo_path}: expected {tuple(row.octo_shape)}, got {tuple(arr.shape)}")
             continue
-        state[row.torch_key] = torch.from_numpy(np.ascontiguousarray(arr.T if row.transpose else arr))
+        # a copy: JAX hands out read-only buffers, which torch.from_numpy warns about and must not alias
+        state[row.torch_key] = torch.from_numpy(np.array(arr.T if row.transpose else arr, order="C"))
     if problems:
         raise ValueError("Octo head parameters do not match the head config: " + "; ".join(problems))
     return state, cfg
