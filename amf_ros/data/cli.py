@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from amf_ros.data.schema import EpisodeValidationError
 from amf_ros.data.store import EpisodeStore, StoreConfig
+from amf_ros.data.stream_health import summarize as summarize_streams
 
 
 def _summary(store: EpisodeStore, verify: bool) -> dict[str, Any]:
@@ -51,6 +52,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     for e in s.get("episode_list", []):
         print(f"  {e['episode']}  {e['task']:<20} {e['steps']:>5} steps  success={e['success']}"
               + ("  (recovered)" if e["recovered"] else ""))
+        if e.get("streams"):
+            print(f"      streams: {summarize_streams(e['streams'])}")
     for e in s["invalid"]:
         print(f"INVALID {e['episode']}: field {e['field']!r}: {e['problem']}")
     for p in s["partial"]:
@@ -72,7 +75,8 @@ def inspect_main(argv: Sequence[str]) -> int:
                     help="only recover/discard partial episodes untouched for this many seconds (default 30: "
                          "a younger one may belong to a live recorder)")
     ap.add_argument("--strict", action="store_true", help="exit 1 if there are partial episodes too")
-    ap.add_argument("--episodes", action="store_true", help="also list every episode")
+    ap.add_argument("--episodes", action="store_true",
+                    help="also list every episode, with each stream's measured rate, gaps and dropped samples")
     args = ap.parse_args(list(argv))
     try:
         store = EpisodeStore(args.dataset, create=False)
@@ -96,7 +100,9 @@ def inspect_main(argv: Sequence[str]) -> int:
     summary = _summary(store, args.verify)
     if args.episodes:
         summary["episode_list"] = [{"episode": e["episode_id"], "task": e["task"], "steps": e["num_steps"],
-                                    "success": e["success"], "recovered": e["recovered"]} for e in store.index()]
+                                    "success": e["success"], "recovered": e["recovered"],
+                                    "streams": store.meta(e["episode_id"]).extra.get("streams", {})}
+                                   for e in store.index()]
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from amf_ros.data.store import EpisodeStore, EpisodeWriter
+from amf_ros.data.stream_health import StreamHealth
 from amf_ros.data.sync import ACTION_STREAM, StreamSynchronizer, SyncConfig, SyncedStep
 
 log = logging.getLogger(__name__)
@@ -39,16 +40,19 @@ class EpisodeRecorder:
         topics: topic -> stream name (one ``"action"``; observation keys like ``"state"``, ``"image_primary"``).
         sync: sampling rule (rate, mode); see :mod:`amf_ros.data.sync`.
         robot: written into each episode's metadata.
+        health: per-stream rate monitor (default: 80 % of the nominal rate over 2 s windows); its report of each
+            episode goes into the metadata as ``extra["streams"]``.
     """
 
     def __init__(self, store: EpisodeStore, topics: Mapping[str, str] | None = None,
-                 sync: SyncConfig | None = None, robot: str = "") -> None:
+                 sync: SyncConfig | None = None, robot: str = "", health: StreamHealth | None = None) -> None:
         self.store = store
         self.topics = dict(topics or DEFAULT_TOPICS)
         self.sync_config = sync or SyncConfig()
         self.robot = robot
         self._sync = StreamSynchronizer(self.topics, self.sync_config)
         self._sync.pause()
+        self.health = health or StreamHealth({stream: topic for topic, stream in self.topics.items()})
         self._writer: EpisodeWriter | None = None
         self.last_stamp: dict[str, int] = {}  # topic -> stamp of its newest message (for status/topic ages)
         self.last_error = ""
@@ -81,6 +85,7 @@ class EpisodeRecorder:
                                         extra={"sync": {"mode": self.sync_config.mode,
                                                         "aggregate": self.sync_config.aggregate}})
         self._sync.begin(start_ns)
+        self.health.begin(start_ns)
         self.last_error = ""
         return self._writer.episode_id
 
@@ -91,6 +96,7 @@ class EpisodeRecorder:
         """
         if topic in self.topics:
             self.last_stamp[topic] = max(int(stamp_ns), self.last_stamp.get(topic, int(stamp_ns)))
+            self.health.feed(self.topics[topic], stamp_ns)
         try:
             steps = self._sync.feed(topic, stamp_ns, msg)
         except ValueError as exc:
@@ -115,6 +121,7 @@ class EpisodeRecorder:
             if not discard:
                 self._write(self._sync.flush(), writer)
             self._sync.pause()
+            streams = self.health.end()
             if discard:
                 writer.discard()
                 return None
@@ -123,7 +130,8 @@ class EpisodeRecorder:
                 raise ValueError(f"episode {writer.episode_id}: no steps recorded (stats {self._sync.stats}); "
                                  "check that the action and observation topics are published")
             writer.meta.state_names = list(self._sync.names.get("state", []))
-            return writer.commit(success, operator_note=operator_note, sync_stats=self._sync.stats)
+            return writer.commit(success, operator_note=operator_note, sync_stats=self._sync.stats,
+                                 extra={"streams": streams})
         except Exception as exc:
             self.last_error = str(exc)
             raise

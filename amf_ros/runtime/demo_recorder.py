@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from amf_ros.data import ros_convert
 from amf_ros.data.recorder import EpisodeRecorder
 from amf_ros.data.store import WRITER_ALIVE, WRITER_UNKNOWN, EpisodeStore, PartialEpisode, StoreConfig
+from amf_ros.data.stream_health import StreamHealth
 from amf_ros.data.sync import SyncConfig
 from amf_ros.data.tasks import check_task_keys
 from amf_ros.runtime import recorder_inputs as inputs
@@ -197,6 +198,14 @@ class Status:
     """Seconds since each topic's newest message, -1 = never."""
     not_ready_reason: str = ""
     """Why a StartEpisode would be refused now ("" = it would be accepted; clients wait on it after bring-up)."""
+    topic_rate_hz: list[float] = field(default_factory=list)
+    """Per topic (order of ``topics``), this episode: rate over the last rate_window_s, nominal rate (0 = not
+    known yet), samples estimated dropped, duplicated stamps; zeros between episodes."""
+    topic_nominal_hz: list[float] = field(default_factory=list)
+    topic_dropped: list[int] = field(default_factory=list)
+    topic_duplicated: list[int] = field(default_factory=list)
+    rate_warnings: list[str] = field(default_factory=list)
+    """One line per stream below min_rate_fraction of its nominal rate now."""
 
 
 def converters(p: DemoRecorderParams) -> dict[str, inputs.Converter]:
@@ -235,7 +244,9 @@ class DemoRecorder:
         are handled by :meth:`sweep_partial`."""
         sync = SyncConfig(rate_hz=p.control_rate_hz, mode=p.sync_mode, aggregate=p.aggregate,
                           max_obs_age_s=p.max_obs_age_s, max_delay_s=p.max_delay_s)
-        self.rec = EpisodeRecorder(self.store, self.topics, sync, robot=p.robot)
+        health = StreamHealth({stream: topic for topic, stream in self.topics.items()}, p.min_rate_fraction,
+                              p.rate_window_s)
+        self.rec = EpisodeRecorder(self.store, self.topics, sync, robot=p.robot, health=health)
         self.received: dict[str, float] = {t: -1.0 for t in self.topics}  # topic -> monotonic receive time
         self.last_error = ""
         self.episodes_in_store = len(self.store)
@@ -267,6 +278,12 @@ class DemoRecorder:
             finally:
                 self._cond.notify_all()  # an EndEpisode waiting for messages in flight re-checks settled()
         return None
+
+    def rate_events(self) -> list[tuple[str, str]]:
+        """(level, line) for each recorded stream that fell below ``min_rate_fraction`` of its nominal rate or
+        recovered since the last call (amf_ros/data/stream_health.py), for the node's log."""
+        with self._cond:
+            return [(level, f"episode {self.rec.episode_id}: {line}") for level, line in self.rec.health.events()]
 
     def _error(self, text: str, kind: tuple[str, str]) -> str | None:
         self.last_error = text
@@ -388,6 +405,8 @@ class DemoRecorder:
             now = time.monotonic()
             recording = self.rec.recording
             task, instruction = self._episode_meta if recording else ("", "")
+            by_stream = self.rec.health.reports()
+            reports = [by_stream[self.topics[t]] for t in self.received]
             blocker = ("recording" if recording else "shutting down" if self._closed else
                        start_problem(self.received, now, self.p.topic_timeout_s, self.p.action_topic,
                                      action_publishers))
@@ -396,7 +415,10 @@ class DemoRecorder:
                           last_error=self.last_error, task=task, instruction=instruction,
                           topics=list(self.received),
                           topic_age_s=[now - r if r >= 0 else -1.0 for r in self.received.values()],
-                          not_ready_reason=blocker)
+                          not_ready_reason=blocker,
+                          topic_rate_hz=[r.recent_hz for r in reports], topic_nominal_hz=[r.nominal_hz for r in reports],
+                          topic_dropped=[r.dropped for r in reports], topic_duplicated=[r.duplicated for r in reports],
+                          rate_warnings=self.rec.health.warnings() if recording else [])
 
     def close(self) -> None:
         """Shutdown: an EndEpisode waiting for messages stops waiting and commits what it has; no new episode

@@ -182,3 +182,21 @@ def test_duplicate_action_stamps_keep_the_first():
     steps, rest, sync = run(msgs, mode="on_action")
     assert [int(s.action[0]) for s in steps + rest] == [0, 1, 2, 3]
     assert sync.stats["skipped_duplicate_stamp"] == 1
+
+
+def test_episode_metadata_and_amf_inspect_report_each_streams_rate_and_gaps(tmp_path, capsys):
+    """A camera silent for 1 s (5 frames at 5 Hz) in a recorded episode: the metadata keeps its measured rate,
+    longest gap and dropped frames, the state's are clean, and `amf inspect --episodes` prints both."""
+    from amf_ros.cli import main
+
+    msgs = [m for m in control_loop(30) if not (m[0] == "/img" and 10 <= m[1] // (200 * MS) < 15)]
+    store = EpisodeStore(tmp_path)
+    path = record_messages(store, msgs, "t", "i", TOPICS)
+    streams = store.meta(path.name).extra["streams"]
+    cam, state = streams["image_primary"], streams["state"]
+    assert cam["messages"] == 25 and cam["dropped"] == 5 and cam["max_gap_s"] == pytest.approx(1.2)
+    assert cam["nominal_hz"] == pytest.approx(5.0) and cam["rate_hz"] == pytest.approx(24 / 5.8, abs=1e-4)  # 4 decimals
+    assert state["messages"] == 30 and state["dropped"] == 0 and state["max_gap_s"] == pytest.approx(0.2)
+    assert main(["inspect", str(tmp_path), "--episodes"]) == 0
+    out = capsys.readouterr().out
+    assert "image_primary: 4.1 Hz (nominal 5.0), max gap 1.20 s, 5 dropped" in out and "state: 5.0 Hz" in out

@@ -62,3 +62,58 @@ def test_recorder_stores_every_frame_of_a_30hz_vga_camera(start_nodes, client_no
     print(f"published {FRAMES} VGA frames in {wall:.2f} s ({FRAMES / wall:.1f} Hz); stored {len(ep)}; the recorder "
           f"had decided all but the last step {lag:.2f} s after the last frame (status period 0.2 s)")
     assert procs.dead() == {}
+
+
+def test_a_camera_dropping_to_half_rate_mid_episode_is_warned_on_the_status_and_kept_in_the_metadata(
+        start_nodes, client_node, tmp_path):
+    """A 30 Hz camera loses every other frame for 2 s mid-episode (state and actions keep 30 Hz): the status
+    carries a rate warning for the camera while it is slow (and none for the state), the log says so, and the
+    committed episode's metadata keeps the camera's measured rates and the dropped frames."""
+    from amf_ros.data.store import EpisodeStore
+    from amf_ros.srv import EndEpisode, StartEpisode
+
+    params = {"dataset_dir": str(tmp_path / "ds"), "sync_mode": "on_action", "control_rate_hz": RATE_HZ,
+              "image_topics": [IMAGE_TOPIC], "image_codec": "raw", "topic_timeout_s": 5.0, "status_period_s": 0.1,
+              "rate_window_s": 1.0, "min_rate_fraction": 0.8}
+    procs = start_nodes({"demo_recorder": params}, name="cam_slow")
+    status = StatusWatcher(client_node)
+    warnings_seen: list[str] = []
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    from amf_ros.msg import RecorderStatus
+
+    client_node.create_subscription(RecorderStatus, "/amf/recorder/status",
+                                    lambda m: warnings_seen.extend(m.rate_warnings),
+                                    QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE,
+                                               durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    live = LivePublisher(client_node)
+    warm_up(live, status)
+    res = call(client_node, StartEpisode, "/amf/recorder/start_episode",
+               StartEpisode.Request(task="cam", instruction="look"))
+    assert res.ok, res.message
+    img = np.zeros((48, 64, 3), np.uint8)
+    period_ns = int(1e9 / RATE_HZ)
+    t0 = client_node.get_clock().now().nanoseconds
+    t_start = time.monotonic()
+    slow = range(60, 120)  # frames 60-119 (2 s): the camera sends every other one
+    for k in range(150):
+        ns = t0 + k * period_ns
+        seq = [(STATE_TOPIC, ns, "state", np.zeros(5))]
+        if k not in slow or k % 2 == 0:
+            seq.append((IMAGE_TOPIC, ns, "rgb8", img))
+        seq.append((ACTION_TOPIC, ns + 1_000_000, "action", np.r_[np.zeros(6), 1.0]))
+        live.publish(seq, 0.0)
+        time.sleep(max(0.0, t_start + (k + 1) / RATE_HZ - time.monotonic()))
+    end = call(client_node, EndEpisode, "/amf/recorder/end_episode",
+               EndEpisode.Request(episode_id=res.episode_id, success=True), 30)
+    assert end.ok, end.message
+    assert any(w.startswith(f"{IMAGE_TOPIC} at") for w in warnings_seen), warnings_seen
+    assert not any(w.startswith(STATE_TOPIC) for w in warnings_seen), warnings_seen
+    log = procs.log_tail("demo_recorder", 20000)
+    assert f"{IMAGE_TOPIC} at" in log and f"{IMAGE_TOPIC} back to" in log, log[-2000:]
+    streams = EpisodeStore(tmp_path / "ds", create=False).meta(res.episode_id).extra["streams"]
+    cam, state = streams["image_primary"], streams["state"]
+    assert cam["nominal_hz"] == pytest.approx(RATE_HZ, rel=0.02) and cam["min_recent_hz"] <= 16.0
+    assert cam["dropped"] == 30 and cam["messages"] == 120 and cam["slow_s"] > 0.5
+    assert state["dropped"] == 0 and state["messages"] == 150 and state["slow_s"] == 0
+    assert procs.dead() == {}

@@ -133,6 +133,15 @@ class DemoRecorderParams:
     status_period_s: float = param(
         1.0, "Period of the latched status re-publication (topic ages, steps), s.", range=(0.05, 3600.0)
     )
+    min_rate_fraction: float = param(
+        0.8,
+        "A recorded stream whose rate over the last rate_window_s falls below this fraction of its nominal rate "
+        "(the rate heard before the episode or over its first rate_window_s, the larger) is reported mid-episode: "
+        "a warning in the log and in the status (rate_warnings). Every episode's metadata keeps each stream's "
+        "measured rate, gaps, dropped and duplicated samples (extra.streams). 0 = no warnings.",
+        range=(0.0, 0.99),
+    )
+    rate_window_s: float = param(2.0, "Window of the measured stream rates, s.", range=(0.1, 60.0))
     status_topic: str = param("recorder/status", "Latched status topic (amf_ros/RecorderStatus).")
     episodes_topic: str = param("episodes", "Topic announcing each committed episode (amf_ros/EpisodeInfo).")
     start_service: str = param("recorder/start_episode", "StartEpisode service name.")

@@ -69,6 +69,14 @@ class DemoRecorderNode(Node):
         if line is not None:
             self.get_logger().error(line)
             self._publish_status()
+        events = self.rt.rate_events()
+        for level, text in events:
+            if level == "warn":
+                self.get_logger().warn(text)
+            else:
+                self.get_logger().info(text)
+        if events:
+            self._publish_status()
 
     def _on_start(self, req: StartEpisode.Request, res: StartEpisode.Response) -> StartEpisode.Response:
         out = self.rt.start(req.task, req.instruction, req.note, self.get_clock().now().nanoseconds,
@@ -117,7 +125,10 @@ class DemoRecorderNode(Node):
                              control_rate_hz=s.control_rate_hz, topics=s.topics,
                              episodes_in_store=s.episodes_in_store, topic_age_s=s.topic_age_s,
                              last_error=s.last_error, task=s.task, instruction=s.instruction,
-                             ready=not s.not_ready_reason, not_ready_reason=s.not_ready_reason)
+                             ready=not s.not_ready_reason, not_ready_reason=s.not_ready_reason,
+                             topic_rate_hz=s.topic_rate_hz, topic_nominal_hz=s.topic_nominal_hz,
+                             topic_dropped=s.topic_dropped, topic_duplicated=s.topic_duplicated,
+                             rate_warnings=s.rate_warnings)
         msg.header.stamp = self.get_clock().now().to_msg()
         self._status_pub.publish(msg)
 
