@@ -304,26 +304,59 @@ class DemoRecorder:
 
     def _start(self, task: str, instruction: str, note: str, now_ns: int, action_publishers: int) -> StartResult:
         instruction = instruction or self.instructions.get(task, "")
+        why = self._refusal(task, instruction, action_publishers, while_recording=False)
+        return StartResult(False, why) if why else self._begin(task, instruction, note, now_ns)
+
+    def _refusal(self, task: str, instruction: str, action_publishers: int, while_recording: bool) -> str:
+        """Why an episode of ``task`` cannot start now ("" = it can); ``while_recording``: for a re-record."""
         stale = start_problem(self.received, time.monotonic(), self.p.topic_timeout_s, self.p.action_topic,
                               action_publishers)
         if self._closed:
-            return StartResult(False, "shutting down")
-        if self.rec.recording:
-            return StartResult(False, f"already recording episode {self.rec.episode_id}; end it first")
+            return "shutting down"
+        if self.rec.recording and not while_recording:
+            return f"already recording episode {self.rec.episode_id}; end it first"
         try:
             check_task_keys([task], sorted(self.instructions))
         except ValueError as exc:
-            return StartResult(False, str(exc))
+            return str(exc)
         if not instruction:
-            return StartResult(False, f"no instruction for task {task!r} (set tasks_file or pass one)")
-        if stale:
-            return StartResult(False, stale)
+            return f"no instruction for task {task!r} (set tasks_file or pass one)"
+        return stale
+
+    def _begin(self, task: str, instruction: str, note: str, now_ns: int) -> StartResult:
         try:
             episode_id = self.rec.start(task, instruction, start_ns=now_ns, operator_note=note)
         except (ValueError, OSError) as exc:  # e.g. the dataset directory is not writable
             return StartResult(False, f"cannot start an episode: {type(exc).__name__}: {exc}")
         self._episode_meta = (task, instruction)
         return StartResult(True, f"recording {task!r}", episode_id)
+
+    def rerecord(self, task: str, instruction: str, note: str, now_ns: int, action_publishers: int) -> StartResult:
+        """Discard the episode being recorded and start a new one in one call (what an operator presses after a
+        botched demonstration). An empty ``task`` keeps the current one (and its instruction); a request that
+        could not start is refused before anything is discarded."""
+        with self._cond:
+            res = self._rerecord(task, instruction, note, now_ns, action_publishers)
+            self._report(res.ok, res.message)
+            return res
+
+    def _rerecord(self, task: str, instruction: str, note: str, now_ns: int, action_publishers: int) -> StartResult:
+        if not self.rec.recording:
+            return StartResult(False, "not recording: nothing to re-record (StartEpisode starts an episode)")
+        old, (old_task, old_instruction) = self.rec.episode_id, self._episode_meta
+        task = task or old_task
+        instruction = instruction or (old_instruction if task == old_task else self.instructions.get(task, ""))
+        why = self._refusal(task, instruction, action_publishers, while_recording=True)
+        if why:
+            return StartResult(False, f"{why}; still recording {old}")
+        try:
+            self.rec.end(None, discard=True)
+        except Exception as exc:  # noqa: BLE001 - OSError removing the directory: the sweep recovers it later
+            return StartResult(False, f"could not discard {old}: {type(exc).__name__}: {exc}")
+        res = self._begin(task, instruction, note, now_ns)
+        if res.ok:
+            res.message = f"discarded {old}; recording {task!r} again"
+        return res
 
     def end(self, episode_id: str, success: bool, discard: bool, now_ns: int) -> EndResult:
         """End the current episode: wait for messages in flight (at most ``end_timeout_s``; module docstring),

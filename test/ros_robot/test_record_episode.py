@@ -108,3 +108,35 @@ def test_an_action_the_arm_dropped_is_not_recorded(start_nodes, client_node, tmp
                EndEpisode.Request(episode_id=ep.episode_id, success=False, discard=False), 30)
     assert end.ok and end.num_steps == 1, end.message
     assert procs.dead() == {}
+
+
+def test_rerecord_discards_the_demonstration_in_progress_and_the_operator_starts_over(start_nodes, client_node,
+                                                                                      tmp_path):
+    """recorder/rerecord right after StartEpisode: the first episode is gone from the store, the scripted operator
+    drops it, resets the simulator and demonstrates the new one, which is committed."""
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    from amf_ros.data.store import EpisodeStore
+    from amf_ros.msg import EpisodeInfo
+    from amf_ros.srv import ResetTask, StartEpisode
+
+    dataset = tmp_path / "dataset"
+    procs = start_nodes(loop_params(dataset), name="rerecord")
+    announced: list = []
+    client_node.create_subscription(EpisodeInfo, "/amf/episodes", announced.append,
+                                    QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+    assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=7), 30).ok
+
+    def started():
+        res = call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
+        return res if res.ok else None
+    first = wait_for(started, 30, "StartEpisode to succeed", poll=0.3)
+    again = call(client_node, StartEpisode, "/amf/recorder/rerecord", StartEpisode.Request(), 30)
+    assert again.ok and first.episode_id in again.message and again.episode_id != first.episode_id, again.message
+    wait_for(lambda: any(m.episode_id == again.episode_id for m in list(announced)), 60,
+             f"episode {again.episode_id} to be announced")
+    store = EpisodeStore(dataset, create=False)
+    assert store.episode_ids() == [again.episode_id] and not store.partial()
+    assert store.meta(again.episode_id).success and store.meta(again.episode_id).num_steps > 10
+    assert f"episode {first.episode_id} ended by someone else" in procs.log_tail("scripted_teleop", 20000)
+    assert procs.dead() == {}

@@ -335,3 +335,23 @@ def test_recorder_sweep_never_holds_up_messages(tmp_path, monkeypatch):
         release.set()
         sweeper.join(10)
     assert not sweeper.is_alive() and len(rt.store.episode_ids()) == 1
+
+
+def test_rerecord_discards_the_episode_in_progress_and_starts_again_in_one_call(tmp_path):
+    rt = recorder(tmp_path, end_quiet_s=0.0)
+    assert "not recording" in rt.rerecord("", "", "", SEC, 1).message
+    feed_steps(rt, SEC // 2, 1)  # topics heard
+    first = rt.start("t", "do it", "", now_ns=SEC, action_publishers=1)
+    feed_steps(rt, 2 * SEC, 3)
+    refused = rt.rerecord("t", "", "", 3 * SEC, action_publishers=0)  # could not start: nothing discarded
+    assert not refused.ok and "no publisher" in refused.message and f"still recording {first.episode_id}" in \
+        refused.message and rt.status(1).episode_id == first.episode_id and rt.rec.num_steps == 3
+    again = rt.rerecord("", "", "second try", 3 * SEC, action_publishers=1)
+    assert again.ok and again.episode_id != first.episode_id and first.episode_id in again.message
+    st = rt.status(1)
+    assert (st.recording, st.episode_id, st.task, st.instruction) == (True, again.episode_id, "t", "do it")
+    assert not rt.store.partial() or [p.episode_id for p in rt.store.partial()] == [again.episode_id]
+    feed_steps(rt, 4 * SEC, 2)
+    end = rt.end(again.episode_id, True, False, now_ns=5 * SEC)
+    assert end.ok and end.num_steps == 2 and rt.store.episode_ids() == [again.episode_id]
+    assert rt.store.meta(again.episode_id).operator_note == "second try"

@@ -146,3 +146,9 @@ class DemoRecorderParams:
     episodes_topic: str = param("episodes", "Topic announcing each committed episode (amf_ros/EpisodeInfo).")
     start_service: str = param("recorder/start_episode", "StartEpisode service name.")
     end_service: str = param("recorder/end_episode", "EndEpisode service name.")
+    rerecord_service: str = param(
+        "recorder/rerecord",
+        "Re-record service (amf_ros/StartEpisode type): discards the episode being recorded and starts a new one "
+        "of the same task (or of the request's task) in one call; a request that could not start is refused "
+        "before anything is discarded.",
+    )

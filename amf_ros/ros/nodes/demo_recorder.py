@@ -1,6 +1,7 @@
 """demo_recorder: teleop/camera/state topics in, crash-safe episodes out (a thin adapter on amf_ros.runtime).
 
-Services ``start_service`` (StartEpisode) and ``end_service`` (EndEpisode, success/discard), a latched
+Services ``start_service`` (StartEpisode), ``end_service`` (EndEpisode, success/discard) and ``rerecord_service``
+(StartEpisode type: discard the episode in progress and start again), a latched
 RecorderStatus, and an EpisodeInfo announcement per committed episode. Every message goes, with its own
 ``header.stamp``, to :class:`amf_ros.runtime.demo_recorder.DemoRecorder` (checks, synchroniser, store; bad input
 is refused with a log line and ``last_error`` in the status). Messages and the status timer run in one callback
@@ -57,6 +58,7 @@ class DemoRecorderNode(Node):
                                      callback_group=messages)
         self.create_service(StartEpisode, p.start_service, self._on_start, callback_group=services)
         self.create_service(EndEpisode, p.end_service, self._on_end, callback_group=services)
+        self.create_service(StartEpisode, p.rerecord_service, self._on_rerecord, callback_group=services)
         self.create_timer(p.status_period_s, self._publish_status, callback_group=messages)
         if p.recover_sweep_period_s > 0:
             self.create_timer(p.recover_sweep_period_s, self._sweep, callback_group=MutuallyExclusiveCallbackGroup())
@@ -83,6 +85,13 @@ class DemoRecorderNode(Node):
                             self.count_publishers(self.p.action_topic))
         res.ok, res.message, res.episode_id = out.ok, out.message, out.episode_id
         self._log(out.ok, f"StartEpisode: {out.message}")
+        return res
+
+    def _on_rerecord(self, req: StartEpisode.Request, res: StartEpisode.Response) -> StartEpisode.Response:
+        out = self.rt.rerecord(req.task, req.instruction, req.note, self.get_clock().now().nanoseconds,
+                               self.count_publishers(self.p.action_topic))
+        res.ok, res.message, res.episode_id = out.ok, out.message, out.episode_id
+        self._log(out.ok, f"re-record: {out.message}")
         return res
 
     def _on_end(self, req: EndEpisode.Request, res: EndEpisode.Response) -> EndEpisode.Response:
