@@ -15,7 +15,8 @@ Rules (times are stream time: the newest stamp seen on any stream, so a dead str
 * **recent rate**: messages stamped within the last ``window_s``, divided by ``window_s`` (a resolution of
   1 / ``window_s``: +-0.5 Hz with the default 2 s).
 * a stream is **slow** while its recent rate is below ``min_fraction`` x nominal (checked once the nominal is
-  known); each change (slow / back) is reported once as an event line.
+  known; never for ``unwatched`` streams, by default the action); each change (slow / back) is reported once as an
+  event line.
 * **dropped** (estimate): for each gap longer than 1.5 nominal periods, ``round(gap / period) - 1`` samples;
   **duplicated**: a stamp equal to the stream's previous one; **out of order**: a stamp older than it.
 """
@@ -38,7 +39,7 @@ class StreamReport:
     messages: int = 0
     rate_hz: float = 0.0  # over the episode: (messages - 1) / (last stamp - first stamp)
     recent_hz: float = 0.0  # over the last window_s
-    min_recent_hz: float | None = None  # lowest recent rate once the nominal was known (None: never checked)
+    min_recent_hz: float | None = None  # lowest recent rate after the first window (None: shorter episode)
     nominal_hz: float = 0.0  # 0 = not known yet
     max_gap_s: float = 0.0
     dropped: int = 0
@@ -70,15 +71,18 @@ class StreamHealth:
         min_fraction: a stream below this fraction of its nominal rate is slow (0 = never).
         window_s: the window of the recent rate and of the nominal rate's first measurement.
         history: messages kept between episodes to measure the rate heard before one.
+        unwatched: streams measured but never reported slow (the action stream: its pace is the operator's or
+            the policy's, a sensor's is its own).
     """
 
     def __init__(self, streams: dict[str, str], min_fraction: float = 0.8, window_s: float = 2.0,
-                 history: int = 50) -> None:
+                 history: int = 50, unwatched: tuple[str, ...] = ("action",)) -> None:
         if not 0.0 <= min_fraction < 1.0 or window_s <= 0 or history < 3:
             raise ValueError(f"need 0 <= min_fraction < 1, window_s > 0, history >= 3; got {min_fraction=}, "
                              f"{window_s=}, {history=}")
         self.names = dict(streams)
         self.min_fraction = float(min_fraction)
+        self._unwatched = set(unwatched)
         self._window_ns = int(window_s * _S)
         self._streams = {k: _Stream(history=deque(maxlen=history)) for k in streams}
         self._active = False
@@ -174,9 +178,9 @@ class StreamHealth:
                 continue
             if r.nominal_hz == 0.0:  # the episode's own rate so far: exact for a regular stream (a count is +-1)
                 r.nominal_hz = max(s.pre_hz, r.rate_hz)
-            if r.nominal_hz <= 0 or self.min_fraction <= 0:
-                continue
             r.min_recent_hz = r.recent_hz if r.min_recent_hz is None else min(r.min_recent_hz, r.recent_hz)
+            if r.nominal_hz <= 0 or self.min_fraction <= 0 or key in self._unwatched:
+                continue
             slow = r.recent_hz < self.min_fraction * r.nominal_hz
             if slow and not r.slow:
                 r.slow, s.slow_since_ns = True, now

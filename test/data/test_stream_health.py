@@ -90,3 +90,14 @@ def test_a_dead_stream_goes_to_zero_while_another_one_runs():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="min_fraction"):
         StreamHealth({"s": "/s"}, min_fraction=1.5)
+
+
+def test_the_action_stream_is_measured_but_never_reported_slow():
+    health = StreamHealth({"action": "/a"}, min_fraction=0.8, window_s=1.0)
+    health.begin(0)
+    for t in [k * (S // 10) for k in range(20)] + [5 * S + k * (S // 10) for k in range(20)]:  # a 3 s pause
+        health.feed("action", t)
+    assert health.events() == [] and health.warnings() == []
+    r = health.end()["action"]
+    # measured when a message arrives: the first one after the pause sees itself alone in its 1 s window
+    assert r["min_recent_hz"] == 1.0 and r["dropped"] == 30 and r["max_gap_s"] == 3.1 and r["slow_s"] == 0
