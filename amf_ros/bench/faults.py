@@ -472,10 +472,12 @@ def _amf_up_once(work: Path, env: dict[str, str], sig_name: str, slack_s: float,
             t0 = time.monotonic()
             client.wait_for(lambda: "demo_recorder respawned (1/" in logfile.read_text(errors="replace"), 30,
                             "the respawn")
-            after = _children(up.pid)
-            same = {n: p for n, p in after.items() if n != "demo_recorder"} == \
-                {n: p for n, p in children.items() if n != "demo_recorder"}
+            # until its exec: a child caught between fork and exec still shows `amf up`'s own command line
+            client.wait_for(lambda: _children(up.pid).get("demo_recorder") not in (None, children["demo_recorder"]),
+                            30, "the respawned demo_recorder process")
             respawned = time.monotonic() - t0
+            after = _children(up.pid)
+            same = all(after.get(n) == p for n, p in children.items() if n != "demo_recorder")
             why_not = _records_again(client)
             rows.append(Probe("amf up: SIGKILL demo_recorder -> respawned", "4", 2.0, respawned,
                               same and not why_not and after.get("demo_recorder") not in (None, children["demo_recorder"]),

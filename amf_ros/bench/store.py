@@ -1,6 +1,6 @@
 """`amf bench store`: episode-store write rate, dropped frames, read throughput, bytes per step per codec.
 
-What is measured, per image codec (raw, png, jpeg):
+What is measured, per image codec (raw, png, jpeg, and video per chunk: h264, av1):
 
 * **paced write**: a 640x480x3 camera at 30 Hz for ``duration_s`` (wall-clock paced). The camera has a
   queue of depth 1: a frame still waiting when the next one arrives is dropped. ``dropped_frames`` counts
@@ -12,6 +12,7 @@ What is measured, per image codec (raw, png, jpeg):
   over 30 Hz). ``sustains_rate`` = no store drops and max write >= the camera rate: a short paced run can show
   zero drops while a backlog grows in the writer queue (then ``commit_s`` is long).
 * **bytes per step**: episode directory size / steps.
+* **fidelity**: PSNR of every stored frame of the unpaced episode against the frame written ("exact" = lossless).
 * **read**: ``load_transitions`` of the episode with images (decode time, steps/s), then random
   fine-tuning batches of ``batch_size`` (state, action, image resized to 256x256 once) from memory.
 
@@ -32,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from amf_ros.bench.results import config_dict, format_table, load_config, write_results
+from amf_ros.data.codec import CODECS
 from amf_ros.data.loader import load_transitions
 from amf_ros.data.store import EpisodeStore, StoreConfig
 
@@ -45,11 +47,12 @@ class StoreBenchConfig:
     rate_hz: float = 30.0  # camera rate of the paced write
     duration_s: float = 10.0  # paced write length
     max_write_frames: int = 150  # frames of the unpaced write
-    codecs: list[str] = field(default_factory=lambda: ["raw", "png", "jpeg"])
+    codecs: list[str] = field(default_factory=lambda: ["raw", "png", "jpeg", "h264", "av1"])
     chunk_steps: int = 30  # 1 s of frames per chunk file
     png_level: int = 1
     encode_threads: int = 2
     jpeg_quality: int = 95
+    video_crf: int = 23
     batch_size: int = 256
     read_batches: int = 200
     train_image_size: int = 256  # images are resized once for fine-tuning batches (Octo: 256x256)
@@ -60,7 +63,7 @@ class StoreBenchConfig:
             raise ValueError(f"bad frame/rate settings: {self.width=}, {self.height=}, {self.rate_hz=}, "
                              f"{self.duration_s=}")
         for c in self.codecs:
-            StoreConfig(image_codec=c)  # validates the name
+            StoreConfig(image_codec=c, video_crf=self.video_crf)  # validates the name
 
 
 class FrameSource:
@@ -149,6 +152,17 @@ def max_write(store: EpisodeStore, frames: list[np.ndarray], cfg: StoreBenchConf
             "write_mb_s": nbytes / wall / 1e6, "bytes_per_step": nbytes / cfg.max_write_frames}
 
 
+def fidelity(store: EpisodeStore, episode_id: str, frames: list[np.ndarray]) -> dict[str, float]:
+    """PSNR (dB) of every stored frame of an unpaced episode (step k holds frame k) against the frame written;
+    None = every frame exact (JSON has no infinity)."""
+    got = store.load(episode_id).observation["image_primary"]
+    mse = np.array([np.mean((g.astype(np.float64) - frames[k % len(frames)]) ** 2) for k, g in enumerate(got)])
+    if not mse.any():
+        return {"psnr_db_mean": None, "psnr_db_min": None, "exact": True}
+    psnr = 10 * np.log10(255.0 ** 2 / np.maximum(mse, 1e-12))  # an exact frame among lossy ones: ~148 dB
+    return {"psnr_db_mean": float(np.mean(psnr)), "psnr_db_min": float(np.min(psnr)), "exact": False}
+
+
 def read_throughput(store: EpisodeStore, episode_id: str, cfg: StoreBenchConfig) -> dict[str, Any]:
     """Load one episode into fine-tuning transitions, then draw random batches from memory."""
     t0 = time.perf_counter()
@@ -186,6 +200,7 @@ def run(cfg: StoreBenchConfig, work_dir: Path) -> dict[str, dict[str, Any]]:
     for codec in cfg.codecs:
         store = EpisodeStore(work_dir / codec, StoreConfig(image_codec=codec, chunk_steps=cfg.chunk_steps,
                                                            png_level=cfg.png_level, jpeg_quality=cfg.jpeg_quality,
+                                                           video_crf=cfg.video_crf,
                                                            encode_threads=cfg.encode_threads))
         paced = paced_write(store, frames, cfg)
         unpaced = max_write(store, frames, cfg)
@@ -193,6 +208,7 @@ def run(cfg: StoreBenchConfig, work_dir: Path) -> dict[str, dict[str, Any]]:
         # Zero drops over a short run can hide a growing backlog (the writer queue absorbs it and commit
         # pays); the rate is sustained only if the store dropped nothing and writes faster than the camera.
         results[codec] = {"paced_write": paced, "max_write": unpaced, "read": read,
+                          "fidelity": fidelity(store, unpaced["episode_id"], frames),
                           "sustains_rate": bool(paced["dropped_by_store"] == 0
                                                 and unpaced["max_write_hz"] >= cfg.rate_hz)}
     return results
@@ -204,7 +220,7 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--out", default="runs/bench/store", help="output directory (default runs/bench/store)")
     ap.add_argument("--config", default=None, help="YAML overriding StoreBenchConfig fields")
     ap.add_argument("--duration", type=float, default=None, help="paced write length, s (default 10)")
-    ap.add_argument("--codecs", nargs="+", default=None, choices=["raw", "png", "jpeg"])
+    ap.add_argument("--codecs", nargs="+", default=None, choices=list(CODECS))
     ap.add_argument("--keep", action="store_true", help="keep the benchmark episodes under OUT/stores")
     args = ap.parse_args(list(argv))
     cfg = load_config(StoreBenchConfig, args.config, duration_s=args.duration, codecs=args.codecs)
@@ -229,9 +245,11 @@ def main(argv: Sequence[str]) -> int:
         rows.append([codec, f"{p['frames_written']}/{p['frames_offered']}",
                      f"{p['dropped_frames']} ({p['dropped_by_store']})", p["achieved_hz"],
                      p["add_step_ms_p99"], p["commit_s"], m["max_write_hz"], "yes" if r["sustains_rate"] else "NO",
-                     p["bytes_per_step"] / 1e3, rd["load_steps_per_s"], rd["samples_per_s"]])
+                     p["bytes_per_step"] / 1e3,
+                     "exact" if r["fidelity"]["exact"] else f"{r['fidelity']['psnr_db_min']:.1f}", rd["load_steps_per_s"],
+                     rd["samples_per_s"]])
     print(format_table(["codec", "written", "dropped (by store)", "paced Hz", "add_step p99 ms", "commit s",
-                        "max write Hz", f"sustains {cfg.rate_hz:g} Hz", "kB/step", "load steps/s",
+                        "max write Hz", f"sustains {cfg.rate_hz:g} Hz", "kB/step", "PSNR min dB", "load steps/s",
                         "batch samples/s"], rows, floatfmt=".1f"))
     print(f"{cfg.width}x{cfg.height}x3 at {cfg.rate_hz:g} Hz for {cfg.duration_s:g} s; {os.cpu_count()} CPUs, "
           f"load {load:.1f}; wall {wall:.1f} s -> {out / 'results.json'}")

@@ -1,19 +1,31 @@
-"""Image codecs for the episode store: PNG (lossless), JPEG (lossy, small) or raw arrays.
+"""Image codecs for the episode store: PNG (lossless), JPEG (lossy, small), raw arrays, or video (H.264, AV1).
 
 Why a packed layout: an ``.npz`` cannot hold a list of variable-length byte strings without pickle
 (which the store refuses), so N encoded images are stored as one concatenated uint8 buffer plus
 N+1 offsets.
+
+Video: the frames of one chunk become one small MP4 (PyAV: libx264 or libsvtav1, yuv420p, constant quality
+``video_crf``) stored as bytes inside the chunk file, so a chunk stays all-or-nothing (the store's crash safety
+holds unchanged) and decodes on its own (every chunk starts with a key frame). yuv420p needs even sizes: an odd
+frame is padded by repeating its last row/column and cropped back on decode (``@shape`` keeps the true size).
 """
 
 from __future__ import annotations
 
 from typing import Callable, Iterable
 
+import contextlib
+import io
+import os
+from typing import Iterator
+
 import numpy as np
 
 from amf_ros._optional import require
 
-CODECS = ("png", "jpeg", "raw")
+VIDEO_ENCODERS = {"h264": ("libx264", {"preset": "veryfast"}), "av1": ("libsvtav1", {"preset": "10"})}
+"""Video codec -> (FFmpeg encoder, options); both ship in PyAV's wheels."""
+CODECS = ("png", "jpeg", "raw", *VIDEO_ENCODERS)
 
 
 def encode_image(image: np.ndarray, codec: str, jpeg_quality: int = 95, png_level: int = 1) -> bytes:
@@ -60,14 +72,90 @@ def unpack(data: np.ndarray, offsets: np.ndarray) -> list[bytes]:
     return [raw[int(a):int(b)] for a, b in zip(offsets[:-1], offsets[1:])]
 
 
+def encode_video(images: np.ndarray, codec: str, crf: int = 23) -> bytes:
+    """Encode (n, H, W, 3) RGB uint8 frames as one MP4 (``codec`` "h264" or "av1"); odd sizes are edge-padded."""
+    if codec not in VIDEO_ENCODERS:
+        raise ValueError(f"encode_video: codec must be one of {sorted(VIDEO_ENCODERS)}, got {codec=}")
+    images = np.asarray(images)
+    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[3] != 3 or images.shape[0] == 0:
+        raise ValueError(f"expected RGB uint8 frames (n >= 1, H, W, 3), got {images.dtype} {images.shape}")
+    av = require("av", "video storage (image_codec h264/av1)")
+    n, h, w = images.shape[:3]
+    even = np.pad(images, ((0, 0), (0, h % 2), (0, w % 2), (0, 0)), mode="edge")
+    encoder, options = VIDEO_ENCODERS[codec]
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints ~25 info lines per encoder to stderr otherwise
+    buf = io.BytesIO()
+    with _keep_scheduling():
+        with av.open(buf, mode="w", format="mp4") as out:
+            stream = out.add_stream(encoder, rate=30)  # nominal: a frame's time is its step's stamp
+            stream.width, stream.height, stream.pix_fmt = even.shape[2], even.shape[1], "yuv420p"
+            stream.options = {**options, "crf": str(int(crf))}
+            for frame in even:
+                out.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
+            out.mux(stream.encode())
+    return buf.getvalue()
+
+
+@contextlib.contextmanager
+def _keep_scheduling() -> Iterator[None]:
+    """Restore the calling thread's scheduling policy after an encoder ran on it.
+
+    Why: SVT-AV1 (libsvtav1 4.1 in PyAV 18's wheels) switches the thread that opens it to SCHED_FIFO when it may
+    (root, as in many robot containers). A real-time thread then starves the node's executor on its core, and
+    every process started from that thread inherits the policy: a test run that encoded AV1 on its main thread
+    later wedged the ROS nodes it spawned (both processes spinning at 90 % CPU).
+    """
+    if not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if os.sched_getscheduler(0) != policy:
+            os.sched_setscheduler(0, policy, param)
+
+
+def decode_video(data: bytes | np.ndarray, shape: tuple[int, int, int] | None = None) -> np.ndarray:
+    """Decode :func:`encode_video` bytes into (n, H, W, 3) RGB uint8; ``shape`` (n, H, W) checks the frame count
+    and crops the padding."""
+    av = require("av", "video decoding (image_codec h264/av1)")
+    raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    try:
+        with av.open(io.BytesIO(raw), mode="r") as inp:
+            frames = [f.to_ndarray(format="rgb24") for f in inp.decode(video=0)]
+    except av.error.FFmpegError as exc:
+        raise ValueError(f"corrupt video chunk ({len(raw)} bytes): {exc}") from exc
+    if shape is not None:
+        n, h, w = (int(v) for v in shape)
+        if len(frames) != n:
+            raise ValueError(f"video chunk holds {len(frames)} frames, expected {n}")
+        frames = [f[:h, :w] for f in frames]
+    return np.stack(frames) if frames else np.zeros((0, 0, 0, 3), dtype=np.uint8)
+
+
+def video_codec_of(data: bytes | np.ndarray) -> str:
+    """"h264" or "av1": the codec of a stored video chunk (for recovering an episode's metadata)."""
+    av = require("av", "video decoding")
+    raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    with av.open(io.BytesIO(raw), mode="r") as inp:
+        name = inp.streams.video[0].codec_context.name
+    return "h264" if name == "h264" else "av1"
+
+
 def encode_stack(images: np.ndarray, codec: str, jpeg_quality: int = 95, png_level: int = 1,
-                 map_fn: Callable[..., Iterable[bytes]] = map) -> dict[str, np.ndarray]:
-    """Encode (n, H, W, 3) images; returns the arrays to store under suffixes ``""`` (raw) or ``@data/@offsets``.
+                 map_fn: Callable[..., Iterable[bytes]] = map, video_crf: int = 23) -> dict[str, np.ndarray]:
+    """Encode (n, H, W, 3) images; returns the arrays to store under suffixes ``""`` (raw), ``@data/@offsets``
+    (PNG/JPEG) or ``@video/@shape`` (H.264/AV1).
 
     ``map_fn`` may be a thread pool's ``map``: opencv releases the GIL while encoding.
     """
     if codec == "raw":
         return {"": np.ascontiguousarray(images, dtype=np.uint8)}
+    if codec in VIDEO_ENCODERS:
+        video = encode_video(images, codec, video_crf)
+        return {"@video": np.frombuffer(video, dtype=np.uint8),
+                "@shape": np.asarray(np.shape(images)[:3], dtype=np.int64)}
     data, offsets = pack(list(map_fn(lambda im: encode_image(im, codec, jpeg_quality, png_level), images)))
     return {"@data": data, "@offsets": offsets}
 
@@ -76,6 +164,8 @@ def decode_stack(arrays: dict[str, np.ndarray], key: str) -> np.ndarray:
     """Inverse of :func:`encode_stack` for the arrays of one image key found in a chunk."""
     if key in arrays:
         return np.asarray(arrays[key])
+    if key + "@video" in arrays:
+        return decode_video(np.asarray(arrays[key + "@video"]), tuple(np.asarray(arrays[key + "@shape"])))
     data, offsets = arrays.get(key + "@data"), arrays.get(key + "@offsets")
     if data is None or offsets is None:
         raise KeyError(key)

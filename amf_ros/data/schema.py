@@ -32,6 +32,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from amf_ros.data.codec import CODECS
+
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 
@@ -78,7 +80,7 @@ class EpisodeMeta:
     num_steps: int = 0
     topics: dict[str, str] = field(default_factory=dict)  # stream name -> ROS topic it came from
     state_names: list[str] = field(default_factory=list)  # one name per state entry (may be empty)
-    image_codec: dict[str, str] = field(default_factory=dict)  # image key -> "png" | "jpeg" | "raw"
+    image_codec: dict[str, str] = field(default_factory=dict)  # image key -> "png" | "jpeg" | "raw" | "h264" | "av1"
     chunks: list[dict[str, Any]] = field(default_factory=list)  # [{"file", "num_steps", "sha256"}]
     created_unix: float = 0.0
     ended_unix: float = 0.0
@@ -139,7 +141,7 @@ def validate_meta(meta: EpisodeMeta, episode: str | None = None) -> None:
     if not (math.isfinite(meta.control_rate_hz) and meta.control_rate_hz > 0):
         raise EpisodeValidationError(ep, "meta.control_rate_hz", f"must be > 0, got {meta.control_rate_hz}")
     for codec in meta.image_codec.values():
-        if codec not in ("png", "jpeg", "raw"):
+        if codec not in CODECS:
             raise EpisodeValidationError(ep, "meta.image_codec", f"unknown codec {codec!r}")
 
 

@@ -447,6 +447,8 @@ class EpisodeStore:
 
     @staticmethod
     def _guess_codec(arrays: Mapping[str, np.ndarray], key: str) -> str:
+        if key + "@video" in arrays:
+            return _codec.video_codec_of(np.asarray(arrays[key + "@video"]))
         head = np.asarray(arrays[key + "@data"][:4]).tobytes()
         return "png" if head.startswith(b"\x89PNG") else "jpeg"
 

@@ -62,8 +62,9 @@ WRITER_UNKNOWN = "unknown"  # no lock file (written before writer.lock existed):
 class StoreConfig:
     """How episodes are written (reading needs no config: every episode says how it was written)."""
 
-    image_codec: str = "png"  # "png" (lossless), "jpeg" (lossy, ~10x smaller) or "raw" (uncompressed)
+    image_codec: str = "png"  # "png" (lossless), "jpeg" (lossy, ~10x smaller), "raw", "h264" or "av1" (video/chunk)
     jpeg_quality: int = 95  # 1..100, used when image_codec == "jpeg"
+    video_crf: int = 23  # constant quality of h264 (0-51) / av1 (0-63): lower = better and larger
     png_level: int = 1  # 0..9 zlib level (1: fastest real compression, ~25-60 ms per 640x480 frame)
     chunk_steps: int = 25  # steps per chunk file = most steps a crash can lose (25 = 5 s at 5 Hz)
     threaded: bool = True  # encode and write chunks on a background thread (add_step stays cheap)
@@ -75,6 +76,8 @@ class StoreConfig:
             raise ValueError(f"image_codec must be one of {_codec.CODECS}, got {self.image_codec=}")
         if not 1 <= self.jpeg_quality <= 100:
             raise ValueError(f"jpeg_quality must be in [1, 100], got {self.jpeg_quality=}")
+        if not 0 <= self.video_crf <= 51 + 12 * (self.image_codec == "av1"):
+            raise ValueError(f"video_crf must be in [0, 51] (h264) or [0, 63] (av1), got {self.video_crf=}")
         if not 0 <= self.png_level <= 9:
             raise ValueError(f"png_level must be in [0, 9], got {self.png_level=}")
         if self.chunk_steps < 1:
@@ -462,7 +465,8 @@ class EpisodeWriter:
                 if is_image_key(key):
                     codec = self.meta.image_codec[key]
                     for suffix, arr in _codec.encode_stack(stacked, codec, self._config.jpeg_quality,
-                                                           self._config.png_level, self._map).items():
+                                                           self._config.png_level, self._map,
+                                                           self._config.video_crf).items():
                         arrays[key + suffix] = arr
                 else:
                     arrays[key] = stacked

@@ -238,7 +238,7 @@ class DemoRecorder:
         self.topics = stream_topics(p.action_topic, p.state_topic, p.image_topics, p.image_keys)
         self.converters = converters(p)
         self.store = EpisodeStore(p.dataset_dir, StoreConfig(image_codec=p.image_codec,
-                                  jpeg_quality=p.jpeg_quality, chunk_steps=p.chunk_steps))
+                                  jpeg_quality=p.jpeg_quality, video_crf=p.video_crf, chunk_steps=p.chunk_steps))
         self.partial_report = handle_partial(self.store, p.on_partial, p.recover_min_age_s)
         """One line per partial episode found at start (what was done with it), for the node's log; later ones
         are handled by :meth:`sweep_partial`."""

@@ -112,8 +112,8 @@ def test_an_action_the_arm_dropped_is_not_recorded(start_nodes, client_node, tmp
 
 def test_rerecord_discards_the_demonstration_in_progress_and_the_operator_starts_over(start_nodes, client_node,
                                                                                       tmp_path):
-    """recorder/rerecord right after StartEpisode: the first episode is gone from the store, the scripted operator
-    drops it, resets the simulator and demonstrates the new one, which is committed."""
+    """recorder/rerecord right after StartEpisode: the first episode is gone from the store; the scripted operator
+    drops it (if it had begun: the two statuses may reach it as one) and demonstrates the new one, committed."""
     from rclpy.qos import QoSProfile, ReliabilityPolicy
 
     from amf_ros.data.store import EpisodeStore
@@ -138,5 +138,6 @@ def test_rerecord_discards_the_demonstration_in_progress_and_the_operator_starts
     store = EpisodeStore(dataset, create=False)
     assert store.episode_ids() == [again.episode_id] and not store.partial()
     assert store.meta(again.episode_id).success and store.meta(again.episode_id).num_steps > 10
-    assert f"episode {first.episode_id} ended by someone else" in procs.log_tail("scripted_teleop", 20000)
+    teleop = procs.log_tail("scripted_teleop", 20000)  # it may never have seen the first episode's status
+    assert first.episode_id not in teleop or f"episode {first.episode_id} ended by someone else" in teleop, teleop
     assert procs.dead() == {}

@@ -1,6 +1,7 @@
 """A demo_recorder process killed with SIGKILL mid-episode leaves every earlier episode intact; the kill frees
 its episode's writer.lock, so on restart the partial episode is dead for sure and recovered at once, however
-young (complete chunks only, marked recovered, success unknown), and the node says so.
+young (complete chunks only, marked recovered, success unknown), and the node says so. With PNG frames and with
+H.264 video chunks.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ pytestmark = pytest.mark.ros
 TASK, INSTRUCTION = "pour", "pour the cup"
 
 
-def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tmp_path):
+@pytest.mark.parametrize("codec", ["png", "h264"])  # h264: one MP4 per chunk file, same all-or-nothing chunks
+def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tmp_path, codec):
     from amf_ros.data.store import EpisodeStore
     from amf_ros.srv import EndEpisode, StartEpisode
 
     dataset = tmp_path / "ds"
     params = {"dataset_dir": str(dataset), "sync_mode": "on_action", "image_topics": [IMAGE_TOPIC],
               "max_delay_s": 5.0,  # stream time runs faster than wall time in these scripted sessions
-              "chunk_steps": 4, "topic_timeout_s": 5.0, "status_period_s": 0.2}
+              "chunk_steps": 4, "topic_timeout_s": 5.0, "status_period_s": 0.2, "image_codec": codec}
     procs = start_nodes({"demo_recorder": params}, name="first")
     status = StatusWatcher(client_node)
     live = LivePublisher(client_node)
@@ -80,5 +82,6 @@ def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tm
     assert store.episode_ids() == [first, second] and store.partial() == []
     rec = store.load(second)
     assert len(rec) == 8 and rec.meta.recovered and rec.meta.success is None and rec.meta.task == TASK
+    assert rec.meta.image_codec == {"observation/image_primary": codec} and rec.observation["image_primary"].shape[0] == 8
     same_as_before(store.load(first))
     assert again.dead() == {}

@@ -86,9 +86,15 @@ class DemoRecorderParams:
         range=(1, 1000),
     )
     image_codec: str = param(
-        "png", "How images are stored: png (lossless), jpeg or raw.", choices=("png", "jpeg", "raw")
+        "png",
+        "How images are stored: png (lossless), jpeg, raw, or video per chunk: h264 (libx264) or av1 (libsvtav1), "
+        "encoded on the writer's thread, crash-safe like the others.",
+        choices=("png", "jpeg", "raw", "h264", "av1"),
     )
     jpeg_quality: int = param(95, "JPEG quality when image_codec is jpeg.", range=(1, 100))
+    video_crf: int = param(
+        23, "Constant quality of h264 (0-51) / av1 (0-63) video: lower is better and larger.", range=(0, 63)
+    )
     chunk_steps: int = param(25, "Steps per chunk file = the most steps a crash can lose.", range=(1, 100000))
     topic_timeout_s: float = param(
         2.0,
