@@ -77,6 +77,18 @@ def scripted_sequence(start_ns: int, frames: int = 40, period_ns: int = 50_000_0
     return seq
 
 
+def wait_action_path(pub: Any, procs: Any, node: str = "sim_bridge", timeout: float = 30.0) -> None:
+    """Wait until an action published now reaches ``node``: unstamped probes, which every arm drops without
+    stepping and logs, until one shows in its log. ``pub.get_subscription_count()`` only says the publisher has
+    matched the arm; until the arm has matched the publisher too, a sample waits for a reliable resend (~1 s in
+    CI), long enough for the arm to drop a real action as stale."""
+    def probe() -> bool:
+        pub.publish(make_action([0.0] * 6 + [1.0], 0))
+        return "unstamped action" in procs.log_tail(node, 50000)
+    wait_for(lambda: pub.get_subscription_count() > 0, timeout, f"{node} subscribing to the action topic")
+    wait_for(probe, timeout, f"an action to reach {node} (both sides of DDS discovery)", poll=0.3)
+
+
 class LivePublisher:
     """Publishes a scripted sequence with rclpy (reliable QoS), paced so that no queue overflows."""
 
