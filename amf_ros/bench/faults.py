@@ -31,6 +31,7 @@ import numpy as np
 from amf_ros.atomic import atomic_write_text
 from amf_ros.bench.results import format_table, write_results
 from amf_ros.bringup.lifetime import alive
+from amf_ros.data.ros_convert import time_ns
 from amf_ros.paths import resolve_config
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class LiveGraph:
         extra["task_selector"] += ["-p", f"tasks:=[{', '.join(TASKS)}]"]
         self.procs = NodeProcesses(plan.sim_plan(str(self.config), checkpoint=str(self.ckpt)), log_dir=work / "logs",
                                    env=env, extra_args=extra)
-        self.statuses: list[tuple[float, int, int]] = []  # (monotonic arrival, resets, steps)
+        self.statuses: list[tuple[float, int, int, int]] = []  # (monotonic arrival, resets, steps, age at arrival ns)
         self._lock = threading.Lock()
         client.node.create_subscription(TaskStatus, "sim/status", self._on_status, qos.EVENTS)
         p = _section(self.config, "policy_server")
@@ -98,7 +99,8 @@ class LiveGraph:
 
     def _on_status(self, msg: Any) -> None:
         with self._lock:
-            self.statuses.append((time.monotonic(), int(msg.resets), int(msg.steps)))
+            age = self.client.node.get_clock().now().nanoseconds - time_ns(msg.header.stamp)
+            self.statuses.append((time.monotonic(), int(msg.resets), int(msg.steps), age))
 
     def start(self, timeout_s: float = 180.0) -> "LiveGraph":
         self.procs.start()
@@ -129,12 +131,19 @@ class LiveGraph:
         self.client.wait_for(lambda: len(fb) >= 5, 60, "run_policy feedback")
         return future
 
-    def between_steps(self, timeout_s: float = 5.0) -> None:
-        """Return right after the arm published a new status: it has just stepped and waits for the next action."""
-        n = self.status_count()
+    def between_steps(self, timeout_s: float = 5.0, fresh_s: float = 0.03) -> None:
+        """Return right after the arm published a new status: it has just stepped and waits for the next action.
+        Only a status seen within ``fresh_s`` of its stamp counts: on a loaded machine this thread may see one late,
+        when the arm is already applying the next action, and a freeze then lands mid-step (that action completes
+        after SIGCONT: seen once in CI as "1 action applied after SIGCONT")."""
         deadline = time.monotonic() + timeout_s
-        while self.status_count() == n and time.monotonic() < deadline:
-            time.sleep(0.0005)
+        while time.monotonic() < deadline:
+            n = self.status_count()
+            while self.status_count() == n and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            with self._lock:
+                if self.statuses and self.statuses[-1][3] < fresh_s * 1e9:
+                    return
 
     def restart(self, name: str, timeout_s: float = 120.0) -> None:
         """Start a node that exited again and wait for its start-up line (discovery keeps the dead one's endpoints
