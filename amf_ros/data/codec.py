@@ -120,7 +120,7 @@ def decode_video(data: bytes | np.ndarray, shape: tuple[int, int, int] | None = 
     """Decode :func:`encode_video` bytes into (n, H, W, 3) RGB uint8; ``shape`` (n, H, W) checks the frame count
     and crops the padding."""
     av = require("av", "video decoding (image_codec h264/av1)")
-    raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    raw = _as_bytes(data)
     try:
         with av.open(io.BytesIO(raw), mode="r") as inp:
             frames = [f.to_ndarray(format="rgb24") for f in inp.decode(video=0)]
@@ -134,10 +134,15 @@ def decode_video(data: bytes | np.ndarray, shape: tuple[int, int, int] | None = 
     return np.stack(frames) if frames else np.zeros((0, 0, 0, 3), dtype=np.uint8)
 
 
+def _as_bytes(data: bytes | np.ndarray) -> bytes:
+    """A stored video chunk (a uint8 array from the .npz, or bytes) as bytes."""
+    return data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+
+
 def video_codec_of(data: bytes | np.ndarray) -> str:
     """"h264" or "av1": the codec of a stored video chunk (for recovering an episode's metadata)."""
     av = require("av", "video decoding")
-    raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    raw = _as_bytes(data)
     with av.open(io.BytesIO(raw), mode="r") as inp:
         name = inp.streams.video[0].codec_context.name
     return "h264" if name == "h264" else "av1"

@@ -40,19 +40,21 @@ class EpisodeRecorder:
         topics: topic -> stream name (one ``"action"``; observation keys like ``"state"``, ``"image_primary"``).
         sync: sampling rule (rate, mode); see :mod:`amf_ros.data.sync`.
         robot: written into each episode's metadata.
-        health: per-stream rate monitor (default: 80 % of the nominal rate over 2 s windows); its report of each
-            episode goes into the metadata as ``extra["streams"]``.
+        min_rate_fraction, rate_window_s: the per-stream rate monitor (:mod:`amf_ros.data.stream_health`); its
+            report of each episode goes into the metadata as ``extra["streams"]``.
     """
 
     def __init__(self, store: EpisodeStore, topics: Mapping[str, str] | None = None,
-                 sync: SyncConfig | None = None, robot: str = "", health: StreamHealth | None = None) -> None:
+                 sync: SyncConfig | None = None, robot: str = "", min_rate_fraction: float = 0.8,
+                 rate_window_s: float = 2.0) -> None:
         self.store = store
         self.topics = dict(topics or DEFAULT_TOPICS)
         self.sync_config = sync or SyncConfig()
         self.robot = robot
         self._sync = StreamSynchronizer(self.topics, self.sync_config)
         self._sync.pause()
-        self.health = health or StreamHealth({stream: topic for topic, stream in self.topics.items()})
+        self.health = StreamHealth({stream: topic for topic, stream in self.topics.items()}, min_rate_fraction,
+                                   rate_window_s)
         self._writer: EpisodeWriter | None = None
         self.last_stamp: dict[str, int] = {}  # topic -> stamp of its newest message (for status/topic ages)
         self.last_error = ""

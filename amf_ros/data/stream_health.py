@@ -25,8 +25,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
-
 import numpy as np
 
 _S = 1e9
@@ -197,13 +195,10 @@ class StreamHealth:
                 f"{self.min_fraction:.0%} of its nominal {r.nominal_hz:.1f} Hz ({r.dropped} samples dropped so far)")
 
 
-def summarize(streams: dict[str, dict], keys: Iterable[str] | None = None) -> str:
+def summarize(streams: dict[str, dict]) -> str:
     """One line per stream for `amf inspect`: rate vs nominal, max gap, dropped/duplicated, time slow."""
     lines = []
-    for key in keys or sorted(streams):
-        r = streams.get(key)
-        if not r:
-            continue
+    for key, r in sorted(streams.items()):
         slow = f", slow for {r['slow_s']:.1f} s" if r.get("slow_s") else ""
         lines.append(f"{key}: {r['rate_hz']:.1f} Hz (nominal {r['nominal_hz']:.1f}), max gap {r['max_gap_s']:.2f} s, "
                      f"{r['dropped']} dropped, {r['duplicated']} duplicated{slow}")

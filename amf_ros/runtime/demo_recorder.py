@@ -23,12 +23,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from amf_ros.data import ros_convert
 from amf_ros.data.recorder import EpisodeRecorder
 from amf_ros.data.store import WRITER_ALIVE, WRITER_UNKNOWN, EpisodeStore, PartialEpisode, StoreConfig
-from amf_ros.data.stream_health import StreamHealth
 from amf_ros.data.sync import SyncConfig
 from amf_ros.data.tasks import check_task_keys
 from amf_ros.runtime import recorder_inputs as inputs
@@ -244,9 +243,8 @@ class DemoRecorder:
         are handled by :meth:`sweep_partial`."""
         sync = SyncConfig(rate_hz=p.control_rate_hz, mode=p.sync_mode, aggregate=p.aggregate,
                           max_obs_age_s=p.max_obs_age_s, max_delay_s=p.max_delay_s)
-        health = StreamHealth({stream: topic for topic, stream in self.topics.items()}, p.min_rate_fraction,
-                              p.rate_window_s)
-        self.rec = EpisodeRecorder(self.store, self.topics, sync, robot=p.robot, health=health)
+        self.rec = EpisodeRecorder(self.store, self.topics, sync, robot=p.robot,
+                                   min_rate_fraction=p.min_rate_fraction, rate_window_s=p.rate_window_s)
         self.received: dict[str, float] = {t: -1.0 for t in self.topics}  # topic -> monotonic receive time
         self.last_error = ""
         self.episodes_in_store = len(self.store)
@@ -297,8 +295,12 @@ class DemoRecorder:
             now_ns: node clock now; actions stamped earlier are not recorded.
             action_publishers: publishers on the action topic (teleop must be there; it starts with the episode).
         """
+        return self._reported(self._start, task, instruction, note, now_ns, action_publishers)
+
+    def _reported(self, op: Callable[..., StartResult], *args: Any) -> StartResult:
+        """Run a start-like operation under the lock; its refusal becomes ``last_error``, its success clears it."""
         with self._cond:
-            res = self._start(task, instruction, note, now_ns, action_publishers)
+            res = op(*args)
             self._report(res.ok, res.message)
             return res
 
@@ -335,10 +337,7 @@ class DemoRecorder:
         """Discard the episode being recorded and start a new one in one call (what an operator presses after a
         botched demonstration). An empty ``task`` keeps the current one (and its instruction); a request that
         could not start is refused before anything is discarded."""
-        with self._cond:
-            res = self._rerecord(task, instruction, note, now_ns, action_publishers)
-            self._report(res.ok, res.message)
-            return res
+        return self._reported(self._rerecord, task, instruction, note, now_ns, action_publishers)
 
     def _rerecord(self, task: str, instruction: str, note: str, now_ns: int, action_publishers: int) -> StartResult:
         if not self.rec.recording:

@@ -81,17 +81,18 @@ class DemoRecorderNode(Node):
             self._publish_status()
 
     def _on_start(self, req: StartEpisode.Request, res: StartEpisode.Response) -> StartEpisode.Response:
-        out = self.rt.start(req.task, req.instruction, req.note, self.get_clock().now().nanoseconds,
-                            self.count_publishers(self.p.action_topic))
-        res.ok, res.message, res.episode_id = out.ok, out.message, out.episode_id
-        self._log(out.ok, f"StartEpisode: {out.message}")
-        return res
+        return self._start_like(self.rt.start, "StartEpisode", req, res)
 
     def _on_rerecord(self, req: StartEpisode.Request, res: StartEpisode.Response) -> StartEpisode.Response:
-        out = self.rt.rerecord(req.task, req.instruction, req.note, self.get_clock().now().nanoseconds,
-                               self.count_publishers(self.p.action_topic))
+        return self._start_like(self.rt.rerecord, "re-record", req, res)
+
+    def _start_like(self, op: Any, label: str, req: StartEpisode.Request,
+                    res: StartEpisode.Response) -> StartEpisode.Response:
+        """Both StartEpisode-typed services: the runtime call with the node clock and the action publishers."""
+        out = op(req.task, req.instruction, req.note, self.get_clock().now().nanoseconds,
+                 self.count_publishers(self.p.action_topic))
         res.ok, res.message, res.episode_id = out.ok, out.message, out.episode_id
-        self._log(out.ok, f"re-record: {out.message}")
+        self._log(out.ok, f"{label}: {out.message}")
         return res
 
     def _on_end(self, req: EndEpisode.Request, res: EndEpisode.Response) -> EndEpisode.Response:
