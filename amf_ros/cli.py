@@ -32,8 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("amf_ros.ros.stop:main", "stop the arm(s) now: drop the actions sent so far, end run_policy / demos"),
     "pretrain": ("amf_ros.bench.pretrain:main", "pre-train a policy on scripted demonstrations (mismatched allocation)"),
     "inspect": ("amf_ros.data.cli:inspect_main", "summarise and validate an episode dataset"),
-    "export": ("amf_ros.data.cli:export_main", "export episodes (rlds)"),
-    "import": ("amf_ros.data.cli:import_main", "import episodes (bag: rosbag2 sqlite3/MCAP)"),
+    "export": ("amf_ros.data.cli:export_main", "export episodes (rlds, lerobot)"),
+    "import": ("amf_ros.data.cli:import_main", "import episodes (bag: rosbag2 sqlite3/MCAP; lerobot: LeRobot v3)"),
 }
 
 

@@ -1,4 +1,4 @@
-"""`amf inspect`, `amf export rlds`, `amf import bag`: the data tools of the `amf` command."""
+"""`amf inspect`, `amf export rlds|lerobot`, `amf import bag|lerobot`: the data tools of the `amf` command."""
 
 from __future__ import annotations
 
@@ -112,12 +112,16 @@ def inspect_main(argv: Sequence[str]) -> int:
 
 
 def export_main(argv: Sequence[str]) -> int:
-    """`amf export rlds DATASET OUT`: write a TFDS/RLDS dataset Octo can fine-tune on."""
+    """`amf export rlds|lerobot DATASET OUT`: write a dataset Octo (RLDS) or LeRobot-format trainers read."""
+    argv = list(argv)
+    if argv[:1] == ["lerobot"]:
+        return export_lerobot_main(argv[1:])
     from amf_ros.data.rlds import RldsExportConfig, export_rlds
 
-    ap = argparse.ArgumentParser(prog="amf export", description="Export episodes. Format: rlds (TFDS directory "
-                                 "OUT/NAME/VERSION with TFRecord shards, dataset_info.json, features.json).")
-    ap.add_argument("format", choices=["rlds"], help="output format")
+    ap = argparse.ArgumentParser(prog="amf export", description="Export episodes. Formats: rlds (TFDS directory "
+                                 "OUT/NAME/VERSION with TFRecord shards, dataset_info.json, features.json); "
+                                 "lerobot (LeRobot v3.0 dataset; see `amf export lerobot -h`).")
+    ap.add_argument("format", choices=["rlds", "lerobot"], help="output format")
     ap.add_argument("dataset", help="episode store directory")
     ap.add_argument("out", help="TFDS data_dir to write into")
     d = RldsExportConfig()
@@ -150,6 +154,80 @@ def export_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def export_lerobot_main(argv: Sequence[str]) -> int:
+    """`amf export lerobot DATASET OUT`: a LeRobot v3.0 dataset (parquet + one MP4 per camera)."""
+    from amf_ros.data.lerobot import LeRobotExportConfig, export_lerobot
+
+    d = LeRobotExportConfig()
+    ap = argparse.ArgumentParser(prog="amf export lerobot", description="Export episodes as a LeRobot v3.0 "
+                                 "dataset (what LeRobotDataset, openpi and GR00T read): state, action, cameras as "
+                                 "video, task instruction, timestamps at the recording rate, success flag.")
+    ap.add_argument("dataset", help="episode store directory")
+    ap.add_argument("out", help="dataset directory to create (LeRobotDataset(repo_id, root=OUT))")
+    ap.add_argument("--fps", type=int, default=None,
+                    help="frame rate (default: the episodes' recording rate; they must share one)")
+    ap.add_argument("--video-codec", choices=sorted(("av1", "h264")), default=d.video_codec,
+                    help=f"camera video codec (default {d.video_codec}, LeRobot's)")
+    ap.add_argument("--crf", type=int, default=d.crf, help=f"video constant quality (default {d.crf})")
+    ap.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), default=None,
+                    help="resize camera frames to H W (default: as recorded)")
+    ap.add_argument("--successful-only", action="store_true",
+                    help="leave out episodes whose success is false or unknown (default: export all, flagged)")
+    ap.add_argument("--task", action="append", default=None, help="only this task key (repeatable)")
+    ap.add_argument("--robot-type", default=None, help="info.json robot_type (default: the episodes' robot)")
+    ap.add_argument("--no-rate-check", action="store_true",
+                    help="export episodes whose measured step rate contradicts their declared rate")
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    args = ap.parse_args(list(argv))
+    try:
+        cfg = LeRobotExportConfig(fps=args.fps, video_codec=args.video_codec, crf=args.crf,
+                                  image_size=tuple(args.image_size) if args.image_size else None,
+                                  include_unsuccessful=not args.successful_only, tasks=args.task,
+                                  robot_type=args.robot_type, check_rate=not args.no_rate_check)
+        res = export_lerobot(EpisodeStore(args.dataset, create=False), args.out, cfg, overwrite=args.overwrite,
+                             progress=sys.stderr.isatty())
+    except (ValueError, FileNotFoundError, EpisodeValidationError) as exc:
+        print(f"amf export lerobot: {exc}", file=sys.stderr)
+        return 1
+    for eid, why in res.skipped.items():
+        print(f"skipped {eid}: {why}")
+    print(f"wrote {res.episodes} episodes ({res.frames} frames at {res.fps} Hz, {res.num_bytes / 1e6:.1f} MB) "
+          f"to {res.path}")
+    print(f"open with: LeRobotDataset('local/{res.path.name}', root={str(res.path.resolve())!r})")
+    return 0
+
+
+def import_lerobot_main(argv: Sequence[str]) -> int:
+    """`amf import lerobot SRC DATASET`: the episodes of a local LeRobot v3 dataset into an episode store."""
+    from amf_ros.data.lerobot import import_lerobot
+
+    ap = argparse.ArgumentParser(prog="amf import lerobot", description="Import a local LeRobot v3.x dataset "
+                                 "into an episode store, to start AMF from demonstrations recorded elsewhere.")
+    ap.add_argument("src", help="LeRobot dataset directory (with meta/info.json)")
+    ap.add_argument("dataset", help="episode store to add to (created if missing)")
+    ap.add_argument("--task", default=None,
+                    help="task key of every episode (default: amf_ros's own, else derived from the task string)")
+    ap.add_argument("--success", choices=["true", "false"], default=None,
+                    help="verdict of episodes that carry none (default: next.success of the last frame, else "
+                         "unknown)")
+    ap.add_argument("--episode", type=int, action="append", default=None, help="only this episode index")
+    ap.add_argument("--image-codec", choices=["png", "jpeg", "raw", "h264", "av1"], default="png",
+                    help="how the store keeps the camera frames (default png)")
+    args = ap.parse_args(list(argv))
+    try:
+        store = EpisodeStore(args.dataset, StoreConfig(image_codec=args.image_codec))
+        res = import_lerobot(args.src, store, task=args.task,
+                             success=None if args.success is None else args.success == "true",
+                             episodes=args.episode, progress=sys.stderr.isatty())
+    except (ValueError, FileNotFoundError, EpisodeValidationError) as exc:
+        print(f"amf import lerobot: {exc}", file=sys.stderr)
+        return 1
+    for index, why in res.skipped.items():
+        print(f"skipped episode {index}: {why}")
+    print(f"imported {len(res.episodes)} episodes ({res.frames} frames) into {store.root}")
+    return 0
+
+
 def _parse_images(values: Sequence[str] | None) -> dict[str, str] | None:
     if values is None:
         return None
@@ -163,13 +241,17 @@ def _parse_images(values: Sequence[str] | None) -> dict[str, str] | None:
 
 
 def import_main(argv: Sequence[str]) -> int:
-    """`amf import bag BAG --task T --instruction I --dataset DIR`: one rosbag2 recording -> one episode."""
+    """`amf import bag BAG --task T --instruction I --dataset DIR`: one rosbag2 recording -> one episode;
+    `amf import lerobot SRC DATASET`: a LeRobot v3 dataset."""
+    argv = list(argv)
+    if argv[:1] == ["lerobot"]:
+        return import_lerobot_main(argv[1:])
     from amf_ros.data.bag_import import import_bag, resolve_topics, bag_topics
     from amf_ros.data.sync import SyncConfig
 
     ap = argparse.ArgumentParser(prog="amf import", description="Import a rosbag2 recording (sqlite3 or MCAP) "
                                  "as one episode, through the demo_recorder's synchroniser.")
-    ap.add_argument("format", choices=["bag"], help="input format")
+    ap.add_argument("format", choices=["bag", "lerobot"], help="input format")
     ap.add_argument("bag", help="rosbag2 directory (with metadata.yaml)")
     ap.add_argument("--task", required=True, help="task key, as in config/tasks/*.yaml")
     ap.add_argument("--instruction", required=True, help="natural-language instruction of the demonstration")

@@ -96,6 +96,74 @@ def encode_video(images: np.ndarray, codec: str, crf: int = 23) -> bytes:
     return buf.getvalue()
 
 
+class VideoFileWriter:
+    """Frames appended one by one to an MP4 file at a fixed rate: frame ``i`` is shown at ``i / fps`` seconds.
+
+    Why a file writer next to :func:`encode_video`: a LeRobot dataset keeps many episodes back to back in one MP4
+    per camera and finds an episode by timestamp, so frames must be streamed in (an export does not fit in RAM)
+    and their times must be exact multiples of the frame period. ``gop`` is the key-frame interval (LeRobot's
+    writer uses 2, so a reader seeking to any frame decodes at most one other).
+    """
+
+    def __init__(self, path: str | os.PathLike, codec: str, fps: int, height: int, width: int, crf: int = 30,
+                 gop: int = 2) -> None:
+        if codec not in VIDEO_ENCODERS:
+            raise ValueError(f"video codec must be one of {sorted(VIDEO_ENCODERS)}, got {codec=}")
+        if height % 2 or width % 2:
+            raise ValueError(f"yuv420p video needs even frame sizes, got {height}x{width} (resize the images)")
+        av = require("av", "video files")
+        encoder, options = VIDEO_ENCODERS[codec]
+        os.environ.setdefault("SVT_LOG", "1")
+        self.path, self.fps, self.frames = os.fspath(path), int(fps), 0
+        self._shape = (int(height), int(width), 3)
+        self._av = av
+        self._out = av.open(self.path, mode="w", format="mp4")
+        self._stream = self._out.add_stream(encoder, rate=self.fps)
+        self._stream.width, self._stream.height, self._stream.pix_fmt = int(width), int(height), "yuv420p"
+        self._stream.options = {**options, "crf": str(int(crf)), "g": str(int(gop))}
+
+    def add(self, frame: np.ndarray, key: bool = False) -> None:
+        """Append one RGB uint8 (H, W, 3) frame of the writer's size; ``key`` forces a key frame (an episode's
+        first frame: it then decodes without the previous episode, and no prediction spans the cut between two
+        episodes, which SVT-AV1 1.x encoded as a garbled frame)."""
+        if frame.shape != self._shape or frame.dtype != np.uint8:
+            raise ValueError(f"{self.path}: expected a {self._shape} uint8 frame, got {frame.dtype} {frame.shape}")
+        vf = self._av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+        if key:
+            vf.pict_type = self._av.video.frame.PictureType.I
+        with _keep_scheduling():
+            self._out.mux(self._stream.encode(vf))
+        self.frames += 1
+
+    def close(self) -> None:
+        """Flush the encoder and finish the file (idempotent)."""
+        if self._out is None:
+            return
+        try:
+            with _keep_scheduling():
+                self._out.mux(self._stream.encode())
+        finally:
+            self._out.close()
+            self._out = None
+
+    def __enter__(self) -> "VideoFileWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def iter_video_frames(path: str | os.PathLike) -> Iterator[tuple[float, np.ndarray]]:
+    """(time in seconds, RGB uint8 frame) of every frame of a video file, in presentation order."""
+    av = require("av", "video files")
+    try:
+        with av.open(os.fspath(path), mode="r") as inp:
+            for frame in inp.decode(video=0):
+                yield float(frame.time), frame.to_ndarray(format="rgb24")
+    except av.error.FFmpegError as exc:
+        raise ValueError(f"corrupt video file {path}: {exc}") from exc
+
+
 @contextlib.contextmanager
 def _keep_scheduling() -> Iterator[None]:
     """Restore the calling thread's scheduling policy after an encoder ran on it.

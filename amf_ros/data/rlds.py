@@ -32,8 +32,9 @@ import numpy as np
 
 from amf_ros.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
 from amf_ros.data.codec import encode_image
+from amf_ros.data.export_select import check_consistent, image_keys_of, select_episodes
 from amf_ros.data.loader import resize_images
-from amf_ros.data.schema import ACTION, OBS_PREFIX, STATE, is_image_key
+from amf_ros.data.schema import ACTION, OBS_PREFIX, STATE
 from amf_ros.data.store import Episode, EpisodeStore
 from amf_ros.data.tfrecord import Feature, encode_example, tfrecord_bytes
 
@@ -150,19 +151,6 @@ def episode_example(ep: Episode, image_keys: Sequence[str], image_size: tuple[in
     return encode_example(feats)
 
 
-def _select(store: EpisodeStore, config: RldsExportConfig) -> tuple[list[str], dict[str, str]]:
-    chosen, skipped = [], {}
-    for eid in store.episode_ids():
-        meta = store.meta(eid)
-        if config.tasks is not None and meta.task not in config.tasks:
-            continue
-        if meta.success is not True and not config.include_unsuccessful:
-            skipped[eid] = f"success={meta.success} (use --include-unsuccessful)"
-            continue
-        chosen.append(eid)
-    return chosen, skipped
-
-
 def export_rlds(store: EpisodeStore | str | os.PathLike, out_dir: str | os.PathLike,
                 config: RldsExportConfig | None = None, overwrite: bool = False) -> RldsExportResult:
     """Write the selected episodes of ``store`` as ``out_dir/<name>/<version>/`` (atomically: temp dir + rename).
@@ -174,7 +162,7 @@ def export_rlds(store: EpisodeStore | str | os.PathLike, out_dir: str | os.PathL
     config = config or RldsExportConfig()
     if not isinstance(store, EpisodeStore):
         store = EpisodeStore(store, create=False)
-    ids, skipped = _select(store, config)
+    ids, skipped = select_episodes(store, config.tasks, config.include_unsuccessful)
     if not ids:
         raise ValueError(f"no episode to export from {store.root} (skipped: {skipped or 'none present'})")
     target = Path(out_dir) / config.name / config.version
@@ -184,8 +172,7 @@ def export_rlds(store: EpisodeStore | str | os.PathLike, out_dir: str | os.PathL
     tmp = target.parent / f".{config.version}.tmp-{os.getpid()}-{int(time.time())}"
     tmp.mkdir()
     try:
-        first = store.meta(ids[0])
-        image_keys = sorted(k[len(OBS_PREFIX):] for k in first.image_codec)
+        image_keys = image_keys_of(store, ids[0])
         spec: dict[str, Any] = {}
         n_shards = (len(ids) + config.episodes_per_shard - 1) // config.episodes_per_shard
         shard_lengths, num_bytes, total_steps = [], 0, 0
@@ -193,7 +180,7 @@ def export_rlds(store: EpisodeStore | str | os.PathLike, out_dir: str | os.PathL
             records = []
             for eid in ids[s * config.episodes_per_shard:(s + 1) * config.episodes_per_shard]:
                 ep = store.load(eid, images=True)
-                _check_consistent(ep, spec, image_keys, config.image_size)
+                check_consistent(ep, spec, image_keys, config.image_size)
                 records.append(episode_example(ep, image_keys, config.image_size, config.image_format))
                 total_steps += len(ep)
             data = tfrecord_bytes(records)
@@ -219,22 +206,3 @@ def export_rlds(store: EpisodeStore | str | os.PathLike, out_dir: str | os.PathL
     log.info("exported %d episodes (%d steps) to %s", len(ids), total_steps, target)
     return RldsExportResult(target, len(ids), total_steps, n_shards, num_bytes, skipped)
 
-
-def _check_consistent(ep: Episode, spec: dict[str, Any], image_keys: Sequence[str],
-                      image_size: tuple[int, int] | None) -> None:
-    """All episodes of one TFDS dataset must share feature shapes; record them from the first."""
-    keys = sorted(k[len(OBS_PREFIX):] for k in ep.steps if is_image_key(k))
-    if keys != sorted(image_keys):
-        raise ValueError(f"episode {ep.episode_id!r}: image keys {keys} differ from the first episode's "
-                         f"{sorted(image_keys)}")
-    images = {}
-    for k in image_keys:
-        h, w, c = ep.steps[OBS_PREFIX + k].shape[1:]
-        images[k] = (image_size[0], image_size[1], c) if image_size else (h, w, c)
-    state = ep.steps[STATE].shape[1] if STATE in ep.steps else None
-    cur = {"state": state, "action": ep.steps[ACTION].shape[1], "images": images}
-    if not spec:
-        spec.update(cur)
-    elif cur != spec:
-        raise ValueError(f"episode {ep.episode_id!r}: shapes {cur} differ from the first episode's {spec} "
-                         "(set an image size to resize images)")

@@ -44,3 +44,31 @@ def synthetic_steps(n: int, seed: int = 0, h: int = 24, w: int = 32) -> list[dic
             "stamps": {"action": 1_000 + i * 200_000_000, "observation/state": 900 + i * 200_000_000},
         })
     return steps
+
+
+def camera_frame(k: int, seed: int = 0, h: int = 480, w: int = 640) -> np.ndarray:
+    """A camera-like RGB frame (smooth gradients and a moving bright block), distinct per ``k`` and ``seed``:
+    what a video codec is made for, unlike noise."""
+    yy, xx = np.mgrid[0:h, 0:w]
+    img = np.stack([(xx // 3 + 5 * k + seed) % 256, (yy // 2 + 7 * seed) % 256, ((xx + yy) // 5 + 3 * k) % 256],
+                   axis=-1).astype(np.uint8)
+    top = (k * 7 + 13 * seed) % max(1, h - 40)
+    img[top:top + 40, w // 6:w // 6 + 60] = 255
+    return img
+
+
+def camera_episode_steps(n: int, rate_hz: float, seed: int = 0, h: int = 480, w: int = 640) -> list[dict]:
+    """n steps of a camera episode recorded at ``rate_hz``: state (5), camera frame, 7-D action, stamps at the
+    rate (with 2 ms of jitter, as a real control loop has)."""
+    rng = np.random.default_rng(seed)
+    t0 = 1_700_000_000 * S + seed * 100 * S
+    period = S / rate_hz
+    return [{"observation": {"state": rng.normal(size=5).astype(np.float32), "image_primary": camera_frame(k, seed, h, w)},
+             "action": np.r_[rng.uniform(-0.01, 0.01, 6), float(k % 2)].astype(np.float32),
+             "stamp_ns": int(t0 + k * period + rng.integers(0, 2_000_000))} for k in range(n)]
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """Peak signal-to-noise ratio of two uint8 images (dB; inf if equal)."""
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
