@@ -1,0 +1,147 @@
+"""A MuJoCo model of the WidowX 250 6DOF (wx250s), built from the kinematic facts in ``amf_ros/robots/wx250s.py``.
+
+Why generated, not a copied URDF: the joint axes and their positions are read off the same screw axes ``SLIST``
+and home pose ``M_HOME`` that the driver's IK uses, so the model and the IK cannot disagree (a test checks the
+forward kinematics to 1 mm); the limits and finger travel are the same constants. Links are primitive capsules and
+boxes sized from the published link lengths (shoulder 110.65 mm above the base, upper arm 250 mm with a 49.75 mm
+offset, forearm 250 mm, wrist to gripper tip 158.575 mm). Every arm joint has a position actuator and gravity
+compensation, as the Dynamixel servos tracking joint targets in the xs_sdk's position mode; the two fingers slide
+symmetrically (an equality constraint) and one position actuator drives them, as the xs_sdk's gripper.
+
+Frames: the model's ``base_link`` sits at ``base_pos`` in the world with the same orientation; joint values are
+the Interbotix ones (``ARM_JOINTS`` order); the site ``ee_gripper`` is ``ee_gripper_link``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from amf_ros.robots import wx250s
+
+ARM_ACTUATORS = tuple(f"{j}_pos" for j in wx250s.ARM_JOINTS)
+GRIPPER_ACTUATOR = "gripper_pos"
+EE_SITE = "ee_gripper"
+FINGER_JOINTS = ("left_finger", "right_finger")
+ARM_KP = 300.0  # N m / rad, with damping 10: a 5 Hz control step of <= 0.08 rad is tracked to < 1 mrad in 0.2 s
+PAD_INSET = 0.009
+"""Finger pad centre inside its finger frame (m): pad faces 1 mm apart when closed (finger at 0.015), 46 mm open."""
+FINGER_KP = 400.0  # N / m: ~9 N squeeze at full travel, the gripper's order of magnitude
+
+
+def joint_points() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Axis (3,) and one point on it (3,), in the base frame at the home pose, for every arm joint.
+
+    A revolute screw axis [omega; v] has v = -omega x p for any point p on the axis; the point closest to the
+    base origin is p = omega x v (|omega| = 1).
+    """
+    out = {}
+    for i, name in enumerate(wx250s.ARM_JOINTS):
+        omega, v = wx250s.SLIST[:3, i], wx250s.SLIST[3:, i]
+        out[name] = (omega.copy(), np.cross(omega, v))
+    return out
+
+
+def _fmt(v: Sequence[float]) -> str:
+    return " ".join(f"{float(x):.6g}" for x in v)
+
+
+def arm_xml(base_pos: Sequence[float] = (0.0, 0.0, 0.0), prefix: str = "") -> str:
+    """The arm as an MJCF ``<body>`` tree (to place in a ``<worldbody>``), with names prefixed by ``prefix``."""
+    pts = joint_points()
+    shoulder = pts["shoulder"][1]
+    elbow, wrist = pts["elbow"][1], pts["wrist_angle"][1]  # y axes: the points are the links' ends
+    # The roll axes run along x at the elbow's height; any point on them will do: inside the forearm and the wrist.
+    roll = pts["forearm_roll"][1] + np.array([elbow[0] + 0.1, 0.0, 0.0])
+    rotate = pts["wrist_rotate"][1] + np.array([wrist[0] + 0.065, 0.0, 0.0])
+    ee = wx250s.M_HOME[:3, 3]
+    lo, hi = wx250s.JOINT_LOWER, wx250s.JOINT_UPPER
+    j = {n: i for i, n in enumerate(wx250s.ARM_JOINTS)}
+    p = prefix
+
+    def joint(name: str) -> str:
+        return (f'<joint name="{p}{name}" axis="{_fmt(pts[name][0])}" range="{lo[j[name]]:.6f} {hi[j[name]]:.6f}" '
+                f'class="wx_arm"/>')
+
+    fmin, fmax = wx250s.FINGER_LIMITS
+    finger_x = ee[0] - rotate[0] - 0.02  # finger pads end at the tip (ee_gripper_link)
+    return f"""
+    <body name="{p}base_link" pos="{_fmt(base_pos)}">
+      <geom class="wx_link" type="box" size="0.06 0.06 0.0175" pos="0 0 0.0175" mass="0.5"/>
+      <body name="{p}shoulder_link" gravcomp="1">
+        {joint("waist")}
+        <geom class="wx_link" type="cylinder" size="0.04 0.03" pos="0 0 0.065" mass="0.48"/>
+        <body name="{p}upper_arm_link" pos="{_fmt(shoulder)}" gravcomp="1">
+          {joint("shoulder")}
+          <geom class="wx_link" type="capsule" size="0.022" fromto="0 0 0 {_fmt(elbow - shoulder)}" mass="0.43"/>
+          <body name="{p}upper_forearm_link" pos="{_fmt(elbow - shoulder)}" gravcomp="1">
+            {joint("elbow")}
+            <geom class="wx_link" type="capsule" size="0.02" fromto="0 0 0 {_fmt(roll - elbow)}" mass="0.23"/>
+            <body name="{p}lower_forearm_link" pos="{_fmt(roll - elbow)}" gravcomp="1">
+              {joint("forearm_roll")}
+              <geom class="wx_link" type="capsule" size="0.018" fromto="0 0 0 {_fmt(wrist - roll)}" mass="0.23"/>
+              <body name="{p}wrist_link" pos="{_fmt(wrist - roll)}" gravcomp="1">
+                {joint("wrist_angle")}
+                <geom class="wx_link" type="capsule" size="0.018" fromto="0 0 0 {_fmt(rotate - wrist)}" mass="0.08"/>
+                <body name="{p}gripper_link" pos="{_fmt(rotate - wrist)}" gravcomp="1">
+                  {joint("wrist_rotate")}
+                  <geom class="wx_link" type="box" size="0.025 0.045 0.02" pos="0.03 0 0" mass="0.1"/>
+                  <site name="{p}{EE_SITE}" pos="{_fmt(ee - rotate)}" size="0.004" rgba="1 0 0 1"/>
+                  <body name="{p}left_finger_link" pos="{finger_x:.6g} 0 0" gravcomp="1">
+                    <joint name="{p}left_finger" type="slide" axis="0 1 0" range="{fmin} {fmax}" class="wx_finger"/>
+                    <geom class="wx_pad" type="box" size="0.02 0.005 0.012" pos="0 {-PAD_INSET:.6g} 0" mass="0.03"/>
+                  </body>
+                  <body name="{p}right_finger_link" pos="{finger_x:.6g} 0 0" gravcomp="1">
+                    <joint name="{p}right_finger" type="slide" axis="0 -1 0" range="{fmin} {fmax}" class="wx_finger"/>
+                    <geom class="wx_pad" type="box" size="0.02 0.005 0.012" pos="0 {PAD_INSET:.6g} 0" mass="0.03"/>
+                  </body>
+                </body>
+              </body>
+            </body>
+          </body>
+        </body>
+      </body>
+    </body>"""
+
+
+def defaults_xml() -> str:
+    """The ``<default>`` classes the arm uses (joint damping, link and finger-pad contact).
+
+    Arm geoms have contype 2 and conaffinity 1: they touch the table and objects (contype 1) but not each other,
+    as the real arm's links never meet within its joint limits."""
+    return """
+    <default class="wx_arm"><joint damping="10.0" armature="0.05"/></default>
+    <default class="wx_finger"><joint damping="5.0" armature="0.01"/></default>
+    <default class="wx_link"><geom rgba="0.15 0.15 0.15 1" contype="2" conaffinity="1" group="1"/></default>
+    <default class="wx_pad"><geom rgba="0.3 0.3 0.3 1" friction="1.5 0.01 0.001" condim="4" solref="0.01 1"
+                                  contype="2" conaffinity="1" group="1"/></default>"""
+
+
+def actuators_xml(prefix: str = "") -> str:
+    """Position actuators of the six arm joints and the gripper, plus the finger coupling: stiff (4 ms), as the
+    real gripper's linkage, so a grasped object cannot push the fingers apart by more than about a millimetre."""
+    lo, hi = wx250s.JOINT_LOWER, wx250s.JOINT_UPPER
+    fmin, fmax = wx250s.FINGER_LIMITS
+    p = prefix
+    arm = "\n".join(
+        f'<position name="{p}{a}" joint="{p}{jn}" kp="{ARM_KP}" ctrlrange="{lo[i]:.6f} {hi[i]:.6f}" '
+        f'forcerange="-50 50"/>' for i, (a, jn) in enumerate(zip(ARM_ACTUATORS, wx250s.ARM_JOINTS)))
+    return f"""
+  <equality><joint joint1="{p}right_finger" joint2="{p}left_finger" polycoef="0 1 0 0 0" solref="0.004 1"/></equality>
+  <actuator>
+    {arm}
+    <position name="{p}{GRIPPER_ACTUATOR}" joint="{p}left_finger" kp="{FINGER_KP}" ctrlrange="{fmin} {fmax}"
+              forcerange="-10 10"/>
+  </actuator>"""
+
+
+def arm_only_xml(base_pos: Sequence[float] = (0.0, 0.0, 0.0)) -> str:
+    """A complete MJCF document holding only the arm (kinematics checks, tracking tests)."""
+    return f"""<mujoco model="wx250s">
+  <compiler angle="radian" autolimits="true"/>
+  <option timestep="0.002" integrator="implicitfast"/>
+  <default>{defaults_xml()}</default>
+  <worldbody>{arm_xml(base_pos)}
+  </worldbody>{actuators_xml()}
+</mujoco>"""
