@@ -12,8 +12,10 @@ Rules (times are stream time: the newest stamp seen on any stream, so a dead str
   period of its last ``history`` messages) and its rate over the episode's first ``window_s``. The larger,
   because a simulator's state is published slowly while idle and at the control rate while stepping, and a
   camera already slow at the start must still be caught against its earlier rate.
-* **recent rate**: messages stamped within the last ``window_s``, divided by ``window_s`` (a resolution of
-  1 / ``window_s``: +-0.5 Hz with the default 2 s).
+* **recent rate**: messages stamped within the ``window_s`` that ends ``lag_s`` before stream time, divided by
+  ``window_s`` (a resolution of 1 / ``window_s``: +-0.5 Hz with the default 2 s). The lag, because streams are
+  delivered with some skew: on a loaded machine one topic's messages reach the recorder a few hundred ms after
+  another's of the same stamp, and a window ending at the newest stamp would count the late stream short.
 * a stream is **slow** while its recent rate is below ``min_fraction`` x nominal (checked once the nominal is
   known; never for ``unwatched`` streams, by default the action); each change (slow / back) is reported once as an
   event line.
@@ -71,10 +73,11 @@ class StreamHealth:
         history: messages kept between episodes to measure the rate heard before one.
         unwatched: streams measured but never reported slow (the action stream: its pace is the operator's or
             the policy's, a sensor's is its own).
+        lag_s: delivery skew between streams the recent rate tolerates (see the module docstring).
     """
 
     def __init__(self, streams: dict[str, str], min_fraction: float = 0.8, window_s: float = 2.0,
-                 history: int = 50, unwatched: tuple[str, ...] = ("action",)) -> None:
+                 history: int = 50, unwatched: tuple[str, ...] = ("action",), lag_s: float = 0.5) -> None:
         if not 0.0 <= min_fraction < 1.0 or window_s <= 0 or history < 3:
             raise ValueError(f"need 0 <= min_fraction < 1, window_s > 0, history >= 3; got {min_fraction=}, "
                              f"{window_s=}, {history=}")
@@ -82,6 +85,7 @@ class StreamHealth:
         self.min_fraction = float(min_fraction)
         self._unwatched = set(unwatched)
         self._window_ns = int(window_s * _S)
+        self._lag_ns = int(lag_s * _S)
         self._streams = {k: _Stream(history=deque(maxlen=history)) for k in streams}
         self._active = False
         self._start_ns: int | None = None
@@ -108,7 +112,7 @@ class StreamHealth:
         self._update_rates()
         for s in self._streams.values():
             if s.report.slow:
-                s.report.slow_s += (self._now_ns - s.slow_since_ns) / _S
+                s.report.slow_s += (self._now_ns - self._lag_ns - s.slow_since_ns) / _S
         self._active = False
         return {k: s.report.as_dict() for k, s in self._streams.items()}
 
@@ -163,13 +167,14 @@ class StreamHealth:
     def _update_rates(self) -> None:
         if not self._active:
             return
-        now, window = self._now_ns, self._window_ns
+        window = self._window_ns
+        now = self._now_ns - self._lag_ns  # the window ends here: later stamps may still be in flight elsewhere
         full_window = self._start_ns is not None and now - self._start_ns >= window
         for key, s in self._streams.items():
             r = s.report
             while s.window and s.window[0] <= now - window:
                 s.window.popleft()
-            r.recent_hz = len(s.window) * _S / window
+            r.recent_hz = sum(1 for t in s.window if t <= now) * _S / window
             if r.messages >= 2 and s.last_ns > s.first_ns:
                 r.rate_hz = (r.messages - 1) * _S / (s.last_ns - s.first_ns)
             if not full_window:
