@@ -7,8 +7,15 @@ layout; a disagreeing one is refused by name rather than written as a dataset it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
+
+from amf_ros.atomic import fsync_dir
 
 from amf_ros.data.schema import ACTION, OBS_PREFIX, STATE, is_image_key
 from amf_ros.data.store import Episode, EpisodeStore
@@ -27,6 +34,38 @@ def select_episodes(store: EpisodeStore, tasks: Sequence[str] | None,
             continue
         chosen.append(eid)
     return chosen, skipped
+
+
+def plan_export(store: EpisodeStore | str | os.PathLike, tasks: Sequence[str] | None, include_unsuccessful: bool,
+                target: Path, overwrite: bool) -> tuple[EpisodeStore, list[str], dict[str, str]]:
+    """The store, the episodes to export and the skipped ones; ValueError if there is nothing to export or
+    ``target`` exists without ``overwrite`` (checked before anything is written)."""
+    if not isinstance(store, EpisodeStore):
+        store = EpisodeStore(store, create=False)
+    ids, skipped = select_episodes(store, tasks, include_unsuccessful)
+    if not ids:
+        raise ValueError(f"no episode to export from {store.root} (skipped: {skipped or 'none present'})")
+    if target.exists() and not overwrite:
+        raise ValueError(f"{target} exists; pass overwrite=True (--overwrite) to replace it")
+    return store, ids, skipped
+
+
+@contextlib.contextmanager
+def staged_directory(target: Path) -> Iterator[Path]:
+    """A hidden temporary directory beside ``target`` to build an export in: renamed into place (replacing an old
+    ``target``) when the block completes, removed when it raises, so a crash never leaves half a dataset."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{int(time.time())}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        if target.exists():
+            shutil.rmtree(target)
+        os.rename(tmp, target)
+        fsync_dir(target.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def image_keys_of(store: EpisodeStore, episode_id: str) -> list[str]:

@@ -32,8 +32,6 @@ import json
 import logging
 import os
 import re
-import shutil
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,9 +40,9 @@ from typing import Any
 import numpy as np
 
 from amf_ros._optional import require
-from amf_ros.atomic import atomic_write_text, fsync_dir
+from amf_ros.atomic import atomic_write_text
 from amf_ros.data.codec import VIDEO_ENCODERS, VideoFileWriter, iter_video_frames
-from amf_ros.data.export_select import check_consistent, image_keys_of, select_episodes
+from amf_ros.data.export_select import check_consistent, image_keys_of, plan_export, staged_directory
 from amf_ros.data.loader import resize_images
 from amf_ros.data.schema import (
     ACTION,
@@ -73,7 +71,8 @@ RATE_TOLERANCE = 0.2  # measured step rate may differ from the declared fps by t
 
 # -- names ---------------------------------------------------------------------------------------------------
 def lerobot_key(store_key: str) -> str:
-    """LeRobot feature name of an episode-store key (``observation/image_primary`` -> ``observation.images.primary``)."""
+    """LeRobot feature name of an episode-store key
+    (``observation/image_primary`` -> ``observation.images.primary``)."""
     if is_image_key(store_key):
         cam = store_key[len(OBS_PREFIX + "image"):].lstrip("_") or "image"
         return IMAGES_PREFIX + cam
@@ -386,100 +385,87 @@ def export_lerobot(store: EpisodeStore | str | os.PathLike, out_dir: str | os.Pa
     pa = require("pyarrow", "LeRobot export")
     pq = require("pyarrow.parquet", "LeRobot export")
     cfg = config or LeRobotExportConfig()
-    if not isinstance(store, EpisodeStore):
-        store = EpisodeStore(store, create=False)
-    ids, skipped = select_episodes(store, cfg.tasks, cfg.include_unsuccessful)
-    if not ids:
-        raise ValueError(f"no episode to export from {store.root} (skipped: {skipped or 'none present'})")
     target = Path(out_dir)
-    if target.exists() and not overwrite:
-        raise ValueError(f"{target} exists; pass overwrite=True (--overwrite) to replace it")
+    store, ids, skipped = plan_export(store, cfg.tasks, cfg.include_unsuccessful, target, overwrite)
     image_keys = image_keys_of(store, ids[0])
     fps = cfg.fps or _integer_rate(store.meta(ids[0]).control_rate_hz, f"episode {ids[0]!r}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{int(time.time())}"
-    tmp.mkdir()
-    videos: dict[str, _VideoStream] = {}
-    data_writer = None
-    try:
-        spec: dict[str, Any] = {}
-        feats: dict[str, dict[str, Any]] = {}
-        tasks: list[str] = []
-        rows: list[dict[str, Any]] = []
-        per_episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
-        data_files, data_bytes, total = _Files(cfg.data_file_mb), 0, 0
-        bar = _progress(ids, progress, "export lerobot")
-        for episode_index, eid in enumerate(bar):
-            ep = store.load(eid, images=True)
-            check_consistent(ep, spec, image_keys, cfg.image_size)
-            if cfg.check_rate:
-                _check_rate(ep, fps)
-            if not feats:
-                feats = _features(ep, spec, image_keys, fps, cfg)
-                hf = {"info": {"features": {k: _hf_feature(f) for k, f in feats.items() if f["dtype"] != "video"}}}
-                arrow_meta = {b"huggingface": json.dumps(hf).encode()}
-            if ep.meta.instruction not in tasks:
-                tasks.append(ep.meta.instruction)
-            cols = _frame_columns(ep, feats, fps, episode_index, total, tasks.index(ep.meta.instruction))
-            missing = [k for k, f in feats.items() if f["dtype"] != "video" and k not in cols]
-            if missing:
-                raise ValueError(f"episode {eid!r} lacks {missing}, which the first episode has")
-            table = _table(pa, cols, feats, arrow_meta)
-            if data_writer is not None and data_files.full(data_bytes):
-                data_writer.close()
-                data_writer, data_bytes = None, 0
-                data_files.advance()
-            if data_writer is None:
-                data_writer = pq.ParquetWriter(data_files.path(tmp, DATA_PATH), table.schema, compression="snappy")
-            data_writer.write_table(table)
-            data_bytes += table.nbytes
-            stats = {k: _stats(v.reshape(len(ep), -1) if v.ndim > 1 else v.reshape(-1, 1))
-                     for k, v in cols.items()}
-            video_loc: dict[str, Any] = {}
-            for cam in image_keys:
-                key = lerobot_key(OBS_PREFIX + cam)
-                frames = ep.steps[OBS_PREFIX + cam]
-                if cfg.image_size is not None:
-                    frames = resize_images(frames, cfg.image_size)
-                if key not in videos:
-                    videos[key] = _VideoStream(tmp, key, cfg, fps, tuple(spec["images"][cam]))
-                video_loc.update(videos[key].add_episode(frames))
-                stats[key] = _image_stats(frames)
-            data_loc = {"data/chunk_index": data_files.chunk, "data/file_index": data_files.file,
-                        "dataset_from_index": total, "dataset_to_index": total + len(ep)}
-            rows.append(_episode_row(ep, episode_index, ep.meta.instruction, data_loc, video_loc, stats))
-            per_episode_stats.append(stats)
-            total += len(ep)
-        data_writer.close()
+    with staged_directory(target) as tmp:
+        videos: dict[str, _VideoStream] = {}
         data_writer = None
-        for v in videos.values():
-            v.close()
-        _write_episodes(pa, pq, tmp / EPISODES_PATH.format(chunk_index=0, file_index=0), rows)
-        _write_tasks(pa, pq, tmp / "meta" / "tasks.parquet", tasks)
-        atomic_write_text(tmp / "meta" / "stats.json",
-                          json.dumps(_jsonable(aggregate_stats(per_episode_stats)), indent=4))
-        robot = cfg.robot_type if cfg.robot_type is not None else (store.meta(ids[0]).robot or None)
-        info = {"codebase_version": CODEBASE_VERSION, "robot_type": robot, "total_episodes": len(ids),
-                "total_frames": total, "total_tasks": len(tasks), "chunks_size": 1000,
-                "data_files_size_in_mb": int(cfg.data_file_mb), "video_files_size_in_mb": int(cfg.video_file_mb),
-                "fps": fps, "splits": {"train": f"0:{len(ids)}"}, "data_path": DATA_PATH,
-                "video_path": VIDEO_PATH if image_keys else None, "features": feats}
-        atomic_write_text(tmp / "meta" / "info.json", json.dumps(info, indent=4))
-        num_bytes = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(tmp, target)
-        fsync_dir(target.parent)
-    except BaseException:
-        if data_writer is not None:
+        try:
+            spec: dict[str, Any] = {}
+            feats: dict[str, dict[str, Any]] = {}
+            tasks: list[str] = []
+            rows: list[dict[str, Any]] = []
+            per_episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
+            data_files, data_bytes, total = _Files(cfg.data_file_mb), 0, 0
+            bar = _progress(ids, progress, "export lerobot")
+            for episode_index, eid in enumerate(bar):
+                ep = store.load(eid, images=True)
+                check_consistent(ep, spec, image_keys, cfg.image_size)
+                if cfg.check_rate:
+                    _check_rate(ep, fps)
+                if not feats:
+                    feats = _features(ep, spec, image_keys, fps, cfg)
+                    hf = {"info": {"features": {k: _hf_feature(f) for k, f in feats.items() if f["dtype"] != "video"}}}
+                    arrow_meta = {b"huggingface": json.dumps(hf).encode()}
+                if ep.meta.instruction not in tasks:
+                    tasks.append(ep.meta.instruction)
+                cols = _frame_columns(ep, feats, fps, episode_index, total, tasks.index(ep.meta.instruction))
+                missing = [k for k, f in feats.items() if f["dtype"] != "video" and k not in cols]
+                if missing:
+                    raise ValueError(f"episode {eid!r} lacks {missing}, which the first episode has")
+                table = _table(pa, cols, feats, arrow_meta)
+                if data_writer is not None and data_files.full(data_bytes):
+                    data_writer.close()
+                    data_writer, data_bytes = None, 0
+                    data_files.advance()
+                if data_writer is None:
+                    data_writer = pq.ParquetWriter(data_files.path(tmp, DATA_PATH), table.schema, compression="snappy")
+                data_writer.write_table(table)
+                data_bytes += table.nbytes
+                stats = {k: _stats(v.reshape(len(ep), -1) if v.ndim > 1 else v.reshape(-1, 1))
+                         for k, v in cols.items()}
+                video_loc: dict[str, Any] = {}
+                for cam in image_keys:
+                    key = lerobot_key(OBS_PREFIX + cam)
+                    frames = ep.steps[OBS_PREFIX + cam]
+                    if cfg.image_size is not None:
+                        frames = resize_images(frames, cfg.image_size)
+                    if key not in videos:
+                        videos[key] = _VideoStream(tmp, key, cfg, fps, tuple(spec["images"][cam]))
+                    video_loc.update(videos[key].add_episode(frames))
+                    stats[key] = _image_stats(frames)
+                data_loc = {"data/chunk_index": data_files.chunk, "data/file_index": data_files.file,
+                            "dataset_from_index": total, "dataset_to_index": total + len(ep)}
+                rows.append(_episode_row(ep, episode_index, ep.meta.instruction, data_loc, video_loc, stats))
+                per_episode_stats.append(stats)
+                total += len(ep)
             data_writer.close()
-        for v in videos.values():
-            try:
+            data_writer = None
+            for v in videos.values():
                 v.close()
-            except Exception:  # the original error matters, not the cleanup's
-                pass
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            _write_episodes(pa, pq, tmp / EPISODES_PATH.format(chunk_index=0, file_index=0), rows)
+            _write_tasks(pa, pq, tmp / "meta" / "tasks.parquet", tasks)
+            atomic_write_text(tmp / "meta" / "stats.json",
+                              json.dumps(_jsonable(aggregate_stats(per_episode_stats)), indent=4))
+            robot = cfg.robot_type if cfg.robot_type is not None else (store.meta(ids[0]).robot or None)
+            info = {"codebase_version": CODEBASE_VERSION, "robot_type": robot, "total_episodes": len(ids),
+                    "total_frames": total, "total_tasks": len(tasks), "chunks_size": 1000,
+                    "data_files_size_in_mb": int(cfg.data_file_mb), "video_files_size_in_mb": int(cfg.video_file_mb),
+                    "fps": fps, "splits": {"train": f"0:{len(ids)}"}, "data_path": DATA_PATH,
+                    "video_path": VIDEO_PATH if image_keys else None, "features": feats}
+            atomic_write_text(tmp / "meta" / "info.json", json.dumps(info, indent=4))
+            num_bytes = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
+        except BaseException:
+            if data_writer is not None:
+                data_writer.close()
+            for v in videos.values():
+                try:
+                    v.close()
+                except Exception:  # the original error matters, not the cleanup's
+                    pass
+            raise
     log.info("exported %d episodes (%d frames at %d Hz) to %s", len(ids), total, fps, target)
     return LeRobotExportResult(target, len(ids), total, fps, num_bytes, skipped)
 

@@ -22,17 +22,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
+from amf_ros.atomic import atomic_write_bytes, atomic_write_text
 from amf_ros.data.codec import encode_image
-from amf_ros.data.export_select import check_consistent, image_keys_of, select_episodes
+from amf_ros.data.export_select import check_consistent, image_keys_of, plan_export, staged_directory
 from amf_ros.data.loader import resize_images
 from amf_ros.data.schema import ACTION, OBS_PREFIX, STATE
 from amf_ros.data.store import Episode, EpisodeStore
@@ -160,18 +158,9 @@ def export_rlds(store: EpisodeStore | str | os.PathLike, out_dir: str | os.PathL
             state/action width, image keys, or (without ``image_size``) image shape; names the episode.
     """
     config = config or RldsExportConfig()
-    if not isinstance(store, EpisodeStore):
-        store = EpisodeStore(store, create=False)
-    ids, skipped = select_episodes(store, config.tasks, config.include_unsuccessful)
-    if not ids:
-        raise ValueError(f"no episode to export from {store.root} (skipped: {skipped or 'none present'})")
     target = Path(out_dir) / config.name / config.version
-    if target.exists() and not overwrite:
-        raise ValueError(f"{target} exists; pass overwrite=True (--overwrite) to replace it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{config.version}.tmp-{os.getpid()}-{int(time.time())}"
-    tmp.mkdir()
-    try:
+    store, ids, skipped = plan_export(store, config.tasks, config.include_unsuccessful, target, overwrite)
+    with staged_directory(target) as tmp:
         image_keys = image_keys_of(store, ids[0])
         spec: dict[str, Any] = {}
         n_shards = (len(ids) + config.episodes_per_shard - 1) // config.episodes_per_shard
@@ -196,13 +185,6 @@ def export_rlds(store: EpisodeStore | str | os.PathLike, out_dir: str | os.PathL
                 "splits": [{"filepathTemplate": FILEPATH_TEMPLATE, "name": "train", "numBytes": str(num_bytes),
                             "shardLengths": [str(n) for n in shard_lengths]}]}
         atomic_write_text(tmp / "dataset_info.json", json.dumps(info, indent=2, sort_keys=True))
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(tmp, target)
-        fsync_dir(target.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info("exported %d episodes (%d steps) to %s", len(ids), total_steps, target)
     return RldsExportResult(target, len(ids), total_steps, n_shards, num_bytes, skipped)
 

@@ -121,7 +121,8 @@ def test_export_layout_is_lerobot_v3(exported):
     actions = np.concatenate([store.load(i, images=False).steps["action"] for i in ids]).astype(np.float64)
     np.testing.assert_allclose(stats["action"]["mean"], actions.mean(axis=0), rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(stats["action"]["std"], actions.std(axis=0), rtol=1e-5, atol=1e-9)
-    assert stats["action"]["count"] == [EPISODES * n] and np.shape(stats["observation.images.primary"]["mean"]) == (3, 1, 1)
+    assert stats["action"]["count"] == [EPISODES * n]
+    assert np.shape(stats["observation.images.primary"]["mean"]) == (3, 1, 1)
 
 
 def test_import_gives_back_the_same_episodes(exported, tmp_path):
@@ -165,26 +166,29 @@ def test_import_of_a_dataset_recorded_elsewhere(exported, tmp_path):
     assert import_lerobot(foreign, EpisodeStore(tmp_path / "t"), task="stack").episodes  # a task key given
 
 
+def _small_store(root, *episodes: tuple) -> EpisodeStore:
+    """A store of 48x64-camera episodes, one per (steps, stamped rate Hz, declared rate Hz[, height])."""
+    store = EpisodeStore(root)
+    for seed, (n, stamped, declared, *h) in enumerate(episodes):
+        store.write_episode("a", "a", camera_episode_steps(n, stamped, seed=seed, h=h[0] if h else 48, w=64),
+                            control_rate_hz=declared)
+    return store
+
+
 def test_export_refuses_what_lerobot_cannot_hold_and_leaves_nothing(tmp_path):
-    store = EpisodeStore(tmp_path / "s")
-    store.write_episode("a", "a", camera_episode_steps(4, 5, h=48, w=64), control_rate_hz=5)
-    mixed = EpisodeStore(tmp_path / "mixed")
-    mixed.write_episode("a", "a", camera_episode_steps(4, 5, h=48, w=64), control_rate_hz=5)
-    mixed.write_episode("a", "a", camera_episode_steps(4, 10, seed=1, h=48, w=64), control_rate_hz=10)
+    store = _small_store(tmp_path / "s", (4, 5, 5))
+    mixed = _small_store(tmp_path / "mixed", (4, 5, 5), (4, 10, 10))
     with pytest.raises(ValueError, match="recorded at 10 Hz, the dataset at 5 Hz"):
         export_lerobot(mixed, tmp_path / "o1")
     # Stamped at 5 Hz but declared 10 Hz: the fault of lerobot#2786, refused unless asked for.
-    slow = EpisodeStore(tmp_path / "slow")
-    slow.write_episode("a", "a", camera_episode_steps(6, 5, h=48, w=64), control_rate_hz=10)
+    slow = _small_store(tmp_path / "slow", (6, 5, 10))
     with pytest.raises(ValueError, match="came at 5.0. Hz but it is declared 10 Hz"):
         export_lerobot(slow, tmp_path / "o2")
     assert export_lerobot(slow, tmp_path / "o2", LeRobotExportConfig(check_rate=False)).fps == 10
-    frac = EpisodeStore(tmp_path / "frac")
-    frac.write_episode("a", "a", camera_episode_steps(4, 7.5, h=48, w=64), control_rate_hz=7.5)
+    frac = _small_store(tmp_path / "frac", (4, 7.5, 7.5))
     with pytest.raises(ValueError, match="integer frame rate"):
         export_lerobot(frac, tmp_path / "o3")
-    odd = EpisodeStore(tmp_path / "odd")
-    odd.write_episode("a", "a", camera_episode_steps(4, 5, h=47, w=64), control_rate_hz=5)
+    odd = _small_store(tmp_path / "odd", (4, 5, 5, 47))
     with pytest.raises(ValueError, match="even frame sizes"):
         export_lerobot(odd, tmp_path / "o4")
     assert export_lerobot(odd, tmp_path / "o4", LeRobotExportConfig(image_size=(48, 64))).frames == 4
@@ -195,9 +199,7 @@ def test_export_refuses_what_lerobot_cannot_hold_and_leaves_nothing(tmp_path):
 
 
 def test_import_refuses_unreadable_datasets_with_clear_errors(tmp_path):
-    store = EpisodeStore(tmp_path / "s")
-    store.write_episode("a", "a", camera_episode_steps(4, 5, h=48, w=64), control_rate_hz=5)
-    out = export_lerobot(store, tmp_path / "o").path
+    out = export_lerobot(_small_store(tmp_path / "s", (4, 5, 5)), tmp_path / "o").path
     with pytest.raises(FileNotFoundError, match="no meta/info.json"):
         import_lerobot(tmp_path, EpisodeStore(tmp_path / "x"))
     old = tmp_path / "old"

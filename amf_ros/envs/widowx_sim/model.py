@@ -64,8 +64,15 @@ def arm_xml(base_pos: Sequence[float] = (0.0, 0.0, 0.0), prefix: str = "") -> st
         return (f'<joint name="{p}{name}" axis="{_fmt(pts[name][0])}" range="{lo[j[name]]:.6f} {hi[j[name]]:.6f}" '
                 f'class="wx_arm"/>')
 
-    fmin, fmax = wx250s.FINGER_LIMITS
-    finger_x = ee[0] - rotate[0] - 0.02  # finger pads end at the tip (ee_gripper_link)
+    def finger(side: str, sign: int) -> str:
+        """A finger sliding outward along ``sign`` * y, its pad inset toward the other finger."""
+        fmin, fmax = wx250s.FINGER_LIMITS
+        x = ee[0] - rotate[0] - 0.02  # the pads end at the tip (ee_gripper_link)
+        return (f'<body name="{p}{side}_finger_link" pos="{x:.6g} 0 0" gravcomp="1">'
+                f'<joint name="{p}{side}_finger" type="slide" axis="0 {sign} 0" range="{fmin} {fmax}" '
+                f'class="wx_finger"/><geom class="wx_pad" type="box" size="0.02 0.005 0.012" '
+                f'pos="0 {-sign * PAD_INSET:.6g} 0" mass="0.03"/></body>')
+
     return f"""
     <body name="{p}base_link" pos="{_fmt(base_pos)}">
       <geom class="wx_link" type="box" size="0.06 0.06 0.0175" pos="0 0 0.0175" mass="0.5"/>
@@ -88,14 +95,8 @@ def arm_xml(base_pos: Sequence[float] = (0.0, 0.0, 0.0), prefix: str = "") -> st
                   {joint("wrist_rotate")}
                   <geom class="wx_link" type="box" size="0.025 0.045 0.02" pos="0.03 0 0" mass="0.1"/>
                   <site name="{p}{EE_SITE}" pos="{_fmt(ee - rotate)}" size="0.004" rgba="1 0 0 1"/>
-                  <body name="{p}left_finger_link" pos="{finger_x:.6g} 0 0" gravcomp="1">
-                    <joint name="{p}left_finger" type="slide" axis="0 1 0" range="{fmin} {fmax}" class="wx_finger"/>
-                    <geom class="wx_pad" type="box" size="0.02 0.005 0.012" pos="0 {-PAD_INSET:.6g} 0" mass="0.03"/>
-                  </body>
-                  <body name="{p}right_finger_link" pos="{finger_x:.6g} 0 0" gravcomp="1">
-                    <joint name="{p}right_finger" type="slide" axis="0 -1 0" range="{fmin} {fmax}" class="wx_finger"/>
-                    <geom class="wx_pad" type="box" size="0.02 0.005 0.012" pos="0 {PAD_INSET:.6g} 0" mass="0.03"/>
-                  </body>
+                  {finger("left", 1)}
+                  {finger("right", -1)}
                 </body>
               </body>
             </body>
