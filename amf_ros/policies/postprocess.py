@@ -102,10 +102,13 @@ def normalize_actions(actions: np.ndarray, stats: Mapping[str, object], normaliz
 class TemporalEnsembler:
     """ACT-style temporal ensembling of action chunks (Octo ``TemporalEnsembleWrapper``).
 
-    Every control step the policy predicts a chunk (H, A) for steps t..t+H-1. ``add`` returns the weighted
-    mean of the predictions for step t made by the last ``horizon`` chunks: the newest chunk's row 0, the
-    previous chunk's row 1, ..., with weight ``exp(-exp_weight * i)`` where i = 0 is the *oldest* chunk
-    ("more recent predictions get exponentially less weight", as in Octo and SimplerEnv).
+    A chunk (H, A) predicted from the observation of control step s holds the actions for steps s..s+H-1.
+    The action for step t is the weighted mean of the predictions for t made by the chunks of the last
+    ``horizon`` steps that cover it, with weight ``exp(-exp_weight * i)`` where i = 0 is the *oldest* chunk
+    ("more recent predictions get exponentially less weight", as in Octo and SimplerEnv). ``add`` is the
+    synchronous case (one chunk per step: the newest chunk's row 0, the previous chunk's row 1, ...);
+    ``put``/``at`` index chunks by step, so a policy slower than the control period (no chunk for some
+    steps) still yields the action of every step its chunks cover.
     """
 
     def __init__(self, horizon: int = 4, exp_weight: float = 0.0) -> None:
@@ -115,7 +118,7 @@ class TemporalEnsembler:
             raise ValueError(f"exp_weight must be finite, got {exp_weight=}")
         self.horizon = int(horizon)
         self.exp_weight = float(exp_weight)
-        self._history: deque[np.ndarray] = deque(maxlen=self.horizon)
+        self._history: deque[tuple[int, np.ndarray]] = deque(maxlen=self.horizon)
 
     def reset(self) -> None:
         """Forget all chunks (call at the start of every episode)."""
@@ -124,19 +127,40 @@ class TemporalEnsembler:
     def __len__(self) -> int:
         return len(self._history)
 
-    def add(self, chunk: np.ndarray) -> np.ndarray:
-        """Add the newest chunk (H, A), H >= horizon, and return the action (A,) to execute now."""
+    @property
+    def newest_step(self) -> int | None:
+        """Step of the newest chunk, or None before the first."""
+        return self._history[-1][0] if self._history else None
+
+    def put(self, chunk: np.ndarray, step: int) -> None:
+        """Store the chunk (H >= horizon, A) predicted from the observation of ``step`` (steps never go back)."""
         c = np.asarray(chunk, dtype=np.float64)
         if c.ndim != 2 or c.shape[0] < self.horizon:
             raise ValueError(f"chunk must be (H >= {self.horizon}, A), got shape {c.shape}")
-        if self._history and self._history[-1].shape[1] != c.shape[1]:
-            raise ValueError(f"action dim changed from {self._history[-1].shape[1]} to {c.shape[1]}")
-        self._history.append(c[: self.horizon])
-        n = len(self._history)
-        preds = np.stack([pred[i] for i, pred in zip(range(n - 1, -1, -1), self._history)])  # (n, A)
-        weights = np.exp(-self.exp_weight * np.arange(n))
+        if self._history:
+            last_step, last = self._history[-1]
+            if last.shape[1] != c.shape[1]:
+                raise ValueError(f"action dim changed from {last.shape[1]} to {c.shape[1]}")
+            if step <= last_step:
+                raise ValueError(f"chunk steps must increase: {step} after {last_step}")
+        while self._history and self._history[0][0] + self.horizon <= step:  # no longer covers any later step
+            self._history.popleft()
+        self._history.append((int(step), c[: self.horizon]))
+
+    def at(self, step: int) -> np.ndarray | None:
+        """The ensembled action (A,) for ``step``, or None if no stored chunk covers it."""
+        preds = [pred[step - s] for s, pred in self._history if 0 <= step - s < self.horizon]  # oldest first
+        if not preds:
+            return None
+        weights = np.exp(-self.exp_weight * np.arange(len(preds)))
         weights /= weights.sum()
-        return (weights[:, None] * preds).sum(axis=0)
+        return (weights[:, None] * np.stack(preds)).sum(axis=0)
+
+    def add(self, chunk: np.ndarray) -> np.ndarray:
+        """Add the chunk of the next step (H >= horizon, A) and return the action (A,) to execute now."""
+        step = 0 if self.newest_step is None else self.newest_step + 1
+        self.put(chunk, step)
+        return self.at(step)
 
 
 # ------------------------------------------------------------------------------------------------ gripper

@@ -16,6 +16,14 @@ process's executor, so frames arrive late without the arm being at fault), so a 
 commanded for long. With a task status stream, the verdict after the
 last action waits at most ``status_timeout_s`` for the status of that action and otherwise ends ok=false; cancel,
 an ArmStop from someone else (:meth:`ControlLoop.abort`) and shutdown are seen within one period.
+
+Execution horizon (``LoopConfig.execution_horizon`` > 1), for a policy slower than the period (Octo's trunk on a
+CPU: ~450 ms at a 200 ms period): inference runs on a thread of its own, each chunk filed under the step of the
+observation it was predicted from (chunk_actor), and every tick publishes the ensembled action of its step from
+the chunks that cover it, at most ``execution_horizon`` steps past the newest chunk's observation. With no such
+chunk the arm gets nothing (it holds) and the goal ends when the newest observation goes stale, when no action
+came for ``obs_timeout_s`` with no inference running, or when one inference runs ``obs_timeout_s`` + 4 x the
+slowest so far.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+
+from amf_ros.runtime.chunk_actor import ChunkActor
 
 
 @dataclass(frozen=True)
@@ -107,10 +117,14 @@ class LoopConfig:
     status_timeout_s: float
     stale_s: float = 0.0
     """Age from which an observation is stale once acting, s; 0 = 1.5 control periods."""
+    execution_horizon: int = 1
+    """Most actions taken from the chunks of one observation; 1 = one inference per action (synchronous). Above
+    1, inference runs on a thread of its own and a policy slower than the period keeps the rate with the next
+    steps of its chunks (at most this many steps past the observation they were predicted from)."""
 
     def __post_init__(self) -> None:
         if not (self.period_s > 0 and self.max_steps >= 1 and self.obs_timeout_s > 0 and self.status_timeout_s > 0
-                and self.stale_s >= 0):
+                and self.stale_s >= 0 and self.execution_horizon >= 1):
             raise ValueError(f"bad control loop timing, got {self}")
         if self.stale_s == 0:
             object.__setattr__(self, "stale_s", 1.5 * self.period_s)
@@ -120,7 +134,8 @@ class ControlLoop:
     """Act for one task until solved, ``max_steps`` actions, cancel, shutdown or a fault.
 
     Args:
-        act: ``obs dict -> (7,) wire action`` (policy inference + ensembling/post-processing of this episode).
+        actor: this episode's :class:`~amf_ros.runtime.chunk_actor.ChunkActor` (``predict(obs, step)``, then
+            ``action(step) -> (7,)`` wire action), or a plain ``obs -> (7,)`` function.
         publish: sends one action (called on the control thread; rclpy publishers are thread safe).
         observations: :class:`Latest` of ``{"state": (S,), ["image": (H, W, 3)], ...}`` dicts.
         status: :class:`Latest` of :class:`TaskStatusValue`, or None (no success detector: a real arm).
@@ -128,14 +143,22 @@ class ControlLoop:
         feedback: ``(step, elapsed_s)`` after every published action.
     """
 
-    def __init__(self, act: Callable[[dict], np.ndarray], publish: Callable[[np.ndarray], None],
+    def __init__(self, actor: ChunkActor | Callable[[dict], np.ndarray], publish: Callable[[np.ndarray], None],
                  observations: Latest, status: Latest | None, task: str, cfg: LoopConfig, stop: threading.Event,
                  cancelled: Callable[[], bool] = lambda: False,
                  feedback: Callable[[int, float], None] | None = None) -> None:
-        self.act, self.publish, self.observations, self.status = act, publish, observations, status
+        self.actor = actor if isinstance(actor, ChunkActor) else ChunkActor.of_actions(actor)
+        self.publish, self.observations, self.status = publish, observations, status
         self.task, self.cfg, self.stop, self.cancelled, self.feedback = task, cfg, stop, cancelled, feedback
         self.result = RunResult()
         self._abort_reason = ""
+        self._chunks = threading.Condition()  # a new chunk, a published action or the end (chunked loop)
+        self._newest: tuple[int, float] | None = None  # (step, observation arrival) of the newest chunk
+        self._infer_error = ""
+        self._next_tick = 0.0
+        self._inferring_since: float | None = None  # monotonic start of the inference in flight
+        self._inferred_at = 0.0  # monotonic end of the newest inference
+        self._ended = threading.Event()
         self._thread = threading.Thread(target=self._run_safely, name=f"control:{task}", daemon=True)
 
     # -- the thread ------------------------------------------------------------------------------------------
@@ -155,7 +178,7 @@ class ControlLoop:
 
     def _run_safely(self) -> None:
         try:
-            self._run()
+            self._run() if self.cfg.execution_horizon == 1 else self._run_chunked()
         except Exception as exc:  # noqa: BLE001 - a policy or publisher error ends the goal, never the node
             self._end(False, f"control loop failed at step {self.result.steps}: {type(exc).__name__}: {exc}")
 
@@ -258,29 +281,166 @@ class ControlLoop:
                 continue
             waiting_since, used = None, count
             t0 = time.monotonic()
-            action = np.asarray(self.act(obs), dtype=np.float64)
-            if action.shape != (7,) or not np.all(np.isfinite(action)):
-                return self._end(False, f"policy returned a bad action at step {r.steps}: shape {action.shape}, "
-                                        f"values {action.tolist()}")
+            self.actor.predict(obs, r.steps)
+            action, bad = self._checked(self.actor.action(r.steps))
+            if bad:
+                return self._end(False, bad)
             r.act_times.append(time.monotonic() - t0)
             delay = next_tick - time.monotonic()
             if delay > 0:
                 self.stop.wait(delay)  # publish at the tick (early wake-up on stop: decided just below)
             if self.stop.is_set() or self.cancelled():
                 continue  # decided above on the next pass: never publish after a stop/cancel request
-            self.publish(action)
-            r.steps += 1
-            r.tick_times.append(time.monotonic())
-            if self.feedback is not None:
-                self.feedback(r.steps, time.monotonic() - start)
-            if self._solved(first_status):
-                return self._end(True, f"solved at step {r.steps}", success=True)
-            if r.steps >= cfg.max_steps:
-                return self._final_verdict(first_status)
+            if self._published(action, start, first_status):
+                return
             next_tick += cfg.period_s
             scheduled = next_tick
             if next_tick < time.monotonic() - cfg.period_s:  # more than a period late: restart, no catch-up burst
                 next_tick = time.monotonic()
+
+    def _checked(self, action: np.ndarray | None) -> tuple[np.ndarray, str]:
+        """The action as float64 (7,), and why it is bad ("" = it is not)."""
+        a = np.asarray(np.nan if action is None else action, dtype=np.float64)
+        if a.shape != (7,) or not np.all(np.isfinite(a)):
+            return a, f"policy returned a bad action at step {self.result.steps}: shape {a.shape}, values {a.tolist()}"
+        return a, ""
+
+    def _published(self, action: np.ndarray, start: float, first_status: TaskStatusValue | None) -> bool:
+        """Publish one action and book it; True if the goal ended with it (solved or the last step)."""
+        r = self.result
+        self.publish(action)
+        r.steps += 1
+        r.tick_times.append(time.monotonic())
+        with self._chunks:
+            self._chunks.notify_all()
+        if self.feedback is not None:
+            self.feedback(r.steps, time.monotonic() - start)
+        if self._solved(first_status):
+            self._end(True, f"solved at step {r.steps}", success=True)
+            return True
+        if r.steps >= self.cfg.max_steps:
+            self._final_verdict(first_status)
+            return True
+        return False
+
+    # -- chunked: inference on its own thread ----------------------------------------------------------------
+    def _run_chunked(self) -> None:
+        """Publish at every tick the action of that step from the chunks predicted so far (at most
+        ``execution_horizon`` steps past the newest chunk's observation) while :meth:`_infer_loop` predicts
+        from the newest observation on a thread of its own: a policy slower than the period keeps the rate."""
+        cfg, r = self.cfg, self.result
+        first_status, refusal = self._status_start()
+        if refusal:
+            return self._end(False, refusal)
+        start = time.monotonic()
+        next_tick = self._next_tick = start
+        waiting_since: float | None = None
+        inference = threading.Thread(target=self._infer_loop, name=f"inference:{self.task}", daemon=True)
+        inference.start()
+        try:
+            while True:
+                if self.stop.is_set():
+                    return self._end(False, f"{self._abort_reason or 'policy_server is shutting down'}; stopped "
+                                            f"after {r.steps} steps")
+                if self.cancelled():
+                    r.cancelled = True
+                    return self._end(False, f"cancelled after {r.steps} steps")
+                now = time.monotonic()
+                if waiting_since is None and next_tick > now:
+                    self.stop.wait(next_tick - now)
+                    continue
+                with self._chunks:
+                    newest, error = self._newest, self._infer_error
+                if error:
+                    return self._end(False, error)
+                step = r.steps
+                ready = newest is not None and step - newest[0] < cfg.execution_horizon
+                action = self.actor.action(step) if ready else None
+                if action is None:
+                    waiting_since = now if waiting_since is None else waiting_since
+                    ended = self._chunk_wait_over(now, waiting_since)
+                    if ended:
+                        return self._end(False, ended)
+                    with self._chunks:
+                        if self._newest == newest and not self._infer_error:
+                            self._chunks.wait(min(cfg.period_s, cfg.obs_timeout_s) / 4)
+                    continue
+                action, bad = self._checked(action)
+                if bad:
+                    return self._end(False, bad)
+                waiting_since = None
+                if self._published(action, start, first_status):
+                    return
+                next_tick += cfg.period_s
+                if next_tick < time.monotonic() - cfg.period_s:  # more than a period late: restart, no burst
+                    next_tick = time.monotonic()
+                self._next_tick = next_tick
+        finally:
+            self._ended.set()
+            with self._chunks:
+                self._chunks.notify_all()
+            # an inference in flight finishes before the next goal may use the same trunk (bounded)
+            inference.join(max(1.0, 3.0 * max(r.act_times[-10:], default=0.0)))
+
+    def _chunk_wait_over(self, now: float, waiting_since: float) -> str:
+        """Why the chunked loop stops waiting for an action ("" = it waits on): no action for ``obs_timeout_s``
+        with no inference running (no usable observation), an inference running longer than
+        ``obs_timeout_s`` plus 4 times the slowest so far (a hung policy), or, once acting, the newest observation
+        stale for a period."""
+        cfg, r = self.cfg, self.result
+        _, t_obs, _ = self.observations.get()
+        what = "before the first action" if r.steps == 0 else f"after {r.steps} steps"
+        inferring = self._inferring_since
+        if inferring is not None:
+            bound = cfg.obs_timeout_s + 4.0 * max(r.act_times, default=0.0)
+            if now - inferring > bound:
+                return f"an inference ran for more than {bound:.1f} s {what}; stopped commanding"
+        elif now - max(waiting_since, self._inferred_at) > cfg.obs_timeout_s:
+            return (f"no action for {cfg.obs_timeout_s} s {what}: no new observation, or inference slower than "
+                    f"{cfg.execution_horizon} control periods (is the arm / sim_bridge / camera running?)")
+        stale_s = self._stale_s()
+        if r.steps > 0 and t_obs >= 0 and now - max(t_obs + stale_s, waiting_since) > cfg.period_s:
+            return (f"observation stale: the newest is {(now - t_obs) * 1e3:.0f} ms old (stale after "
+                    f"{stale_s * 1e3:.0f} ms) after {r.steps} steps; stopped commanding (is the arm / sim_bridge / "
+                    "camera running?)")
+        return ""
+
+    def _infer_loop(self) -> None:
+        """Predict from every new observation, once per step, no earlier than a lead before the step's tick and
+        never from a stale observation; an error is handed to the control thread."""
+        cfg, r = self.cfg, self.result
+        used = 0
+        try:
+            while not self._ended.is_set():
+                step = r.steps  # the next action to publish: row 0 of a chunk from the newest observation
+                with self._chunks:
+                    if self._newest is not None and self._newest[0] >= step:  # this step has its chunk
+                        self._chunks.wait(cfg.period_s)
+                        continue
+                obs, t_obs, count = self.observations.get()
+                now = time.monotonic()
+                max_age = cfg.obs_timeout_s if step == 0 else self._stale_s()
+                if obs is None or count == used or now - t_obs > max_age:
+                    self.observations.wait_newer(count, cfg.period_s)
+                    continue
+                recent = r.act_times[-10:]
+                lead = 1.5 * max(recent) + 0.001 if recent else 0.0
+                if self._next_tick - lead > now:  # a fast policy acts on the newest observation before its tick
+                    self._ended.wait(min(cfg.period_s, self._next_tick - lead - now))
+                    continue
+                used = count
+                t0 = self._inferring_since = time.monotonic()
+                self.actor.predict(obs, step)
+                self._inferred_at = time.monotonic()
+                r.act_times.append(self._inferred_at - t0)
+                self._inferring_since = None
+                with self._chunks:
+                    self._newest = (step, t_obs)
+                    self._chunks.notify_all()
+        except Exception as exc:  # noqa: BLE001 - a policy error ends the goal, never the node
+            with self._chunks:
+                self._infer_error = f"control loop failed at step {r.steps}: {type(exc).__name__}: {exc}"
+                self._chunks.notify_all()
 
     def _final_verdict(self, first: TaskStatusValue | None) -> None:
         """After the last action: wait (bounded) for the arm's status of that action, then decide success."""

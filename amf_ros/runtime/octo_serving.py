@@ -29,6 +29,7 @@ import numpy as np
 
 from amf_ros._optional import load_object
 from amf_ros.atomic import atomic_write_bytes, atomic_write_json
+from amf_ros.runtime.chunk_actor import ChunkActor
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +123,9 @@ def initial_policy(trunk: Any, octo_checkpoint: str, checkpoint_dir: str | Path,
 
 
 # ------------------------------------------------------------------------------------------------ acting
-class OctoActor:
-    """One run_policy episode with Octo: ``reset(task)`` then ``obs -> (7,)`` EefDeltaAction vector.
+class OctoActor(ChunkActor):
+    """One run_policy episode with Octo: ``reset(task)``, then ``predict(obs, step)`` / ``action(step)`` (or
+    ``obs -> (7,)`` EefDeltaAction vector when used synchronously); see chunk_actor.
 
     Args:
         trunk, policy: the frozen trunk and the (mixed) Octo head policy of this episode.
@@ -140,28 +142,35 @@ class OctoActor:
                  sticky_gripper_steps: int = 1, max_translation: float = 0.05, max_rotation: float = 0.25,
                  crop_scale: float | None = None, wrist: bool = False) -> None:
         from amf_ros.policies.octo.policy import OctoImageActor
-        from amf_ros.policies.postprocess import ActionPostprocessor, PostprocessConfig, WorkspaceBounds
+        from amf_ros.policies.postprocess import StickyGripper, WorkspaceBounds
 
+        # the head's chunks are already in robot units (Octo's statistics, gripper raw): no un-normalisation here
+        super().__init__(self._infer, self._finish, horizon, exp_weight)
         self.actor = OctoImageActor(trunk, policy, crop_scale=crop_scale)
         self.actor.window = trunk.new_window(mode="octo", crop_scale=crop_scale, wrist=wrist)
-        # the head's chunks are already in robot units (Octo's statistics, gripper raw): stats={} here
-        self.post = ActionPostprocessor(PostprocessConfig(target="widowx", horizon=horizon, exp_weight=exp_weight,
-                                                          sticky_gripper_steps=sticky_gripper_steps))
+        self.gripper = StickyGripper(sticky_gripper_steps)
         self.bounds = WorkspaceBounds(max_translation=max_translation, max_rotation=max_rotation)
-        self.step = 0
+        self.calls = 0
 
-    def reset(self, task: str) -> None:
+    def reset(self, task: str) -> None:  # type: ignore[override]
         self.actor.reset(task)
-        self.post.reset()
-        self.step = 0
+        super().reset()
+        self.gripper.reset()
+        self.calls = 0
 
-    def __call__(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """obs ``{"image": (H, W, 3) uint8, ["wrist": (h, w, 3)]}`` -> (7,) [dxyz, drpy, gripper in {0, 1}]."""
+    def _infer(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """obs ``{"image": (H, W, 3) uint8, ["wrist": (h, w, 3)]}`` -> chunk (4, 7) in robot units."""
         if "image" not in obs:
             raise ValueError(f"the Octo policy needs a camera image; got observation keys {sorted(obs)}")
-        chunk = self.actor.act(obs["image"], obs.get("wrist"), seed=self.step)
-        self.step += 1
-        return self.bounds.clip_delta(self.post(chunk))
+        chunk = self.actor.act(obs["image"], obs.get("wrist"), seed=self.calls)
+        self.calls += 1
+        return chunk
+
+    def _finish(self, action: np.ndarray) -> np.ndarray:
+        """Octo's WidowX gripper (0 closed / 1 open) and the per-step bounds."""
+        a = np.array(action, dtype=np.float64)
+        a[6] = self.gripper(a[6])
+        return self.bounds.clip_delta(a)
 
 
 # ------------------------------------------------------------------------------------------------ embeddings

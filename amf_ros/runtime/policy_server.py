@@ -83,44 +83,25 @@ class Cancelled(Exception):
     """Raised inside a fine-tuning job when its goal is cancelled."""
 
 
-class ActionAdapter:
-    """Policy chunk (H, A_policy) -> temporal ensembling -> one wire action (7,) (EefDeltaAction vector).
+def wire_action(action_space: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The ensembled policy action -> EefDeltaAction vector (7,) for the policy's action space.
 
     Args:
         action_space: "metaworld" (policy acts in the native 4-D space, converted with native_to_eef7) or "eef7".
-        horizon, exp_weight: TemporalEnsembler settings (Octo/SimplerEnv: 4, 0.0); the horizon is capped at the
-            policy's chunk length.
     """
+    if action_space not in ("metaworld", "eef7"):
+        raise ValueError(f"action_space must be 'metaworld' or 'eef7', got {action_space=}")
 
-    def __init__(self, action_space: str, horizon: int, exp_weight: float) -> None:
-        from amf_ros.policies.postprocess import TemporalEnsembler
-
-        if action_space not in ("metaworld", "eef7"):
-            raise ValueError(f"action_space must be 'metaworld' or 'eef7', got {action_space=}")
-        self.action_space = action_space
-        self._make = lambda h: TemporalEnsembler(horizon=h, exp_weight=exp_weight)
-        self.horizon = int(horizon)
-        self.ensembler: Any = None
-
-    def reset(self) -> None:
-        """Start of an episode: forget previous chunks."""
-        self.ensembler = None
-
-    def __call__(self, chunk: np.ndarray) -> np.ndarray:
-        chunk = np.asarray(chunk, dtype=np.float64)
-        if chunk.ndim != 2 or not np.all(np.isfinite(chunk)):
-            raise ValueError(f"policy returned a bad action chunk: shape {chunk.shape}, "
-                             f"finite={bool(np.isfinite(chunk).all())}")
-        if self.ensembler is None:
-            self.ensembler = self._make(max(1, min(self.horizon, chunk.shape[0])))
-        action = self.ensembler.add(chunk)
-        if self.action_space == "metaworld":
+    def finish(action: np.ndarray) -> np.ndarray:
+        if action_space == "metaworld":
             from amf_ros.envs.metaworld_suite import native_to_eef7
 
             return native_to_eef7(action)
         if action.shape != (7,):
             raise ValueError(f"action_space eef7 needs 7-D policy actions, got {action.shape}")
         return action
+
+    return finish
 
 
 class PolicyRuntime:
@@ -343,6 +324,7 @@ class PolicyServer:
             feedback: Callable[[int, float], None] | None = None) -> Any:
         """Act for ``task`` on a control thread and wait for it (bounded); needs :meth:`reserve_run` first, which
         this releases. Returns a control_loop.RunResult (ok=false with a message on every fault)."""
+        from amf_ros.runtime.chunk_actor import ChunkActor
         from amf_ros.runtime.control_loop import ControlLoop, LoopConfig, RunResult
 
         try:
@@ -354,13 +336,14 @@ class PolicyServer:
             p = self.p
             cfg = LoopConfig(period_s=1.0 / p.control_rate_hz, max_steps=int(max_steps or p.max_steps),
                              obs_timeout_s=p.observation_timeout_s, status_timeout_s=p.observation_timeout_s,
-                             stale_s=p.observation_stale_periods / p.control_rate_hz)
+                             stale_s=p.observation_stale_periods / p.control_rate_hz,
+                             execution_horizon=p.execution_horizon)
             if self.octo is not None:
                 act = self.octo.actor(policy)
                 act.reset(task)
             else:
-                adapter = ActionAdapter(p.action_space, p.ensemble_horizon, p.ensemble_exp_weight)
-                act = lambda obs: adapter(policy.act(obs, task))  # noqa: E731
+                act = ChunkActor(lambda obs: policy.act(obs, task), wire_action(p.action_space),
+                                 p.ensemble_horizon, p.ensemble_exp_weight)
             stop = self._run_stop = threading.Event()
             if self._closing.is_set():
                 stop.set()

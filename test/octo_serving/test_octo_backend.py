@@ -137,7 +137,7 @@ def test_actor_postprocesses_octo_chunks(tmp_path):
     assert out.shape == (6, 7) and np.all(np.isfinite(out))
     assert np.all(np.abs(out[:, :3]) <= 0.05) and np.all(np.abs(out[:, 3:6]) <= 0.25)
     assert set(np.unique(out[:, 6])) <= {0.0, 1.0}
-    assert len(actor.post.ensembler) == 4  # temporal ensembling over the last 4 chunks
+    assert len(actor.ensembler) == 4  # temporal ensembling over the last 4 chunks
     # the window of 2: the first call pads (mask [False, True]), later calls do not
     win = actor.actor.window
     assert len(win) == 2

@@ -34,14 +34,18 @@ def test_schema_param_checks() -> None:
         assert all(p.description for p in schema(node))
 
 
-def test_action_adapter_converts_native_chunks_to_wire_actions() -> None:
-    from amf_ros.runtime.policy_server import ActionAdapter
+def test_chunk_actor_converts_native_chunks_to_wire_actions() -> None:
+    from amf_ros.runtime.chunk_actor import ChunkActor
+    from amf_ros.runtime.policy_server import wire_action
 
-    adapter = ActionAdapter("metaworld", horizon=4, exp_weight=0.0)
+    actor = ChunkActor(lambda obs: _Policy().act(obs, "reach"), wire_action("metaworld"), horizon=4)
     # native [1, -0.5, 0.25, grab 1] -> metres 0.01 per unit, gripper (1 - 1) / 2 = 0 (closed)
-    np.testing.assert_allclose(adapter(_Policy().act(None, "reach")), [0.01, -0.005, 0.0025, 0, 0, 0, 0.0])
+    np.testing.assert_allclose(actor(None), [0.01, -0.005, 0.0025, 0, 0, 0, 0.0])
+    assert actor.action(actor.newest_step + 4) is None  # no chunk covers it
     with pytest.raises(ValueError, match="bad action chunk"):
-        adapter(np.full((4, 4), np.nan))
+        ChunkActor(lambda obs: np.full((4, 4), np.nan))(None)
+    with pytest.raises(ValueError, match="eef7 needs 7-D"):
+        wire_action("eef7")(np.zeros(4))
 
 
 def test_checkpoint_discovery(tmp_path: Path) -> None:

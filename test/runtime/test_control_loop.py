@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from amf_ros.runtime.chunk_actor import ChunkActor
 from amf_ros.runtime.control_loop import ControlLoop, Latest, LoopConfig, TaskStatusValue
 
 CFG = LoopConfig(period_s=0.02, max_steps=5, obs_timeout_s=0.3, status_timeout_s=0.3)
@@ -279,3 +280,77 @@ def test_a_reset_arriving_just_after_the_goal_is_waited_for() -> None:
     loop = _loop(arm, cfg).start()
     assert loop.join(5.0)
     assert loop.result.ok and len(arm.actions) == 3, loop.result.message
+
+
+# -- execution horizon > 1: inference on its own thread, the steps between chunks from the chunks already there ----
+def _chunk_from_state(delay_s: float, rows: int = 4):
+    """A policy whose chunk, predicted from the observation after n applied actions, holds the value n + i in
+    row i: if the loop files every chunk under the step of its observation, the action of step k is exactly k
+    (the ensemble of equal values), whatever the timing."""
+    calls = []
+
+    def infer(obs):
+        calls.append(time.monotonic())
+        time.sleep(delay_s)
+        n = float(obs["state"][0])
+        return np.repeat((n + np.arange(rows, dtype=np.float64))[:, None], 7, axis=1)
+
+    return infer, calls
+
+
+def test_a_policy_slower_than_the_period_keeps_the_rate_with_the_steps_of_its_chunks() -> None:
+    """Inference of 2.4 periods (Octo's trunk on a CPU at 5 Hz): one inference per action drags every period to
+    the inference time; with an execution horizon of 4 the loop publishes at the period from the chunks already
+    predicted, each action the one its chunks predicted for that step."""
+    period, delay, steps = 0.05, 0.12, 20
+    medians = {}
+    for horizon in (1, 4):
+        arm = FakeArm()
+        infer, calls = _chunk_from_state(delay)
+        cfg = LoopConfig(period_s=period, max_steps=steps, obs_timeout_s=1.0, status_timeout_s=1.0,
+                         execution_horizon=horizon)
+        loop = _loop(arm, cfg, act=ChunkActor(infer, horizon=4)).start()
+        assert loop.join(20.0)
+        r = loop.result
+        assert r.ok and r.steps == steps == len(arm.actions), r.message
+        np.testing.assert_array_equal([a[0] for a in arm.actions], np.arange(steps))  # step k got row k - s
+        medians[horizon] = float(np.median(r.periods))
+        if horizon == 1:
+            assert len(calls) == steps and medians[1] >= delay  # one inference per action: a period >= inference
+        else:
+            assert len(calls) <= 0.6 * steps, len(calls)  # ~1 inference per 2.4 steps
+    assert medians[4] < 2 * period, medians
+
+
+def test_a_frozen_arm_gets_at_most_execution_horizon_actions_from_its_last_observation() -> None:
+    for horizon in (2, 4):
+        arm = FakeArm(respond=False)  # one observation, never another
+        infer, calls = _chunk_from_state(0.0, rows=8)
+        cfg = LoopConfig(period_s=0.02, max_steps=100, obs_timeout_s=0.5, status_timeout_s=0.5,
+                         execution_horizon=horizon)
+        loop = _loop(arm, cfg, act=ChunkActor(infer, horizon=8)).start()
+        assert loop.join(5.0)
+        r = loop.result
+        assert not r.ok and len(calls) == 1 and r.steps == horizon == len(arm.actions), (horizon, r.message)
+        assert "observation stale" in r.message or "no action" in r.message, r.message
+
+
+def test_chunked_loop_errors_stop_and_cancel_end_the_goal_and_nothing_is_published_after() -> None:
+    def boom(obs):
+        raise RuntimeError("CUDA out of memory")
+
+    cfg = LoopConfig(period_s=0.02, max_steps=100000, obs_timeout_s=1.0, status_timeout_s=1.0, execution_horizon=4)
+    arm = FakeArm()
+    loop = _loop(arm, cfg, act=ChunkActor(boom, horizon=4)).start()
+    assert loop.join(5.0)
+    assert not loop.result.ok and "CUDA out of memory" in loop.result.message and not arm.actions
+    for how in ("cancel", "stop"):
+        arm, flag, stop = FakeArm(), threading.Event(), threading.Event()
+        infer, _ = _chunk_from_state(0.03)
+        loop = _loop(arm, cfg, stop=stop, cancelled=flag.is_set, act=ChunkActor(infer, horizon=4)).start()
+        time.sleep(0.2)
+        (flag if how == "cancel" else stop).set()
+        assert loop.join(2.0), how
+        n = len(arm.actions)
+        time.sleep(0.1)
+        assert n > 0 and len(arm.actions) == n and not loop.result.ok and loop.result.cancelled == (how == "cancel")

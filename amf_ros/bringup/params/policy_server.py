@@ -79,6 +79,14 @@ class PolicyServerParams(OctoTrunkParams):
         "and the final success verdict waits at most this long for the arm's status, s.",
         range=(0.01, 600.0),
     )
+    execution_horizon: int = param(
+        1,
+        "Most actions taken from the action chunks of one observation. 1 = one inference per action. Above 1, "
+        "inference runs on a thread of its own and a policy slower than the control period (Octo's trunk on a "
+        "CPU) keeps the rate with the next steps of its chunks, ensembled, instead of lengthening every period; "
+        "at most min(this, ensemble_horizon) actions follow one observation (the open-loop bound of a frozen arm).",
+        range=(1, 64),
+    )
     observation_stale_periods: float = param(
         1.5,
         "Once acting, an observation older than this many control periods is stale: no action is computed from it, "
