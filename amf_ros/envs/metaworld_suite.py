@@ -81,17 +81,23 @@ def load_tasks(path: str | os.PathLike | None = None, keys: Sequence[str] | None
         path: YAML file; default :func:`tasks_file`.
         keys: keep only these task keys, in this order (unknown keys raise ValueError).
     """
-    import yaml
-
     path = Path(path) if path is not None else tasks_file()
     if not path.is_file():
         raise FileNotFoundError(f"Metaworld task list not found at {path} (set AMF_METAWORLD_TASKS or pass a path)")
+    return load_specs(path, TaskSpec, keys, "Metaworld")
+
+
+def load_specs(path: Path, spec_cls: type, keys: Sequence[str] | None, what: str) -> list:
+    """Rows of a task-set YAML (``{tasks: [{key, ...}, ...]}``) as ``spec_cls(**row)``, unique keys, optionally
+    only ``keys`` in that order (unknown keys raise ValueError naming the known ones)."""
+    import yaml
+
     with open(path, encoding="utf-8") as fh:
         doc = yaml.safe_load(fh) or {}
     entries = doc.get("tasks") if isinstance(doc, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"{path}: expected a non-empty list under 'tasks', got {type(entries).__name__}")
-    specs = [TaskSpec(**entry) for entry in entries]
+    specs = [spec_cls(**entry) for entry in entries]
     by_key = {s.key: s for s in specs}
     if len(by_key) != len(specs):
         raise ValueError(f"{path}: duplicate task keys in {[s.key for s in specs]}")
@@ -99,7 +105,7 @@ def load_tasks(path: str | os.PathLike | None = None, keys: Sequence[str] | None
         return specs
     unknown = [k for k in keys if k not in by_key]
     if unknown:
-        raise ValueError(f"unknown Metaworld task keys {unknown}; known: {sorted(by_key)}")
+        raise ValueError(f"unknown {what} task keys {unknown}; known: {sorted(by_key)}")
     return [by_key[k] for k in keys]
 
 

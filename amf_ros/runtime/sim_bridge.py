@@ -35,7 +35,8 @@ def make_backend(name: str, tasks_file: str) -> Any:
     ``state_names``.
 
     Args:
-        name: ``"metaworld"`` (embedded Metaworld suite) or ``"simpler"`` (SIMPLER WidowX scenes, needs simpler_env).
+        name: ``"metaworld"`` (embedded Metaworld suite), ``"simpler"`` (SIMPLER WidowX scenes, needs simpler_env) or
+            ``"widowx"`` (the embedded WidowX tabletop, amf_ros/envs/widowx_sim).
         tasks_file: task set YAML; "" = the backend's default.
     """
     if name == "metaworld":
@@ -46,7 +47,11 @@ def make_backend(name: str, tasks_file: str) -> Any:
         from amf_ros.envs import simpler
 
         return simpler.make_suite(str(resolve_config(tasks_file)) if tasks_file else None)
-    raise ValueError(f"unknown sim_bridge backend, got {name=}; choose 'metaworld' or 'simpler'")
+    if name == "widowx":
+        from amf_ros.envs.widowx_sim.suite import WidowXSimSuite, load_tasks as widowx_tasks
+
+        return WidowXSimSuite(widowx_tasks(resolve_config(tasks_file) if tasks_file else None))
+    raise ValueError(f"unknown sim_bridge backend, got {name=}; choose 'metaworld', 'simpler' or 'widowx'")
 
 
 @dataclass(frozen=True)

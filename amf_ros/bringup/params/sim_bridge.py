@@ -21,8 +21,9 @@ class SimBridgeParams:
         "metaworld",
         "Simulator hosted by the bridge: 'metaworld' = the embedded Metaworld suite "
         "(amf_ros.envs.metaworld_suite), 'simpler' = SIMPLER WidowX scenes (amf_ros.envs.simpler, needs "
-        "simpler_env).",
-        choices=("metaworld", "simpler"),
+        "simpler_env), 'widowx' = the embedded WidowX 250s tabletop with SIMPLER's four tasks, driven through "
+        "widowx_driver's runtime (amf_ros.envs.widowx_sim; MuJoCo, any CPU).",
+        choices=("metaworld", "simpler", "widowx"),
     )
     tasks_file: str = param(
         "",

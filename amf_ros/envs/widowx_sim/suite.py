@@ -1,0 +1,244 @@
+"""SIMPLER's four WidowX tasks on the embedded tabletop, driven through widowx_driver's own runtime.
+
+Why through the driver: every action takes the real arm's path. An EefDeltaAction (7,) (BridgeData convention:
+metres and radians per step, gripper 1 = open) goes to :class:`~amf_ros.runtime.widowx_driver.WidowXDriver`
+(action gate, workspace and per-step limits, IK, joint-speed limit, e-stop, PWM gripper), whose joint targets and
+gripper PWM drive :class:`~amf_ros.envs.widowx_sim.scene.SimArm` as they would drive the xs_sdk; the observation
+is the driver's answer to the arm's joint_states (Octo's 8-D proprio). Simulated time advances one control period
+(0.2 s, 5 Hz) per action and stamps the actions, so the driver's validity checks see what a live arm would.
+
+Tasks come from config/tasks/widowx_sim.yaml (the keys of config/tasks/simpler_widowx.yaml). Each reset draws the
+object poses from the seed; success is the moved object resting, released, on (in) its receptacle. The scripted
+expert (:meth:`WidowXSimSuite.expert_action`) grasps and places with the same 7-D actions a teleoperator sends.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from amf_ros.envs.widowx_sim.scene import BODIES, SimArm
+from amf_ros.robots import wx250s
+from amf_ros.robots.widowx import PROPRIO_NAMES
+
+_DEFAULT_TASKS_FILE = Path(__file__).resolve().parents[3] / "config" / "tasks" / "widowx_sim.yaml"
+PERIOD_S = 0.2
+"""Control period: BridgeData's 5 Hz."""
+REGION = ((0.22, 0.36), (-0.13, 0.15))
+"""(x range, y range) objects are placed in, metres in the base frame (inside Octo's WidowX workspace box)."""
+LANDING = {"plate": ("round", 0.055), "towel": ("square", 0.055), "yellow_block": ("square", 0.014),
+           "basket": ("square", 0.045)}
+"""Where the moved object's centre must land on each receptacle: a disc radius or a square's half side, metres."""
+TOP = {"plate": 0.008, "towel": 0.004, "yellow_block": 0.04, "basket": 0.006}
+"""Height of each receptacle's supporting surface above the table, metres."""
+
+
+@dataclass(frozen=True)
+class WidowXTaskSpec:
+    """One task of the embedded WidowX (a row of config/tasks/widowx_sim.yaml)."""
+
+    key: str
+    instruction: str
+    source: str
+    target: str
+    max_steps: int = 60
+
+    def __post_init__(self) -> None:
+        if self.source not in BODIES or not BODIES[self.source].free:
+            raise ValueError(f"source must be a movable object of {sorted(k for k, b in BODIES.items() if b.free)}, "
+                             f"got {self.source!r}")
+        if self.target not in LANDING:
+            raise ValueError(f"target must be one of {sorted(LANDING)}, got {self.target!r}")
+        if not 1 <= int(self.max_steps) <= 1000:
+            raise ValueError(f"max_steps must be in [1, 1000], got {self.max_steps=}")
+
+
+def load_tasks(path: str | os.PathLike | None = None, keys: Sequence[str] | None = None) -> list[WidowXTaskSpec]:
+    """The task list (YAML ``{tasks: [{key, instruction, source, target, max_steps}, ...]}``)."""
+    from amf_ros.envs.metaworld_suite import load_specs
+
+    return load_specs(Path(path) if path is not None else _DEFAULT_TASKS_FILE, WidowXTaskSpec, keys, "WidowX")
+
+
+def sample_poses(spec: WidowXTaskSpec, seed: int) -> dict[str, tuple[float, float, float]]:
+    """Object poses ``{name: (x, y, yaw)}`` drawn from ``seed``: both in :data:`REGION`, far enough apart that the
+    gripper reaching one never touches the other."""
+    rng = np.random.default_rng([seed, 20261124])
+    (x0, x1), (y0, y1) = REGION
+    for _ in range(1000):
+        src = (rng.uniform(x0, x1), rng.uniform(y0, y1), rng.uniform(-0.4, 0.4))
+        tgt = (rng.uniform(x0, x1), rng.uniform(y0, y1), rng.uniform(-0.4, 0.4))
+        if np.hypot(src[0] - tgt[0], src[1] - tgt[1]) >= 0.06 + BODIES[spec.target].radius + 0.03:
+            return {spec.source: src, spec.target: tgt}
+    raise RuntimeError(f"no object layout found for seed {seed}")  # pragma: no cover - the region is wide enough
+
+
+class _Expert:
+    """Grasp and place with 7-D delta actions: above the object, down, close, up, over the receptacle, down, open,
+    up. Moves the driver's target pose (what the deltas act on) toward each waypoint by at most the per-step bound,
+    and turns the gripper straight down on the way."""
+
+    CLEAR_Z = 0.12  # carrying height of the gripper tip, m
+    REACHED = 0.004  # m: a waypoint is reached when the target is this close
+    HOLD_STEPS = 2  # periods the gripper is given to close or open
+
+    def __init__(self) -> None:
+        self.phase, self.held = 0, 0
+
+    def action(self, target_state: np.ndarray, src: np.ndarray, tgt: np.ndarray, spec: WidowXTaskSpec,
+               max_step: float) -> np.ndarray:
+        grasp_z = max(src[2], 0.006)
+        place_z = TOP[spec.target] + BODIES[spec.source].half_height + 0.02
+        plan = [((src[0], src[1], grasp_z + 0.07), 1.0), ((src[0], src[1], grasp_z), 1.0), (None, 0.0),
+                ((src[0], src[1], self.CLEAR_Z), 0.0), ((tgt[0], tgt[1], self.CLEAR_Z), 0.0),
+                ((tgt[0], tgt[1], place_z), 0.0), (None, 1.0), ((tgt[0], tgt[1], self.CLEAR_Z), 1.0)]
+        self.phase = min(self.phase, len(plan) - 1)
+        a = np.zeros(7)
+        a[3:6] = np.clip(-target_state[3:6], -0.25, 0.25)  # straight down (rpy 0 relative to DEFAULT_ROTATION)
+        waypoint, grip = plan[self.phase]
+        a[6] = grip
+        if waypoint is None:  # close or open in place
+            self.held += 1
+            if self.held >= self.HOLD_STEPS:
+                self.phase, self.held = self.phase + 1, 0
+            return a
+        delta = np.asarray(waypoint) - target_state[:3]
+        a[:3] = np.clip(delta, -max_step, max_step)
+        if np.linalg.norm(delta - a[:3]) < self.REACHED and self.phase < len(plan) - 1:
+            self.phase += 1
+        return a
+
+
+class WidowXSimSuite:
+    """The embedded WidowX: the sim_bridge backend protocol (``task_keys``, ``task``, ``instruction``, ``reset``,
+    ``step_eef7``, ``render``, ``state_names``) plus ``expert_action`` and ``success``.
+
+    Args:
+        tasks: task specs (default: config/tasks/widowx_sim.yaml).
+        camera: build the ``primary`` camera (rendering needs MUJOCO_GL=osmesa on a CPU).
+        driver_params: widowx_driver parameter values (``{name: value}``) the simulated arm runs under.
+    """
+
+    state_names = PROPRIO_NAMES
+
+    def __init__(self, tasks: Sequence[WidowXTaskSpec] | None = None, camera: bool = True,
+                 driver_params: dict | None = None) -> None:
+        specs = list(tasks) if tasks is not None else load_tasks()
+        if not specs:
+            raise ValueError("the WidowX suite needs at least one task")
+        self.specs = {s.key: s for s in specs}
+        self.camera = camera
+        self.driver_params = dict(driver_params or {})
+        self._arms: dict[str, SimArm] = {}
+        self._current: str | None = None
+        self.driver = None
+        self.steps = 0
+        self.success = False
+        self.sim_time_ns = 0
+        self._expert = _Expert()
+        self._obs = np.zeros(8, np.float32)
+
+    # -- protocol ----------------------------------------------------------------------------------------------
+    @property
+    def task_keys(self) -> list[str]:
+        return list(self.specs)
+
+    @property
+    def task(self) -> str | None:
+        return self._current
+
+    def instruction(self, task: str) -> str:
+        return self._spec(task).instruction
+
+    @property
+    def arm(self) -> SimArm:
+        """The simulated arm of the current task."""
+        if self._current is None:
+            raise RuntimeError("call reset(task, seed) first")
+        return self._arms[self._current]
+
+    def reset(self, task: str, seed: int) -> np.ndarray:
+        """Start an episode of ``task`` with the object poses of ``seed``; the arm at BridgeData's neutral pose."""
+        from amf_ros.bringup.params import load
+        from amf_ros.runtime.widowx_driver import WidowXDriver
+
+        spec = self._spec(task)
+        if task not in self._arms:
+            self._arms[task] = SimArm((spec.source, spec.target), camera=self.camera)
+        self._current = task
+        self.arm.reset(wx250s.NEUTRAL_JOINTS, sample_poses(spec, seed))
+        self.driver = WidowXDriver(load("widowx_driver", {"control_period_s": PERIOD_S, **self.driver_params}))
+        self.steps, self.success, self._expert = 0, False, _Expert()
+        self.sim_time_ns += int(1e9)
+        self._obs = self._observe()
+        return self._obs
+
+    def step_eef7(self, action7: Sequence[float]) -> tuple[np.ndarray, bool, bool]:
+        """Apply one EefDeltaAction vector through the driver's runtime, run one control period of physics."""
+        if self.driver is None:
+            raise RuntimeError("call reset(task, seed) first")
+        out = self.driver.on_action(np.asarray(action7, dtype=np.float64), self.sim_time_ns, self.sim_time_ns)
+        self._command(out)
+        self.arm.advance(PERIOD_S)
+        self.sim_time_ns += int(PERIOD_S * 1e9)
+        self._obs = self._observe()
+        self.steps += 1
+        self.success = self.success or self.solved()
+        return self._obs, self.success, self.done
+
+    @property
+    def done(self) -> bool:
+        return self.success or self.steps >= self._spec(self._current).max_steps
+
+    def render(self, width: int = 256, height: int = 256, camera: str = "primary") -> np.ndarray:
+        return self.arm.render(width, height, camera)
+
+    # -- the task ----------------------------------------------------------------------------------------------
+    def solved(self) -> bool:
+        """The moved object rests, released, on (in) its receptacle."""
+        spec, arm = self._spec(self._current), self.arm
+        src, tgt = arm.position(spec.source), arm.position(spec.target)
+        yaw_rot = arm.d.xmat[arm.m.body(spec.target).id].reshape(3, 3)
+        local = yaw_rot.T @ (src - tgt)
+        shape, size = LANDING[spec.target]
+        inside = (np.hypot(local[0], local[1]) <= size if shape == "round"
+                  else bool(np.all(np.abs(local[:2]) <= size)))
+        rest = TOP[spec.target] + BODIES[spec.source].half_height
+        resting = rest - 0.008 <= src[2] <= rest + 0.012 and arm.speed(spec.source) < 0.05
+        released = self.driver is not None and self.driver.adapter.gripper >= 0.7
+        return bool(inside and resting and released)
+
+    def expert_action(self, noise_std: float = 0.0, rng: np.random.Generator | None = None) -> np.ndarray:
+        """The scripted expert's EefDeltaAction (7,) for the current state, plus optional Gaussian noise on the
+        translation (``noise_std`` in metres; the gripper stays binary)."""
+        spec, arm = self._spec(self._current), self.arm
+        bounds = self.driver.adapter.limits.workspace
+        a = self._expert.action(self.driver.adapter.target_state, arm.position(spec.source),
+                                arm.position(spec.target), spec, bounds.max_translation)
+        if noise_std > 0:
+            if rng is None:
+                raise ValueError("an rng is required when noise_std > 0")
+            a[:3] += rng.normal(0.0, noise_std, 3)
+        return bounds.clip_delta(a)
+
+    # -- internals ---------------------------------------------------------------------------------------------
+    def _observe(self) -> np.ndarray:
+        names, positions, _ = self.arm.joint_states()
+        proprio, out = self.driver.on_joint_state(names, positions)
+        self._command(out)
+        return np.asarray(proprio, dtype=np.float32)
+
+    def _command(self, out) -> None:
+        if out.arm is not None:
+            self.arm.command_arm(out.arm)
+        if out.gripper is not None:
+            self.arm.command_gripper(out.gripper)
+
+    def _spec(self, task: str | None) -> WidowXTaskSpec:
+        if task not in self.specs:
+            raise ValueError(f"unknown task {task!r}; this suite has {self.task_keys}")
+        return self.specs[task]
