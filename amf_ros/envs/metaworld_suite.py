@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from amf_ros._optional import require
+from amf_ros.envs.task_set import TaskSet, load_specs
 
 log = logging.getLogger(__name__)
 
@@ -85,28 +86,6 @@ def load_tasks(path: str | os.PathLike | None = None, keys: Sequence[str] | None
     if not path.is_file():
         raise FileNotFoundError(f"Metaworld task list not found at {path} (set AMF_METAWORLD_TASKS or pass a path)")
     return load_specs(path, TaskSpec, keys, "Metaworld")
-
-
-def load_specs(path: Path, spec_cls: type, keys: Sequence[str] | None, what: str) -> list:
-    """Rows of a task-set YAML (``{tasks: [{key, ...}, ...]}``) as ``spec_cls(**row)``, unique keys, optionally
-    only ``keys`` in that order (unknown keys raise ValueError naming the known ones)."""
-    import yaml
-
-    with open(path, encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh) or {}
-    entries = doc.get("tasks") if isinstance(doc, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{path}: expected a non-empty list under 'tasks', got {type(entries).__name__}")
-    specs = [spec_cls(**entry) for entry in entries]
-    by_key = {s.key: s for s in specs}
-    if len(by_key) != len(specs):
-        raise ValueError(f"{path}: duplicate task keys in {[s.key for s in specs]}")
-    if keys is None:
-        return specs
-    unknown = [k for k in keys if k not in by_key]
-    if unknown:
-        raise ValueError(f"unknown {what} task keys {unknown}; known: {sorted(by_key)}")
-    return [by_key[k] for k in keys]
 
 
 def native_to_eef7(a4: np.ndarray) -> np.ndarray:
@@ -226,7 +205,7 @@ class MetaworldTaskEnv:
         return np.asarray(self._renderer.render(), dtype=np.uint8).copy()
 
 
-class MetaworldSuite:
+class MetaworldSuite(TaskSet):
     """The task set, one lazily built :class:`MetaworldTaskEnv` per task, and a current task.
 
     Typical use (what sim_bridge does)::
@@ -239,21 +218,8 @@ class MetaworldSuite:
     """
 
     def __init__(self, tasks: Sequence[TaskSpec] | None = None) -> None:
-        specs = list(tasks) if tasks is not None else load_tasks()
-        if not specs:
-            raise ValueError("a Metaworld suite needs at least one task")
-        self.specs: dict[str, TaskSpec] = {s.key: s for s in specs}
+        super().__init__(tasks if tasks is not None else load_tasks(), "Metaworld")
         self._envs: dict[str, MetaworldTaskEnv] = {}
-        self._current: str | None = None
-
-    @property
-    def task_keys(self) -> list[str]:
-        """Task keys in configuration order."""
-        return list(self.specs)
-
-    def instruction(self, task: str) -> str:
-        """The natural-language instruction of ``task``."""
-        return self._spec(task).instruction
 
     def env(self, task: str) -> MetaworldTaskEnv:
         """The environment of ``task`` (built on first use, about 0.2 s)."""
@@ -267,11 +233,6 @@ class MetaworldSuite:
         if self._current is None:
             raise RuntimeError("call reset(task, seed) first")
         return self._envs[self._current]
-
-    @property
-    def task(self) -> str | None:
-        """Key of the current task (None before the first reset)."""
-        return self._current
 
     def reset(self, task: str, seed: int) -> np.ndarray:
         """Switch to ``task`` and start an episode with the scene drawn from ``seed``; obs (39,) float32."""
@@ -304,11 +265,6 @@ class MetaworldSuite:
     def render(self, width: int = 128, height: int = 128, camera: str = "corner") -> np.ndarray:
         """RGB image (height, width, 3) uint8 of the current task's scene."""
         return self.current.render(width=width, height=height, camera=camera)
-
-    def _spec(self, task: str) -> TaskSpec:
-        if task not in self.specs:
-            raise ValueError(f"unknown task {task!r}; this suite has {self.task_keys}")
-        return self.specs[task]
 
 
 def noisy(action: np.ndarray, noise_std: float, rng: np.random.Generator | None) -> np.ndarray:

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from amf_ros._optional import require
+from amf_ros.envs.task_set import TaskSet
 from amf_ros.policies.postprocess import eef7_to_simpler, matrix_to_rpy
 
 log = logging.getLogger(__name__)
@@ -224,33 +225,17 @@ class SimplerTaskEnv:
         self._env.close()
 
 
-class SimplerSuite:
+class SimplerSuite(TaskSet):
     """The SIMPLER WidowX task set with a current task (what sim_bridge backend ``simpler`` hosts)."""
 
     state_names = STATE_NAMES
 
     def __init__(self, tasks: Sequence[SimplerTaskSpec] | None = None, stop_at_success: bool = False,
                  **make_kwargs: Any) -> None:
-        specs = list(tasks) if tasks is not None else load_tasks()
-        if not specs:
-            raise ValueError("a SIMPLER suite needs at least one task")
-        self.specs = {s.key: s for s in specs}
+        super().__init__(tasks if tasks is not None else load_tasks(), "SIMPLER")
         self.stop_at_success = stop_at_success
         self._make_kwargs = make_kwargs
         self._envs: dict[str, SimplerTaskEnv] = {}
-        self._current: str | None = None
-
-    @property
-    def task_keys(self) -> list[str]:
-        return list(self.specs)
-
-    @property
-    def task(self) -> str | None:
-        return self._current
-
-    def instruction(self, task: str) -> str:
-        """The configured instruction of ``task``."""
-        return self._spec(task).instruction
 
     def env(self, task: str) -> SimplerTaskEnv:
         """The environment of ``task`` (built on first use)."""
@@ -304,11 +289,6 @@ class SimplerSuite:
         for env in self._envs.values():
             env.close()
         self._envs.clear()
-
-    def _spec(self, task: str) -> SimplerTaskSpec:
-        if task not in self.specs:
-            raise ValueError(f"unknown task {task!r}; this suite has {self.task_keys}")
-        return self.specs[task]
 
 
 def make_suite(tasks_file: str | os.PathLike | None = None, **kwargs: Any) -> SimplerSuite:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from amf_ros.envs.task_set import TaskSet, load_specs
 from amf_ros.envs.widowx_sim.scene import BODIES, SimArm
 from amf_ros.robots import wx250s
 from amf_ros.robots.widowx import PROPRIO_NAMES
@@ -59,8 +60,6 @@ class WidowXTaskSpec:
 
 def load_tasks(path: str | os.PathLike | None = None, keys: Sequence[str] | None = None) -> list[WidowXTaskSpec]:
     """The task list (YAML ``{tasks: [{key, instruction, source, target, max_steps}, ...]}``)."""
-    from amf_ros.envs.metaworld_suite import load_specs
-
     return load_specs(Path(path) if path is not None else _DEFAULT_TASKS_FILE, WidowXTaskSpec, keys, "WidowX")
 
 
@@ -113,7 +112,7 @@ class _Expert:
         return a
 
 
-class WidowXSimSuite:
+class WidowXSimSuite(TaskSet):
     """The embedded WidowX: the sim_bridge backend protocol (``task_keys``, ``task``, ``instruction``, ``reset``,
     ``step_eef7``, ``render``, ``state_names``) plus ``expert_action`` and ``success``.
 
@@ -127,33 +126,17 @@ class WidowXSimSuite:
 
     def __init__(self, tasks: Sequence[WidowXTaskSpec] | None = None, camera: bool = True,
                  driver_params: dict | None = None) -> None:
-        specs = list(tasks) if tasks is not None else load_tasks()
-        if not specs:
-            raise ValueError("the WidowX suite needs at least one task")
-        self.specs = {s.key: s for s in specs}
+        super().__init__(tasks if tasks is not None else load_tasks(), "WidowX")
         self.camera = camera
         self.driver_params = dict(driver_params or {})
         self._arms: dict[str, SimArm] = {}
-        self._current: str | None = None
         self.driver = None
         self.steps = 0
         self.success = False
         self.sim_time_ns = 0
         self._expert = _Expert()
-        self._obs = np.zeros(8, np.float32)
 
-    # -- protocol ----------------------------------------------------------------------------------------------
-    @property
-    def task_keys(self) -> list[str]:
-        return list(self.specs)
-
-    @property
-    def task(self) -> str | None:
-        return self._current
-
-    def instruction(self, task: str) -> str:
-        return self._spec(task).instruction
-
+    # -- protocol (task_keys, task, instruction: TaskSet) ---------------------------------------------------------
     @property
     def arm(self) -> SimArm:
         """The simulated arm of the current task."""
@@ -174,8 +157,7 @@ class WidowXSimSuite:
         self.driver = WidowXDriver(load("widowx_driver", {"control_period_s": PERIOD_S, **self.driver_params}))
         self.steps, self.success, self._expert = 0, False, _Expert()
         self.sim_time_ns += int(1e9)
-        self._obs = self._observe()
-        return self._obs
+        return self._observe()
 
     def step_eef7(self, action7: Sequence[float]) -> tuple[np.ndarray, bool, bool]:
         """Apply one EefDeltaAction vector through the driver's runtime, run one control period of physics."""
@@ -185,10 +167,10 @@ class WidowXSimSuite:
         self._command(out)
         self.arm.advance(PERIOD_S)
         self.sim_time_ns += int(PERIOD_S * 1e9)
-        self._obs = self._observe()
+        obs = self._observe()
         self.steps += 1
         self.success = self.success or self.solved()
-        return self._obs, self.success, self.done
+        return obs, self.success, self.done
 
     @property
     def done(self) -> bool:
@@ -237,8 +219,3 @@ class WidowXSimSuite:
             self.arm.command_arm(out.arm)
         if out.gripper is not None:
             self.arm.command_gripper(out.gripper)
-
-    def _spec(self, task: str | None) -> WidowXTaskSpec:
-        if task not in self.specs:
-            raise ValueError(f"unknown task {task!r}; this suite has {self.task_keys}")
-        return self.specs[task]
