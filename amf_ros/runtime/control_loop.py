@@ -215,12 +215,32 @@ class ControlLoop:
             return False
         return first is None or value.resets != first.resets or value.steps > first.steps
 
-    def _lead_s(self) -> float:
+    def _lead_s(self, capped: bool = True) -> float:
         """How long before its tick an action is computed: 1.5 x the slowest of the last 10 inferences + 1 ms,
-        at most 80% of a period (the action is then published AT the tick, so the period the arm sees does not
-        inherit the inference time's jitter, and the observation it acts on is at most this old)."""
+        at most 80% of a period when ``capped`` (the action is then published AT the tick, so the period the arm
+        sees does not inherit the inference time's jitter, and the observation it acts on is at most this old; the
+        chunked loop's inference thread starts uncapped: a slower inference begins at once)."""
         recent = self.result.act_times[-10:]
-        return min(0.8 * self.cfg.period_s, 1.5 * max(recent) + 0.001) if recent else 0.0
+        lead = 1.5 * max(recent) + 0.001 if recent else 0.0
+        return min(0.8 * self.cfg.period_s, lead) if capped else lead
+
+    def _interrupted(self) -> bool:
+        """True, with the goal ended, once shutdown, an abort or a cancel was requested."""
+        r = self.result
+        if self.stop.is_set():
+            self._end(False, f"{self._abort_reason or 'policy_server is shutting down'}; stopped after {r.steps} steps")
+            return True
+        if self.cancelled():
+            r.cancelled = True
+            self._end(False, f"cancelled after {r.steps} steps")
+            return True
+        return False
+
+    def _following_tick(self, tick: float) -> float:
+        """The tick after ``tick``; a schedule more than a period late restarts from now (no catch-up burst)."""
+        tick += self.cfg.period_s
+        now = time.monotonic()
+        return now if tick < now - self.cfg.period_s else tick
 
     def _stale_s(self) -> float:
         """Age from which an observation is stale: ``stale_s``, or twice the slowest of the last 10 inferences if
@@ -240,12 +260,8 @@ class ControlLoop:
         waiting_since: float | None = None
         used = 0  # count of the observation the previous action was computed from
         while True:
-            if self.stop.is_set():
-                return self._end(False, f"{self._abort_reason or 'policy_server is shutting down'}; stopped after "
-                                        f"{r.steps} steps")
-            if self.cancelled():
-                r.cancelled = True
-                return self._end(False, f"cancelled after {r.steps} steps")
+            if self._interrupted():
+                return
             now = time.monotonic()
             if waiting_since is None and next_tick - self._lead_s() > now:  # too early to compute this tick's action
                 self.stop.wait(next_tick - self._lead_s() - now)
@@ -293,10 +309,8 @@ class ControlLoop:
                 continue  # decided above on the next pass: never publish after a stop/cancel request
             if self._published(action, start, first_status):
                 return
-            next_tick += cfg.period_s
-            scheduled = next_tick
-            if next_tick < time.monotonic() - cfg.period_s:  # more than a period late: restart, no catch-up burst
-                next_tick = time.monotonic()
+            scheduled = next_tick + cfg.period_s
+            next_tick = self._following_tick(next_tick)
 
     def _checked(self, action: np.ndarray | None) -> tuple[np.ndarray, str]:
         """The action as float64 (7,), and why it is bad ("" = it is not)."""
@@ -339,12 +353,8 @@ class ControlLoop:
         inference.start()
         try:
             while True:
-                if self.stop.is_set():
-                    return self._end(False, f"{self._abort_reason or 'policy_server is shutting down'}; stopped "
-                                            f"after {r.steps} steps")
-                if self.cancelled():
-                    r.cancelled = True
-                    return self._end(False, f"cancelled after {r.steps} steps")
+                if self._interrupted():
+                    return
                 now = time.monotonic()
                 if waiting_since is None and next_tick > now:
                     self.stop.wait(next_tick - now)
@@ -371,10 +381,7 @@ class ControlLoop:
                 waiting_since = None
                 if self._published(action, start, first_status):
                     return
-                next_tick += cfg.period_s
-                if next_tick < time.monotonic() - cfg.period_s:  # more than a period late: restart, no burst
-                    next_tick = time.monotonic()
-                self._next_tick = next_tick
+                next_tick = self._next_tick = self._following_tick(next_tick)
         finally:
             self._ended.set()
             with self._chunks:
@@ -423,8 +430,7 @@ class ControlLoop:
                 if obs is None or count == used or now - t_obs > max_age:
                     self.observations.wait_newer(count, cfg.period_s)
                     continue
-                recent = r.act_times[-10:]
-                lead = 1.5 * max(recent) + 0.001 if recent else 0.0
+                lead = self._lead_s(capped=False)
                 if self._next_tick - lead > now:  # a fast policy acts on the newest observation before its tick
                     self._ended.wait(min(cfg.period_s, self._next_tick - lead - now))
                     continue
