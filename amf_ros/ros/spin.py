@@ -17,7 +17,9 @@ parameter) picks its own. Which node uses which, and why: docs/ros-system.md ("E
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 from typing import Any, Callable, Sequence
 
 import rclpy
@@ -88,6 +90,14 @@ def _close(node: Node | None) -> None:
             logging.getLogger(__name__).exception("error while closing %s", node.get_name() if node else "?")
 
 
+def _ignore_further_interrupts() -> None:
+    """Shutdown has begun: a Ctrl-C in the terminal of ``ros2 launch`` reaches a node twice (from the terminal and
+    forwarded by launch), and users press it again; a KeyboardInterrupt inside the bounded clean-up would end the
+    node with a traceback and exit code -2 instead of 0. SIGTERM and SIGKILL still stop it."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, executor: str = "multi",
          num_threads: int = 4) -> None:
     """Initialise rclpy, build the node with ``make_node()``, spin it until shutdown, then clean up.
@@ -116,6 +126,7 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
         if rclpy.ok():
             raise  # a real error; an interrupted start shows up as an invalid context instead
     finally:
+        _ignore_further_interrupts()
         _close(node)
         if ex is not None:
             ex.shutdown(timeout_sec=2.0)

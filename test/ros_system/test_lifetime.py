@@ -15,6 +15,7 @@ import pytest
 from amf_ros.bringup.lifetime import alive
 from ros_system_util import INSTALL_LIB
 
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ros]
 
 PARENT = """
@@ -53,3 +54,27 @@ def test_a_node_does_not_outlive_the_process_that_started_it_when_asked(ros_env,
     finally:
         if alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_repeated_ctrl_c_ends_a_node_with_code_0_and_no_traceback(ros_env, tmp_path) -> None:
+    """Ctrl-C in the terminal of `ros2 launch` reaches every node twice (from the terminal and forwarded by launch),
+    and users press it again: the later interrupts must not break the node's clean shutdown."""
+    log = tmp_path / "node.log"
+    node = [str(INSTALL_LIB / "task_selector"), "--ros-args", "-r", "__ns:=/amf_ctrl_c", "-p",
+            f"tasks_file:={REPO / 'config/tasks/metaworld.yaml'}"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(node, env={**os.environ, **ros_env}, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "]: ready" not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text(errors="replace")[-2000:]
+            time.sleep(0.1)
+        for _ in range(8):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        assert proc.wait(timeout=10) == 0, log.read_text(errors="replace")[-3000:]
+        assert "Traceback" not in log.read_text(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
