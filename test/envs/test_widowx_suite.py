@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("mujoco")
 
-from amf_ros.envs.widowx_sim.suite import REGION, WidowXSimSuite, load_tasks, sample_poses  # noqa: E402
+from amf_ros.envs.widowx_sim.suite import OBJECT_NAMES, REGION, WidowXSimSuite, load_tasks, sample_poses  # noqa: E402
 
 SEEDS = 50
 
@@ -66,11 +66,14 @@ def test_success_needs_the_object_released_on_its_receptacle(suite: WidowXSimSui
             suite.step_eef7(np.r_[np.zeros(6), 1.0])
         assert not suite.success, task
     suite.reset("stack_cube", 2)
-    while suite._expert.phase < 6:  # up to "open" over the yellow block
-        _, success, _ = suite.step_eef7(suite.expert_action())
-        assert not success
     spec = suite.specs["stack_cube"]
-    src, tgt = suite.arm.position(spec.source), suite.arm.position(spec.target)
+    for _ in range(60):  # the expert up to its "open" over the yellow block
+        a = suite.expert_action()
+        src, tgt = suite.arm.position(spec.source), suite.arm.position(spec.target)
+        if a[6] == 1.0 and np.hypot(*(src - tgt)[:2]) < 0.01 and src[2] > tgt[2] + 0.03:
+            break
+        _, success, _ = suite.step_eef7(a)
+        assert not success
     assert np.hypot(*(src - tgt)[:2]) < 0.01 and src[2] > tgt[2]  # held right above it
     for _ in range(3):
         suite.step_eef7(np.r_[np.zeros(6), 0.0])  # keep holding: no success
@@ -83,7 +86,10 @@ def test_actions_go_through_the_drivers_runtime_limits_and_estop(suite: WidowXSi
     """A 30 cm request moves at most the 5 cm per-step bound; the driver's e-stop holds the arm from the next
     period on; a NaN action is refused and moves nothing."""
     obs0 = suite.reset("carrot_on_plate", 0)
-    assert obs0.shape == (8,) and suite.state_names[:3] == ("x", "y", "z")
+    assert obs0.shape == (14,) and suite.state_names[:3] == ("x", "y", "z")
+    assert suite.state_names[8:] == OBJECT_NAMES  # the scene facts the state-based policy and the expert read
+    np.testing.assert_allclose(obs0[8:11], suite.arm.position("carrot"), atol=1e-6)
+    np.testing.assert_allclose(obs0[11:14], suite.arm.position("plate"), atol=1e-6)
     obs1, _, _ = suite.step_eef7([0.3, 0, 0, 0, 0, 0, 1.0])
     assert 0.03 < obs1[0] - obs0[0] <= 0.0505
     suite.step_eef7([0.0, 0.05, 0, 0, 0, 0, 1.0])
@@ -120,7 +126,7 @@ def test_sim_bridge_hosts_the_widowx_backend() -> None:
     frames = []
     bridge = SimBridge(make_backend("widowx", ""), frames.append, initial_task="spoon_on_towel", seed=4)
     assert bridge.task_keys == ["spoon_on_towel", "carrot_on_plate", "stack_cube", "eggplant_in_basket"]
-    assert frames[-1].state.shape == (8,) and frames[-1].status.task == "spoon_on_towel"
+    assert frames[-1].state.shape == (14,) and frames[-1].status.task == "spoon_on_towel"
     while not frames[-1].status.done:
         assert bridge.step(bridge.sim.expert_action()) == ""
     assert frames[-1].status.success and frames[-1].status.steps == bridge.sim.steps

@@ -76,40 +76,53 @@ def sample_poses(spec: WidowXTaskSpec, seed: int) -> dict[str, tuple[float, floa
     raise RuntimeError(f"no object layout found for seed {seed}")  # pragma: no cover - the region is wide enough
 
 
-class _Expert:
-    """Grasp and place with 7-D delta actions: above the object, down, close, up, over the receptacle, down, open,
-    up. Moves the driver's target pose (what the deltas act on) toward each waypoint by at most the per-step bound,
-    and turns the gripper straight down on the way."""
+OBJECT_NAMES = ("object_x", "object_y", "object_z", "receptacle_x", "receptacle_y", "receptacle_z")
+"""What follows the 8-D proprio in the observation: the moved object's and the receptacle's positions (base frame)."""
+STATE_NAMES = (*PROPRIO_NAMES, *OBJECT_NAMES)
+"""The embedded WidowX's observation (14,): Octo's proprio, then the scene facts a camera would show."""
+CLEAR_Z = 0.12
+"""Carrying height of the gripper tip, m."""
+REACHED = 0.004
+"""A waypoint is reached within this distance, m."""
 
-    CLEAR_Z = 0.12  # carrying height of the gripper tip, m
-    REACHED = 0.004  # m: a waypoint is reached when the target is this close
-    HOLD_STEPS = 2  # periods the gripper is given to close or open
 
-    def __init__(self) -> None:
-        self.phase, self.held = 0, 0
+def scripted_action(obs: np.ndarray, spec: WidowXTaskSpec, max_step: float) -> np.ndarray:
+    """The scripted grasp-and-place expert: an EefDeltaAction (7,) from the observation (14,) alone.
 
-    def action(self, target_state: np.ndarray, src: np.ndarray, tgt: np.ndarray, spec: WidowXTaskSpec,
-               max_step: float) -> np.ndarray:
-        grasp_z = max(src[2], 0.006)
+    Why stateless (as Metaworld's scripted policies): the same expert runs inside the suite and in scripted_teleop,
+    which sees only the published observation, and a policy cloned from it learns a function of the state. The phase
+    is read off the state: the object is *held* when it sits between the fingers and they are closed on it.
+    Not held: rise, move above the object, descend, close. Held: rise, carry the object over the receptacle, lower
+    it, open. The gripper is turned straight down on the way; each move is at most ``max_step`` per axis.
+    """
+    obs = np.asarray(obs, dtype=np.float64)
+    ee, grip, src, tgt = obs[:3], obs[7], obs[8:11], obs[11:14]
+    a = np.zeros(7)
+    a[3:6] = np.clip(-obs[3:6], -0.25, 0.25)  # straight down (rpy 0 relative to DEFAULT_ROTATION)
+    to_src = np.hypot(*(src[:2] - ee[:2]))
+    held = grip < 0.9 and to_src < 0.02 and abs(src[2] - ee[2]) < 0.02
+    if held:
+        over = ee[:2] + (tgt[:2] - src[:2])  # where the gripper goes so that the object ends above the receptacle
         place_z = TOP[spec.target] + BODIES[spec.source].half_height + 0.02
-        plan = [((src[0], src[1], grasp_z + 0.07), 1.0), ((src[0], src[1], grasp_z), 1.0), (None, 0.0),
-                ((src[0], src[1], self.CLEAR_Z), 0.0), ((tgt[0], tgt[1], self.CLEAR_Z), 0.0),
-                ((tgt[0], tgt[1], place_z), 0.0), (None, 1.0), ((tgt[0], tgt[1], self.CLEAR_Z), 1.0)]
-        self.phase = min(self.phase, len(plan) - 1)
-        a = np.zeros(7)
-        a[3:6] = np.clip(-target_state[3:6], -0.25, 0.25)  # straight down (rpy 0 relative to DEFAULT_ROTATION)
-        waypoint, grip = plan[self.phase]
-        a[6] = grip
-        if waypoint is None:  # close or open in place
-            self.held += 1
-            if self.held >= self.HOLD_STEPS:
-                self.phase, self.held = self.phase + 1, 0
-            return a
-        delta = np.asarray(waypoint) - target_state[:3]
-        a[:3] = np.clip(delta, -max_step, max_step)
-        if np.linalg.norm(delta - a[:3]) < self.REACHED and self.phase < len(plan) - 1:
-            self.phase += 1
-        return a
+        if np.hypot(*(over - ee[:2])) > REACHED:
+            waypoint = (*over, CLEAR_Z) if ee[2] >= CLEAR_Z - 0.01 else (*ee[:2], CLEAR_Z)
+        elif ee[2] > place_z + REACHED:
+            waypoint = (*over, place_z)
+        else:
+            waypoint, a[6] = None, 1.0  # release
+    else:
+        a[6] = 1.0
+        grasp_z = max(src[2], 0.006)
+        above = grasp_z + 0.07
+        if to_src > REACHED:
+            waypoint = (*src[:2], above) if ee[2] >= above - 0.01 or to_src < 0.02 else (*ee[:2], above)
+        elif ee[2] > grasp_z + REACHED:
+            waypoint = (*src[:2], grasp_z)
+        else:
+            waypoint, a[6] = None, 0.0  # close
+    if waypoint is not None:
+        a[:3] = np.clip(np.asarray(waypoint) - ee, -max_step, max_step)
+    return a
 
 
 class WidowXSimSuite(TaskSet):
@@ -122,7 +135,7 @@ class WidowXSimSuite(TaskSet):
         driver_params: widowx_driver parameter values (``{name: value}``) the simulated arm runs under.
     """
 
-    state_names = PROPRIO_NAMES
+    state_names = STATE_NAMES
 
     def __init__(self, tasks: Sequence[WidowXTaskSpec] | None = None, camera: bool = True,
                  driver_params: dict | None = None) -> None:
@@ -134,7 +147,7 @@ class WidowXSimSuite(TaskSet):
         self.steps = 0
         self.success = False
         self.sim_time_ns = 0
-        self._expert = _Expert()
+        self._obs: np.ndarray | None = None
 
     # -- protocol (task_keys, task, instruction: TaskSet) ---------------------------------------------------------
     @property
@@ -155,7 +168,7 @@ class WidowXSimSuite(TaskSet):
         self._current = task
         self.arm.reset(wx250s.NEUTRAL_JOINTS, sample_poses(spec, seed))
         self.driver = WidowXDriver(load("widowx_driver", {"control_period_s": PERIOD_S, **self.driver_params}))
-        self.steps, self.success, self._expert = 0, False, _Expert()
+        self.steps, self.success = 0, False
         self.sim_time_ns += int(1e9)
         return self._observe()
 
@@ -195,12 +208,12 @@ class WidowXSimSuite(TaskSet):
         return bool(inside and resting and released)
 
     def expert_action(self, noise_std: float = 0.0, rng: np.random.Generator | None = None) -> np.ndarray:
-        """The scripted expert's EefDeltaAction (7,) for the current state, plus optional Gaussian noise on the
-        translation (``noise_std`` in metres; the gripper stays binary)."""
-        spec, arm = self._spec(self._current), self.arm
+        """The scripted expert's EefDeltaAction (7,) on the current observation (:func:`scripted_action`), plus
+        optional Gaussian noise on the translation (``noise_std`` in metres; the gripper stays binary)."""
+        if self._obs is None:
+            raise RuntimeError("call reset(task, seed) first")
         bounds = self.driver.adapter.limits.workspace
-        a = self._expert.action(self.driver.adapter.target_state, arm.position(spec.source),
-                                arm.position(spec.target), spec, bounds.max_translation)
+        a = scripted_action(self._obs, self._spec(self._current), bounds.max_translation)
         if noise_std > 0:
             if rng is None:
                 raise ValueError("an rng is required when noise_std > 0")
@@ -212,7 +225,9 @@ class WidowXSimSuite(TaskSet):
         names, positions, _ = self.arm.joint_states()
         proprio, out = self.driver.on_joint_state(names, positions)
         self._command(out)
-        return np.asarray(proprio, dtype=np.float32)
+        spec, arm = self._spec(self._current), self.arm
+        self._obs = np.concatenate([proprio, arm.position(spec.source), arm.position(spec.target)])
+        return self._obs.astype(np.float32)
 
     def _command(self, out) -> None:
         if out.arm is not None:
