@@ -1,7 +1,10 @@
-"""Embedded simulation: every node of the AMF loop on one machine (Metaworld arm, scripted expert as the human).
+"""Embedded simulation: every node of the AMF loop on one machine (scripted expert as the human).
 
-    ros2 launch amf_ros sim.launch.py [config:=/path/to/sim.yaml] [checkpoint:=DIR]
-Without `ros2 launch`: `amf up config/sim.yaml` starts the same nodes (amf_ros.bringup.graph) from the same YAML.
+    ros2 launch amf_ros sim.launch.py [arm:=metaworld|widowx] [config:=/path/to/sim.yaml] [checkpoint:=DIR]
+arm:=metaworld (default) hosts Metaworld's Sawyer; arm:=widowx the embedded WidowX 250s tabletop with SIMPLER's four
+tasks, every action through widowx_driver's runtime (the same as `widowx.launch.py robot:=sim_widowx`).
+Without `ros2 launch`: `amf up config/sim.yaml` (or config/sim_widowx.yaml) starts the same nodes
+(amf_ros.bringup.graph) from the same YAML.
 """
 
 from amf_ros.bringup import graph
@@ -9,17 +12,19 @@ from amf_ros.bringup.lifetime import DIE_WITH_PARENT_ENV
 
 # Launch arguments: name -> (default, description). Read by the static launch test.
 LAUNCH_ARGUMENTS = {
-    "config": (graph.ROBOT_CONFIG["sim"], "params YAML (path, or relative to the amf_ros package)"),
+    "arm": ("metaworld", "which simulated arm: metaworld | widowx"),
+    "config": ("", "params YAML (path, or relative to the amf_ros package; empty = config/sim.yaml for metaworld, "
+                   "config/sim_widowx.yaml for widowx)"),
     "checkpoint": ("", "checkpoint directory for policy_server and task_selector (empty = the YAML's)"),
     "namespace": (graph.NAMESPACE, "namespace of every node (relative names: /<namespace>/next_task, ...)"),
     "workspace": ("", "root of relative dataset/checkpoint folders (empty = $AMF_WORKSPACE, else $ROS_HOME/amf)"),
 }
 
 
-def node_plan(config: str = graph.ROBOT_CONFIG["sim"], checkpoint: str = "", namespace: str = graph.NAMESPACE,
+def node_plan(arm: str = "metaworld", config: str = "", checkpoint: str = "", namespace: str = graph.NAMESPACE,
               workspace: str = "") -> list:
     """The nodes this file starts (graph.NodeSpec list); pure Python, used by the launch test."""
-    return graph.sim_plan(config=config, checkpoint=checkpoint, namespace=namespace, workspace=workspace)
+    return graph.sim_plan(config=config, checkpoint=checkpoint, namespace=namespace, workspace=workspace, arm=arm)
 
 
 def generate_launch_description():

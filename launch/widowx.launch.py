@@ -3,7 +3,10 @@
     ros2 launch amf_ros widowx.launch.py robot:=real    checkpoint:=DIR tasks:=carrot_on_plate,spoon_on_towel
     ros2 launch amf_ros widowx.launch.py robot:=simpler  # sim_bridge with backend simpler
     ros2 launch amf_ros widowx.launch.py robot:=sim      # sim_bridge (Metaworld) + scripted_teleop
-robot:=real adds the Interbotix wx250s driver adapter (widowx_driver, topics /wx250s/...).
+    ros2 launch amf_ros widowx.launch.py robot:=sim_widowx  # the embedded WidowX 250s (MuJoCo, any CPU)
+robot:=sim_widowx hosts the embedded WidowX tabletop in sim_bridge; every action goes through widowx_driver's runtime
+(IK, limits, e-stop on widowx/estop, PWM gripper) to a simulated xs_sdk. robot:=real adds the Interbotix wx250s
+driver adapter (widowx_driver, topics /wx250s/...).
 Without `ros2 launch`: `amf up config/widowx.yaml --robot real ...` starts the same nodes (amf_ros.bringup.graph).
 """
 
@@ -12,8 +15,9 @@ from amf_ros.bringup.lifetime import DIE_WITH_PARENT_ENV
 
 # Launch arguments: name -> (default, description). Read by the static launch test.
 LAUNCH_ARGUMENTS = {
-    "robot": ("real", "which arm: real | simpler | sim"),
-    "config": ("", "params YAML (empty = config/widowx.yaml for real/simpler, config/sim.yaml for sim)"),
+    "robot": ("real", "which arm: real | simpler | sim | sim_widowx"),
+    "config": ("", "params YAML (empty = config/widowx.yaml for real/simpler, config/sim.yaml for sim, "
+                   "config/sim_widowx.yaml for sim_widowx)"),
     "checkpoint": ("", "checkpoint directory for policy_server and task_selector (empty = the YAML's)"),
     "namespace": (graph.NAMESPACE, "namespace of every node (relative names: /<namespace>/next_task, ...)"),
     "workspace": ("", "root of relative dataset/checkpoint folders (empty = $AMF_WORKSPACE, else $ROS_HOME/amf)"),

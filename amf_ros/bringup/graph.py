@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from amf_ros.paths import PACKAGE, package_root, resolve_config  # noqa: F401 - re-exported for launch files
 
 NAMESPACE = "amf"  # default namespace of every node (relative names resolve under it: /amf/next_task)
-ROBOTS = ("real", "simpler", "sim")
+ROBOTS = ("real", "simpler", "sim", "sim_widowx")
 RESPAWN_DELAY_S = 2.0  # wait before restarting a node that exited (launch's respawn_delay)
 RESPAWN_MAX_RETRIES = 3  # then leave it down (a node that cannot start, e.g. widowx_driver without Interbotix)
 
@@ -28,9 +28,13 @@ ROBOT_NODES: dict[str, tuple[str, ...]] = {
     "real": ("widowx_driver",),          # Interbotix wx250s topics (/wx250s/...), the Octo engineer's driver
     "simpler": ("sim_bridge",),          # SIMPLER WidowX scenes hosted by sim_bridge (backend: simpler)
     "sim": ("sim_bridge", "scripted_teleop"),  # the embedded Metaworld simulation
+    "sim_widowx": ("sim_bridge", "scripted_teleop"),  # the embedded WidowX 250s (widowx_driver's runtime inside)
 }
 # Default config YAML per robot (relative to the package root / share directory).
-ROBOT_CONFIG = {"real": "config/widowx.yaml", "simpler": "config/widowx.yaml", "sim": "config/sim.yaml"}
+ROBOT_CONFIG = {"real": "config/widowx.yaml", "simpler": "config/widowx.yaml", "sim": "config/sim.yaml",
+                "sim_widowx": "config/sim_widowx.yaml"}
+SIM_ARMS = {"metaworld": "sim", "widowx": "sim_widowx"}
+"""The embedded simulation's arms (sim.launch.py ``arm:=``, `amf run --arm`) -> their robot in ROBOTS."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ def _yaml_scalar(value: Any) -> str:
 
 
 def node_names(robot: str) -> tuple[str, ...]:
-    """Nodes started for ``robot`` (real | simpler | sim), in start order (the arm first, the loop last)."""
+    """Nodes started for ``robot`` (real | simpler | sim | sim_widowx), in start order (the arm first, the loop last)."""
     if robot not in ROBOTS:
         raise ValueError(f"robot must be one of {ROBOTS}, got {robot=}")
     extra = ROBOT_NODES[robot]
@@ -83,7 +87,7 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
     """Per-node parameter overrides implied by the launch arguments (on top of the YAML).
 
     Args:
-        robot: real | simpler | sim.
+        robot: real | simpler | sim | sim_widowx.
         checkpoint: checkpoint directory for policy_server and task_selector ("" = keep the YAML's); a relative
             path is taken relative to the directory the launch was started from (made absolute here).
         tasks: candidate task keys for task_selector, a list or a comma-separated string ("" = keep the YAML's).
@@ -107,6 +111,9 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
         out["task_selector"]["action_space"] = "eef7"
     elif robot == "sim":
         out["sim_bridge"]["backend"] = "metaworld"
+    elif robot == "sim_widowx":
+        out["sim_bridge"]["backend"] = "widowx"
+        out["scripted_teleop"]["experts"] = "widowx"
     return out
 
 
@@ -119,10 +126,13 @@ def plan(robot: str = "sim", config: str | os.PathLike = "", checkpoint: str = "
             for n in node_names(robot)]
 
 
-def sim_plan(config: str | os.PathLike = "config/sim.yaml", checkpoint: str = "", namespace: str = NAMESPACE,
-             workspace: str = "") -> list[NodeSpec]:
-    """The embedded simulation (launch/sim.launch.py, `amf up config/sim.yaml`, `amf run`)."""
-    return plan("sim", config=config, checkpoint=checkpoint, namespace=namespace, workspace=workspace)
+def sim_plan(config: str | os.PathLike = "", checkpoint: str = "", namespace: str = NAMESPACE,
+             workspace: str = "", arm: str = "metaworld") -> list[NodeSpec]:
+    """The embedded simulation of ``arm`` (launch/sim.launch.py, `amf up config/sim*.yaml`, `amf run`); an empty
+    ``config`` = the arm's YAML (config/sim.yaml, config/sim_widowx.yaml)."""
+    if arm not in SIM_ARMS:
+        raise ValueError(f"arm must be one of {list(SIM_ARMS)}, got {arm=}")
+    return plan(SIM_ARMS[arm], config=config, checkpoint=checkpoint, namespace=namespace, workspace=workspace)
 
 
 def node_section(params_file: str | os.PathLike, node: str) -> dict[str, Any]:

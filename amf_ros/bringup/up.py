@@ -2,6 +2,7 @@
 
     amf up config/sim.yaml                       # the embedded simulation (same nodes as sim.launch.py); without a
                                                  # checkpoint, policy_server pre-trains one on first use
+    amf up config/sim_widowx.yaml                # the embedded WidowX 250s (widowx.launch.py robot:=sim_widowx)
     amf up config/widowx.yaml --robot real --checkpoint ~/octo-small-1.5 --tasks a,b
 
 Runs until Ctrl-C, SIGTERM or SIGHUP (what a terminal, a process supervisor or a test harness sends), then stops
@@ -19,7 +20,7 @@ import signal
 import threading
 from typing import Sequence
 
-from amf_ros.bringup.graph import NAMESPACE, ROBOTS, plan
+from amf_ros.bringup.graph import NAMESPACE, ROBOT_CONFIG, ROBOTS, plan
 from amf_ros.bringup.processes import NodeProcesses
 
 STOP_TIMEOUT_S = 5.0
@@ -31,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="amf up", description=__doc__.split("\n")[0])
     p.add_argument("config", help="params YAML (config/sim.yaml, config/widowx.yaml or your own)")
     p.add_argument("--robot", choices=ROBOTS, default=None,
-                   help="which arm: real | simpler | sim (default: sim for a file named sim*.yaml, else real)")
+                   help="which arm: real | simpler | sim | sim_widowx (default: from the file name: sim_widowx for "
+                        "sim_widowx.yaml, sim for other sim*.yaml, else real)")
     p.add_argument("--checkpoint", default="", help="checkpoint dir for policy_server and task_selector")
     p.add_argument("--tasks", default="", help="comma-separated candidate tasks for task_selector")
     p.add_argument("--namespace", default=NAMESPACE, help="namespace of every node (default %(default)s)")
@@ -42,11 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def default_robot(config: str) -> str:
+    """The robot a params file is for when --robot is not given: the one whose default YAML has this file name
+    (config/sim_widowx.yaml -> sim_widowx, config/widowx.yaml -> real), else sim for sim*.yaml, else real."""
+    name = config.rsplit("/", 1)[-1]
+    for robot, default in ROBOT_CONFIG.items():
+        if default.rsplit("/", 1)[-1] == name:
+            return robot
+    return "sim" if name.startswith("sim") else "real"
+
+
 def main(argv: Sequence[str]) -> int:
     """Entry point of `amf up`."""
     args = build_parser().parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="[amf up] %(message)s")
-    robot = args.robot or ("sim" if args.config.rsplit("/", 1)[-1].startswith("sim") else "real")
+    robot = args.robot or default_robot(args.config)
     specs = plan(robot, config=args.config, checkpoint=args.checkpoint, tasks=args.tasks, namespace=args.namespace,
                  workspace=args.workspace)
     nodes = NodeProcesses(specs, log_dir=args.log_dir)

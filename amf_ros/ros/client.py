@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from std_srvs.srv import SetBool
 
 from amf_ros.action import FineTune, RunPolicy
 from amf_ros.bringup.graph import NAMESPACE
@@ -79,6 +80,7 @@ class AMFClient:
         self.success_cli = n.create_client(TaskSuccess, "sim/success")
         self.start_cli = n.create_client(StartEpisode, "recorder/start_episode")
         self.end_cli = n.create_client(EndEpisode, "recorder/end_episode")
+        self.estop_cli = n.create_client(SetBool, "widowx/estop")
         self.fine_tune_cli = ActionClient(n, FineTune, "fine_tune")
         self.run_cli = ActionClient(n, RunPolicy, "run_policy")
         n.create_subscription(EpisodeInfo, "episodes", lambda m: self._add(self.seen.episodes, m), qos.EVENTS)
@@ -163,6 +165,14 @@ class AMFClient:
 
     def success(self, timeout: float = 30.0) -> Any:
         return self._call(self.success_cli, TaskSuccess.Request(), timeout, True)
+
+    def estop(self, engage: bool, timeout: float = 30.0) -> Any:
+        """Engage (true) or release (false) the WidowX's emergency stop (widowx_driver's, or the embedded WidowX's
+        in sim_bridge); returns the SetBool response (check .success, .message)."""
+        resp = self._call(self.estop_cli, SetBool.Request(data=bool(engage)), timeout, False)
+        if not resp.success:
+            raise ROSCallError(f"{self.estop_cli.srv_name} refused: {resp.message}")
+        return resp
 
     def start_episode(self, task: str, instruction: str = "", timeout: float = 30.0, require_ok: bool = True) -> Any:
         _sendable(task, instruction)

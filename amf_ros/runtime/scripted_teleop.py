@@ -75,6 +75,36 @@ def metaworld_experts(tasks_file: str = "", noise_std: float = 0.0, seed: int = 
     return experts
 
 
+def widowx_experts(tasks_file: str = "", noise_std: float = 0.0, seed: int = 0,
+                   max_translation: float = 0.05) -> dict[str, Expert]:
+    """The embedded WidowX's scripted experts (amf_ros.envs.widowx_sim.suite.scripted_action) of a task set.
+
+    Args:
+        tasks_file: task set YAML ("" = config/tasks/widowx_sim.yaml).
+        noise_std: std of Gaussian noise on the translation, metres; 0 = exact expert.
+        seed: seed of that noise (one generator shared by all tasks).
+        max_translation: per-step translation bound, m (widowx_driver's max_translation).
+    """
+    from amf_ros.envs.widowx_sim.suite import load_tasks, scripted_action
+
+    rng = np.random.default_rng(seed)
+    experts = {}
+    for spec in load_tasks(resolve_config(tasks_file) if tasks_file else None):
+
+        def act(obs: np.ndarray, spec=spec) -> np.ndarray:
+            a = scripted_action(obs, spec, max_translation)
+            if noise_std > 0:
+                a[:3] = np.clip(a[:3] + rng.normal(0.0, noise_std, 3), -max_translation, max_translation)
+            return a
+
+        experts[spec.key] = Expert(act=act, max_steps=spec.max_steps)
+    return experts
+
+
+EXPERTS = {"metaworld": metaworld_experts, "widowx": widowx_experts}
+"""scripted_teleop's ``experts`` parameter -> the factory of that simulator's experts."""
+
+
 @dataclass(frozen=True)
 class SimStatus:
     """The simulator's TaskStatus message, stamped (``stamp_ns`` = header.stamp in nanoseconds)."""

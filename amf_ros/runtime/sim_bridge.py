@@ -183,6 +183,9 @@ class SimBridge:
             if self._done:
                 return (f"refused action: the episode of {self.sim.task!r} is over after {self._steps} steps "
                         "(reset first)")
+            held = self.sim.refusal() if hasattr(self.sim, "refusal") else ""
+            if held:
+                return f"refused action: {held}"
             try:
                 obs, success, done = self.sim.step_eef7(a)
             except Exception as exc:  # noqa: BLE001 - a simulator error must not take the arm's topics down
@@ -195,6 +198,19 @@ class SimBridge:
                 applied()
             self._publish()
             return ""
+
+    @property
+    def has_estop(self) -> bool:
+        """The simulated arm has an emergency stop (the embedded WidowX: widowx_driver's)."""
+        return hasattr(self.sim, "estop")
+
+    def estop(self, engage: bool) -> str:
+        """Engage or release the simulated arm's emergency stop; returns the driver's message. While engaged every
+        action is refused (nothing steps, nothing is echoed) and the arm holds where it was."""
+        if not self.has_estop:
+            raise ValueError(f"the {type(self.sim).__name__} simulator has no emergency stop")
+        with self._lock:
+            return str(self.sim.estop(bool(engage)))
 
     def idle(self) -> bool:
         """Re-emit the current frame if nothing was emitted for ``idle_publish_period_s``; True if it did."""

@@ -19,7 +19,7 @@ from amf_ros.bringup import graph
 from amf_ros.bringup.params import schema, validate
 from ros_system_util import INSTALL_LIB, REPO
 
-LAUNCH_FILES = {"sim.launch.py": [{}], "widowx.launch.py": [{"robot": r} for r in graph.ROBOTS]}
+LAUNCH_FILES = {"sim.launch.py": [{}, {"arm": "widowx"}], "widowx.launch.py": [{"robot": r} for r in graph.ROBOTS]}
 CONFIGS = sorted((REPO / "config").glob("*.yaml"))
 
 
@@ -69,6 +69,10 @@ def test_widowx_robots_add_the_right_arm() -> None:
     assert "widowx_driver" in nodes["real"] and "sim_bridge" not in nodes["real"]
     assert "sim_bridge" in nodes["simpler"] and "scripted_teleop" not in nodes["simpler"]
     assert {"sim_bridge", "scripted_teleop"} <= set(nodes["sim"])
+    sim_widowx = {s.name: s for s in module.node_plan(robot="sim_widowx")}
+    assert sim_widowx["sim_bridge"].overrides["backend"] == "widowx"
+    assert sim_widowx["scripted_teleop"].overrides["experts"] == "widowx"
+    assert sim_widowx["policy_server"].params_file.endswith("config/sim_widowx.yaml")
     simpler = {s.name: s for s in module.node_plan(robot="simpler")}
     assert simpler["sim_bridge"].overrides["backend"] == "simpler"
     plan = {s.name: s for s in module.node_plan(robot="real", checkpoint="/tmp/ck", tasks="a,b")}
@@ -87,6 +91,21 @@ def test_sim_launch_equals_amf_up_plan() -> None:
     launch_plan = _load_launch("sim.launch.py").node_plan()
     assert [(s.name, s.params_file, s.overrides) for s in up_plan] == \
         [(s.name, s.params_file, s.overrides) for s in launch_plan]
+
+
+def test_the_embedded_widowx_is_one_plan_for_both_launch_files_and_amf_up() -> None:
+    """`widowx.launch.py robot:=sim_widowx`, `sim.launch.py arm:=widowx` and `amf up config/sim_widowx.yaml`."""
+    from amf_ros.bringup.up import default_robot
+
+    def key(specs):
+        return [(s.name, s.params_file, s.overrides) for s in specs]
+
+    up_plan = graph.plan(default_robot("config/sim_widowx.yaml"), config="config/sim_widowx.yaml")
+    assert key(up_plan) == key(_load_launch("sim.launch.py").node_plan(arm="widowx")) == \
+        key(_load_launch("widowx.launch.py").node_plan(robot="sim_widowx"))
+    assert default_robot("config/sim.yaml") == "sim" and default_robot("my/widowx.yaml") == "real"
+    with pytest.raises(ValueError, match="arm must be one of"):
+        graph.sim_plan(arm="ur5")
 
 
 @pytest.mark.parametrize("name", sorted(LAUNCH_FILES))

@@ -329,3 +329,21 @@ def test_a_stop_from_someone_else_discards_the_demonstration_and_no_action_follo
     assert len(out.actions) == 1  # nothing after the stop
     teleop.stop("again")  # no episode: nothing to end
     assert len(out.ended) == 1
+
+
+def test_widowx_experts_solve_their_tasks_from_the_published_state_alone() -> None:
+    """scripted_teleop's WidowX experts see only the 14-D observation (no simulator handle) and solve each task."""
+    pytest.importorskip("mujoco")
+    from amf_ros.envs.widowx_sim.suite import WidowXSimSuite
+    from amf_ros.runtime.scripted_teleop import widowx_experts
+
+    experts = widowx_experts()
+    suite = WidowXSimSuite(camera=False)
+    assert sorted(experts) == sorted(suite.task_keys)
+    for task in suite.task_keys:
+        obs = suite.reset(task, 11)
+        for _ in range(experts[task].max_steps):
+            obs, success, done = suite.step_eef7(experts[task].act(obs))
+            if done:
+                break
+        assert success, task

@@ -188,3 +188,23 @@ def test_metaworld_backend_behind_the_runtime():
     assert frames[0].state.shape == (39,) and frames[0].status.task == "reach"
     assert bridge.step(a(0.01)) == "" and frames[-1].status.steps == 1
     assert "reach" in bridge.task_keys and bridge.instruction("reach")
+
+
+def test_estop_of_the_embedded_widowx_refuses_actions_without_stepping_or_echoing() -> None:
+    """backend widowx: while widowx_driver's e-stop is engaged an action neither steps, counts nor is echoed (the
+    recorder never stores it); the stop survives a reset (latched, as on the real arm); release lets it step."""
+    pytest.importorskip("mujoco")
+    frames: list[Frame] = []
+    echoed: list[int] = []
+    bridge = SimBridge(make_backend("widowx", ""), frames.append, initial_task="carrot_on_plate", seed=3)
+    assert bridge.has_estop and bridge.step([0.02, 0, 0, 0, 0, 0, 1.0], applied=lambda: echoed.append(1)) == ""
+    assert "ENGAGED" in bridge.estop(True)
+    n = len(frames)
+    refused = bridge.step([0.02, 0, 0, 0, 0, 0, 1.0], applied=lambda: echoed.append(1))
+    assert "e-stop engaged" in refused and len(frames) == n and echoed == [1] and bridge.status().steps == 1
+    bridge.reset("stack_cube", 4)
+    assert "e-stop engaged" in bridge.step([0.02, 0, 0, 0, 0, 0, 1.0])
+    bridge.estop(False)
+    assert bridge.step([0.02, 0, 0, 0, 0, 0, 1.0]) == "" and bridge.status().steps == 1
+    with pytest.raises(ValueError, match="no emergency stop"):
+        SimBridge(FakeSim(), frames.append).estop(True)

@@ -17,8 +17,15 @@ class ScriptedTeleopParams:
     """Every ROS parameter of scripted_teleop with its default, description and range (the single source of all three;
     the node declares them from here, `ros2 param describe` shows them)."""
 
+    experts: str = param(
+        "metaworld",
+        "Scripted experts of the simulated arm (= sim_bridge backend): 'metaworld' (Metaworld's scripted policies "
+        "on the 39-D observation) or 'widowx' (the embedded WidowX's grasp-and-place expert on the 14-D "
+        "observation: proprio, object and receptacle positions).",
+        choices=("metaworld", "widowx"),
+    )
     tasks_file: str = param(
-        "", "Metaworld task set YAML (keys, env names, max_steps); empty = config/tasks/metaworld.yaml."
+        "", "Task set YAML of the experts (keys, max_steps); empty = the experts' default task set."
     )
     control_rate_hz: float = param(
         5.0,
@@ -32,8 +39,8 @@ class ScriptedTeleopParams:
     )
     noise_std: float = param(
         0.0,
-        "Std of Gaussian noise added to the expert's native action (the paper's noisy experts); 0 = the exact "
-        "expert.",
+        "Std of Gaussian noise added to the expert's action (Metaworld: native units; WidowX: metres on the "
+        "translation), the paper's noisy experts; 0 = the exact expert.",
         range=(0.0, 10.0),
     )
     seed: int = param(0, "Seed of the action noise.", range=(0, 2147483647))

@@ -72,6 +72,12 @@ class SimBridgeParams:
         "ArmStop topic (amf_ros/ArmStop): actions stamped at or before a stop are dropped and the arm holds "
         "(amf_ros/robots/action_gate.py).",
     )
+    estop_service: str = param(
+        "widowx/estop",
+        "std_srvs/SetBool of a simulated arm with an emergency stop (backend widowx: widowx_driver's, same name as "
+        "on the real arm): true holds the arm and refuses every action until false. Not offered by backends "
+        "without one.",
+    )
     reset_service: str = param("sim/reset", "Service (amf_ros/ResetTask) resetting the arm to a task.")
     success_service: str = param(
         "sim/success",

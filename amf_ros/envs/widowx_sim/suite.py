@@ -167,7 +167,10 @@ class WidowXSimSuite(TaskSet):
             self._arms[task] = SimArm((spec.source, spec.target), camera=self.camera)
         self._current = task
         self.arm.reset(wx250s.NEUTRAL_JOINTS, sample_poses(spec, seed))
+        stopped = self.driver.stopped if self.driver is not None else None  # the e-stop is latched across episodes
         self.driver = WidowXDriver(load("widowx_driver", {"control_period_s": PERIOD_S, **self.driver_params}))
+        if stopped is not None:
+            self.driver.adapter.emergency_stop(stopped)
         self.steps, self.success = 0, False
         self.sim_time_ns += int(1e9)
         return self._observe()
@@ -184,6 +187,19 @@ class WidowXSimSuite(TaskSet):
         self.steps += 1
         self.success = self.success or self.solved()
         return obs, self.success, self.done
+
+    def refusal(self) -> str:
+        """Why the next action would not move the arm ("" = it would): sim_bridge then does not step, count or
+        echo it, as widowx_driver echoes only the actions it sent to the arm."""
+        return "e-stop engaged (release it first)" if self.driver is not None and self.driver.stopped else ""
+
+    def estop(self, engage: bool) -> str:
+        """widowx_driver's e-stop service: engage (hold the arm where it is, drop every action) or release."""
+        if self.driver is None:
+            raise RuntimeError("call reset(task, seed) first")
+        out, message = self.driver.estop(bool(engage))
+        self._command(out)
+        return message
 
     @property
     def done(self) -> bool:

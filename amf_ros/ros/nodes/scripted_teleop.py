@@ -2,10 +2,11 @@
 
 When the recorder's latched status (``status_topic``) shows a new episode for task T, it makes sure the simulator is
 on a fresh scene of T (calling ``reset_service`` asynchronously only when the simulator's latched TaskStatus on
-``task_status_topic`` shows another task or a used scene), drives the arm with T's scripted Metaworld expert on
-``action_topic`` as a teleop device would, and ends the episode (EndEpisode, success from the TaskStatus) when the
-status says solved or done, or after ``max_steps`` actions. No service is called per control tick, and every call
-is bounded by ``call_timeout_s``. An ArmStop from another node on ``stop_topic`` ends the demonstration (discarded).
+``task_status_topic`` shows another task or a used scene), drives the arm with T's scripted expert (``experts``:
+Metaworld or the embedded WidowX) on ``action_topic`` as a teleop device would, and ends the episode (EndEpisode,
+success from the TaskStatus) when the status says solved or done, or after ``max_steps`` actions. No service is
+called per control tick, and every call is bounded by ``call_timeout_s``. An ArmStop from another node on
+``stop_topic`` ends the demonstration (discarded).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from amf_ros.ros.calls import call_bounded
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.scripted_teleop import ScriptedTeleop as TeleopRuntime
-from amf_ros.runtime.scripted_teleop import SimStatus, metaworld_experts
+from amf_ros.runtime.scripted_teleop import EXPERTS, SimStatus
 from amf_ros.srv import EndEpisode, ResetTask
 
 
@@ -34,7 +35,7 @@ class ScriptedTeleop(Node):
     def __init__(self) -> None:
         super().__init__("scripted_teleop")
         self.p = p = declare(self, "scripted_teleop")
-        experts = metaworld_experts(p.tasks_file, p.noise_std, p.seed)  # built now: never inside a callback
+        experts = EXPERTS[p.experts](p.tasks_file, p.noise_std, p.seed)  # built now: never inside a callback
         self.teleop = TeleopRuntime(experts, self, lambda: self.get_clock().now().nanoseconds,
                                     control_rate_hz=p.control_rate_hz, max_steps=p.max_steps,
                                     start_timeout_s=p.start_timeout_s, end_episode=p.end_episode)

@@ -8,7 +8,8 @@ episode (publishing its first observation before answering); an action is applie
 its validity horizon and newer than the last ArmStop on ``stop_topic`` (amf_ros/robots/action_gate.py: otherwise
 it is dropped, the simulator does not step and the drop is logged). Every action the simulator stepped on is echoed
 unchanged on ``applied_action_topic`` just before the observation it led to: demo_recorder records that topic, so a
-dropped command never enters a demonstration. ``success_service`` still answers the current task,
+dropped command never enters a demonstration. A simulated arm with an emergency stop (backend widowx) offers
+widowx_driver's ``estop_service`` (std_srvs/SetBool); while engaged every action is refused. ``success_service`` still answers the current task,
 success since the reset and steps, but readers should take the latched status instead of calling it per tick.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import Image
+from std_srvs.srv import SetBool
 
 from amf_ros.msg import ArmStop, EefDeltaAction, StateVector, TaskStatus
 from amf_ros.robots.action_gate import ActionGate
@@ -55,6 +57,8 @@ class SimBridge(Node):
         self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=group)
         self.create_service(ResetTask, p.reset_service, self._on_reset, callback_group=group)
         self.create_service(TaskSuccess, p.success_service, self._on_success, callback_group=group)
+        if p.estop_service and self.sim.has_estop:
+            self.create_service(SetBool, p.estop_service, self._on_estop, callback_group=group)
         if p.idle_publish_period_s > 0:
             self.create_timer(p.idle_publish_period_s / 2, self.sim.idle, callback_group=group)
         self.get_logger().info(f"backend {p.backend}, tasks {self.sim.task_keys}, on {self.sim.status().task!r}")
@@ -105,6 +109,17 @@ class SimBridge(Node):
             response.message = str(exc) if isinstance(exc, ValueError) else (
                 f"reset to {request.task!r} failed: {type(exc).__name__}: {exc}")
             self.get_logger().error(response.message)
+        return response
+
+    def _on_estop(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
+        try:
+            response.message, response.success = self.sim.estop(bool(request.data)), True
+        except Exception as exc:  # noqa: BLE001 - reported to the caller; the node keeps serving
+            response.message, response.success = f"e-stop failed: {type(exc).__name__}: {exc}", False
+        if request.data:
+            self.get_logger().warn(response.message)
+        else:
+            self.get_logger().info(response.message)
         return response
 
     def _on_success(self, request: TaskSuccess.Request, response: TaskSuccess.Response) -> TaskSuccess.Response:

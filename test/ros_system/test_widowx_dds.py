@@ -1,0 +1,146 @@
+"""The embedded WidowX over real DDS (issue 18 acceptance): one AMF round through widowx_driver's runtime, and the
+e-stop holding the simulated arm within one control period.
+
+The graph is that of `ros2 launch amf_ros widowx.launch.py robot:=sim_widowx` (config/sim_widowx.yaml, every node a
+process), with a tiny WidowX policy (14-D state, 7-D Bridge actions) so that it starts in seconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ros_system_util import REPO
+
+pytest.importorskip("mujoco")
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+TASKS = ("carrot_on_plate", "stack_cube")
+CONFIG = REPO / "config" / "sim_widowx.yaml"
+
+
+def _policy_rate_hz() -> float:
+    import yaml
+
+    doc = yaml.safe_load(CONFIG.read_text())
+    return float(doc["/**/policy_server"]["ros__parameters"]["control_rate_hz"])
+
+
+class Stream:
+    """Receive times and messages of one topic (the client's node spins them on its own thread)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[float, object]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, msg: object) -> None:
+        with self._lock:
+            self.items.append((time.monotonic(), msg))
+
+    def since(self, t: float) -> list[tuple[float, object]]:
+        with self._lock:
+            return [(ts, m) for ts, m in self.items if ts > t]
+
+
+@pytest.fixture(scope="module")
+def widowx_graph(ros_env, rclpy_context, tmp_path_factory):
+    from amf_ros.bench.tiny_checkpoint import tiny_widowx_checkpoint
+    from amf_ros.bringup import graph
+    from amf_ros.bringup.processes import NodeProcesses
+    from amf_ros.loop.run import LoopConfig, node_overrides
+    from amf_ros.msg import EefDeltaAction, StateVector
+    from amf_ros.ros import qos
+    from amf_ros.ros.client import AMFClient
+
+    run = tmp_path_factory.mktemp("widowx")
+    ckpt = tiny_widowx_checkpoint(run / "pretrained", TASKS)
+    specs = graph.sim_plan(str(CONFIG), checkpoint=str(ckpt), arm="widowx")
+    assert {s.name: s for s in specs}["sim_bridge"].overrides["backend"] == "widowx"
+    extra = node_overrides(run, LoopConfig(selector="amf"))
+    extra["task_selector"] += ["-p", f"tasks:=[{', '.join(TASKS)}]"]
+    procs = NodeProcesses(specs, log_dir=run / "logs", env=ros_env, extra_args=extra).start()
+    client = AMFClient(f"amf_test_widowx_{int(time.time() * 1e3) % 100000}", record_actions=True)
+    applied, states = Stream(), Stream()
+    client.node.create_subscription(EefDeltaAction, "action/applied", applied, qos.STREAM)
+    client.node.create_subscription(StateVector, "observation/state", states, qos.STREAM)
+    try:
+        client.wait_ready(timeout=120)
+        yield run, client, procs, applied, states
+    finally:
+        client.close()
+        print("node exit codes:", procs.stop())
+
+
+def _alive(procs) -> None:
+    assert procs.dead() == {}, {n: procs.log_tail(n) for n in procs.dead()}
+
+
+def test_one_round_next_task_demonstration_fine_tune_run_policy(widowx_graph) -> None:
+    """next_task -> the scripted operator's demonstration, recorded with the Bridge 7-D actions the driver ran ->
+    fine_tune -> run_policy on the fine-tuned policy."""
+    from amf_ros.data.store import EpisodeStore
+    from amf_ros.envs.widowx_sim.suite import STATE_NAMES
+
+    run, client, procs, _, _ = widowx_graph
+    d = client.next_task()
+    assert d.ok and d.task in TASKS and d.warm_start and list(d.tasks) == list(TASKS)
+    client.reset(d.task, seed=7)
+    ep = client.start_episode(d.task, d.instruction)
+    info = client.wait_episode(ep.episode_id, timeout=120)
+    assert info.success, f"the scripted operator did not solve {d.task} (steps {info.num_steps})"
+    episode = EpisodeStore(run / "dataset", create=False).load(ep.episode_id, images=False)
+    assert episode.meta.task == d.task and episode.meta.robot == "widowx250s"
+    actions, states = np.asarray(episode.steps["action"]), np.asarray(episode.observation["state"])
+    assert actions.shape == (info.num_steps, 7) and states.shape == (info.num_steps, len(STATE_NAMES))
+    assert set(np.unique(actions[:, 6])) == {0.0, 1.0}  # Bridge gripper: 1 = open (approach, release), 0 = close
+    assert np.abs(actions[:, :3]).max() <= 0.05 + 1e-6  # the driver's per-step translation bound
+    assert states[0, 7] > 0.9 and states[:, 7].min() < 0.9  # starts open, closes on the object
+
+    ft = client.fine_tune(steps=20, timeout=300)
+    assert ft.ok, ft.message
+    assert Path(ft.checkpoint).name == "round_0001"
+    client.wait_for(lambda: ft.checkpoint in {c.path for c in client.seen.checkpoints}, 30, "checkpoint announced")
+
+    client.reset(d.task, seed=8)
+    n0 = len(client.seen.actions)
+    res = client.run_policy(d.task, max_steps=12, timeout=120)
+    assert res.ok, res.message
+    assert res.steps == 12 or res.success
+    sent = [m for _, m in client.seen.actions[n0:]]
+    assert len(sent) == res.steps and all(len(m.translation) == 3 and len(m.rotation) == 3 for m in sent)
+    _alive(procs)
+
+
+def test_estop_holds_the_simulated_arm_within_one_control_period(widowx_graph) -> None:
+    """During run_policy, widowx/estop: no action reaches the arm later than one control period after the call,
+    the arm's state stays exactly where it stopped while the policy keeps sending; releasing lets it move again."""
+    run, client, procs, applied, states = widowx_graph
+    period = 1.0 / _policy_rate_hz()
+    client.reset(TASKS[0], seed=9)
+    t_start = time.monotonic()
+    pending = client.send_run_policy(TASKS[0], max_steps=1000)
+    client.wait_for(lambda: len(applied.since(t_start)) >= 5, 60, "the policy moving the arm")
+    t_call = time.monotonic()
+    resp = client.estop(True)
+    t_done = time.monotonic()
+    assert "stop" in resp.message.lower(), resp.message
+    n_sent = len(client.seen.actions)
+    time.sleep(10 * period)
+    late = [ts - t_call for ts, _ in applied.since(t_call + period)]
+    assert late == [], f"actions reached the arm {late} s after the e-stop call (answered in {t_done - t_call:.3f} s)"
+    assert len(client.seen.actions) > n_sent, "the policy stopped sending: the test did not exercise the e-stop"
+    held = [np.asarray(m.values) for _, m in states.since(t_call + period)]
+    assert held, "no state published while stopped"
+    assert all(np.array_equal(h, held[0]) for h in held), "the arm moved while the e-stop was engaged"
+
+    client.estop(False)
+    t_release = time.monotonic()
+    client.wait_for(lambda: len(applied.since(t_release)) >= 2, 30, "the arm moving again after release")
+    client.stop("end of the e-stop test")
+    result = client.wait_result(pending, timeout=60)
+    assert not result.ok or result.steps < 1000
+    _alive(procs)
