@@ -95,6 +95,7 @@ def scene_xml(bodies: Sequence[str], camera: bool = True) -> str:
     <light pos="0.3 0 1.5" dir="0 0 -1" diffuse="0.8 0.8 0.8"/>
     <geom name="table" type="box" size="{TABLE_HALF[0]} {TABLE_HALF[1]} 0.01" pos="0.3 0 -0.01"
           rgba="0.72 0.6 0.45 1" contype="1" conaffinity="1" friction="1 0.01 0.001"/>
+    <geom name="floor" type="plane" size="2 2 0.1" pos="0 0 -0.75" rgba="0.5 0.5 0.5 1"/>
     {cam}
     {model.arm_xml()}
     {"".join(parts)}

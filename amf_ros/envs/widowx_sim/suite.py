@@ -82,8 +82,13 @@ STATE_NAMES = (*PROPRIO_NAMES, *OBJECT_NAMES)
 """The embedded WidowX's observation (14,): Octo's proprio, then the scene facts a camera would show."""
 CLEAR_Z = 0.12
 """Carrying height of the gripper tip, m."""
-REACHED = 0.004
-"""A waypoint is reached within this distance, m."""
+ALIGNED = 0.015
+"""Horizontal distance (m) within which the gripper stops travelling at height and descends, centring on the way:
+wider than the jitter of a noisy operator, so noise delays the expert instead of trapping it."""
+CENTRED = 0.008
+"""Horizontal distance (m) within which the gripper closes on the object or opens over the receptacle."""
+AT_HEIGHT = 0.003
+"""Height (m) above the grasp or place height at which the gripper closes or opens."""
 
 
 def scripted_action(obs: np.ndarray, spec: WidowXTaskSpec, max_step: float) -> np.ndarray:
@@ -103,10 +108,11 @@ def scripted_action(obs: np.ndarray, spec: WidowXTaskSpec, max_step: float) -> n
     held = grip < 0.9 and to_src < 0.02 and abs(src[2] - ee[2]) < 0.02
     if held:
         over = ee[:2] + (tgt[:2] - src[:2])  # where the gripper goes so that the object ends above the receptacle
+        off = np.hypot(*(over - ee[:2]))
         place_z = TOP[spec.target] + BODIES[spec.source].half_height + 0.02
-        if np.hypot(*(over - ee[:2])) > REACHED:
+        if off > ALIGNED:  # carry at the clearance height (rise first)
             waypoint = (*over, CLEAR_Z) if ee[2] >= CLEAR_Z - 0.01 else (*ee[:2], CLEAR_Z)
-        elif ee[2] > place_z + REACHED:
+        elif ee[2] > place_z + AT_HEIGHT or off > CENTRED:  # lower it, centring on the way
             waypoint = (*over, place_z)
         else:
             waypoint, a[6] = None, 1.0  # release
@@ -114,9 +120,9 @@ def scripted_action(obs: np.ndarray, spec: WidowXTaskSpec, max_step: float) -> n
         a[6] = 1.0
         grasp_z = max(src[2], 0.006)
         above = grasp_z + 0.07
-        if to_src > REACHED:
-            waypoint = (*src[:2], above) if ee[2] >= above - 0.01 or to_src < 0.02 else (*ee[:2], above)
-        elif ee[2] > grasp_z + REACHED:
+        if to_src > ALIGNED:  # move above the object (rise first)
+            waypoint = (*src[:2], above) if ee[2] >= above - 0.01 else (*ee[:2], above)
+        elif ee[2] > grasp_z + AT_HEIGHT or to_src > CENTRED:  # descend, centring on the way
             waypoint = (*src[:2], grasp_z)
         else:
             waypoint, a[6] = None, 0.0  # close
