@@ -1,4 +1,7 @@
-"""`amf bench metaworld`: AMF-NN vs baselines on the Metaworld suite (paper Sec. 5.3, Fig. 3, 11, 12; App. J).
+"""`amf bench metaworld` / `amf bench widowx`: AMF-NN vs baselines on a simulated multi-task suite (paper Sec. 5.3,
+Fig. 3, 11, 12; App. J): Metaworld (39-D states, native 4-D actions) or the embedded WidowX (14-D states, 7-D
+EefDeltaAction). One engine for both; the suite (:mod:`amf_ros.envs.suites`) supplies tasks, environments, expert
+noise and action normalisation, and :data:`BENCH_DEFAULTS` the budget each command starts from.
 
 For each pre-training allocation (mismatched: demonstrations on half of the tasks; uniform) and seed, a policy is
 pre-trained once (:mod:`amf_ros.bench.pretrain`); then every method runs ``rounds`` rounds of Algorithm 1:
@@ -38,7 +41,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.bench.pretrain import ALLOCATIONS, DEFAULT_TASKS, PretrainConfig, allocation_counts
+from amf_ros.bench.pretrain import ALLOCATIONS, PretrainConfig, allocation_counts
+from amf_ros.envs.suites import SUITES, get_suite
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +57,13 @@ METHODS: dict[str, tuple[str, bool]] = {
 
 @dataclass
 class MetaworldBenchConfig:
-    """The whole experiment; written verbatim into results.json."""
+    """The whole experiment, for any suite (the name is the first suite's); written verbatim into results.json."""
 
-    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
-    """Task keys (config/tasks/metaworld.yaml); mismatched pre-training covers the first half."""
+    suite: str = "metaworld"
+    """Simulated suite (:mod:`amf_ros.envs.suites`): "metaworld" or "widowx"."""
+    tasks: list[str] | None = None
+    """Task keys of the suite's task file (None = the suite's default tasks); mismatched pre-training covers the
+    first half."""
     allocations: list[str] = field(default_factory=lambda: list(ALLOCATIONS))
     """Pre-training allocations, one results setting each."""
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -77,8 +84,9 @@ class MetaworldBenchConfig:
     """Batch size of pre-training and fine-tuning (paper: 256)."""
     lr: float = 1e-3
     """AdamW learning rate (pre-training and fine-tuning)."""
-    noise_std: float = 0.1
-    """Noise on the executed expert actions (native units); labels are the noise-free expert actions."""
+    noise_std: float | None = None
+    """Noise on the executed expert actions; labels are the noise-free expert actions. None = the suite's default
+    (Metaworld 0.1 native units on every component, WidowX 0.002 m on each translation axis)."""
     head: str = "diffusion"
     """Action head: "diffusion" (Octo's DiffusionActionHead, the one the policy server fine-tunes) or "mlp" (the
     paper's Gaussian state-based policy; ties uniform+prior here, see docs/metaworld.md)."""
@@ -116,7 +124,12 @@ class MetaworldBenchConfig:
     """Environments per task stepped in lockstep during evaluation."""
 
     def __post_init__(self) -> None:
-        self.tasks, self.allocations, self.methods = list(self.tasks), list(self.allocations), list(self.methods)
+        if self.suite not in SUITES:
+            raise ValueError(f"suite must be one of {list(SUITES)}, got {self.suite=}")
+        suite = get_suite(self.suite)
+        self.tasks = list(suite.default_tasks if self.tasks is None else self.tasks)
+        self.noise_std = suite.noise_std if self.noise_std is None else float(self.noise_std)
+        self.allocations, self.methods = list(self.allocations), list(self.methods)
         bad = [m for m in self.methods if m not in METHODS]
         if bad or not self.methods:
             raise ValueError(f"unknown methods {bad}; choose from {list(METHODS)}")
@@ -137,7 +150,7 @@ class MetaworldBenchConfig:
 
     def pretrain_config(self, allocation: str, seed: int) -> PretrainConfig:
         """The pre-training config of one (allocation, seed)."""
-        return PretrainConfig(tasks=self.tasks, allocation=allocation, demos=self.pretrain_demos,
+        return PretrainConfig(suite=self.suite, tasks=self.tasks, allocation=allocation, demos=self.pretrain_demos,
                               noise_std=self.noise_std, head=self.head, steps=self.pretrain_steps,
                               batch_size=self.batch_size, lr=self.lr, seed=seed, task_encoder=self.task_encoder)
 
@@ -155,13 +168,12 @@ def pretrain_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, ckpt: st
     """Pre-train one (allocation, seed), save it to ``ckpt`` and evaluate it (round 0 of every method)."""
     from amf_ros.bench import pretrain as pt
     from amf_ros.envs.metaworld_rollouts import EvalPool
-    from amf_ros.envs.metaworld_suite import load_tasks
 
     _single_thread()
     t0 = time.perf_counter()
     res = pt.pretrain(cfg.pretrain_config(allocation, seed))
     pt.save_pretrained(res.policy, ckpt)
-    pool = EvalPool(load_tasks(keys=cfg.tasks), slots=cfg.eval_slots)
+    pool = EvalPool(get_suite(cfg.suite).load_tasks(cfg.tasks), slots=cfg.eval_slots, suite=cfg.suite)
     success = pool.evaluate(pt.act_fn(res.policy), cfg.eval_episodes, seed=seed)
     return {"allocation": allocation, "seed": seed, "counts": res.counts, "success": success,
             "loss_last": res.loss_curve[-1], "time_s": time.perf_counter() - t0}
@@ -184,13 +196,13 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
     from amf_ros.bench import pretrain as pt
     from amf_ros.core.selectors import make_selector
     from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo, demos_to_transitions
-    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks
 
     _single_thread()
     t0 = time.perf_counter()
-    specs = load_tasks(keys=cfg.tasks)
-    envs = {s.key: MetaworldTaskEnv(s) for s in specs}
-    pool = EvalPool(specs, slots=cfg.eval_slots)
+    suite = get_suite(cfg.suite)
+    specs = suite.load_tasks(cfg.tasks)
+    envs = {s.key: suite.make_env(s) for s in specs}
+    pool = EvalPool(specs, slots=cfg.eval_slots, suite=cfg.suite)
     selector_name, use_prior = METHODS[method]
     policy = load_for_method(ckpt, use_prior, cfg)
     selection_copy = load_for_method(ckpt, False, cfg) if selector_name == "amf" else None
@@ -276,10 +288,10 @@ def run(cfg: MetaworldBenchConfig, jobs: int = 1, work_dir: str | os.PathLike | 
 
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs=}")
-    tmp = Path(tempfile.mkdtemp(prefix="amf_mw_", dir=work_dir))
+    tmp = Path(tempfile.mkdtemp(prefix=f"amf_{cfg.suite}_", dir=work_dir))
     pre_jobs = [(a, s, str(tmp / f"pretrained_{a}_{s}")) for a in cfg.allocations for s in range(cfg.seeds)]
     meth_jobs = [(a, s, m, ck) for a, s, ck in pre_jobs for m in cfg.methods]
-    bar = tqdm(total=len(pre_jobs) + len(meth_jobs), desc="metaworld", unit="run", disable=not progress)
+    bar = tqdm(total=len(pre_jobs) + len(meth_jobs), desc=cfg.suite, unit="run", disable=not progress)
     try:
         if jobs == 1:
             pre = [pretrain_job(cfg, *j) for j in _ticking(pre_jobs, bar)]
@@ -417,12 +429,45 @@ def table(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]]) -> str:
                          "pretrained-tasks r0", "pretrained-tasks final", "demos " + "/".join(cfg.tasks)], rows)
 
 
+BENCH_DEFAULTS: dict[str, dict[str, Any]] = {
+    "metaworld": {},
+    "widowx": {"suite": "widowx", "allocations": ["mismatched"], "methods": ["amf", "uniform+prior", "uniform"],
+               "rounds": 10, "eval_slots": 10},
+}
+"""What `amf bench <suite>` starts from, on top of the MetaworldBenchConfig defaults (then --config, then flags).
+config/bench/<suite>.yaml holds the same values (a test checks). The WidowX budget fits about 30-40 min with
+``--jobs 2`` on 2 cores (docs/results/widowx/README.md)."""
+
+
+def bench_config(suite: str, path: str | os.PathLike | None = None, **overrides: Any) -> MetaworldBenchConfig:
+    """The config of `amf bench <suite>`: :data:`BENCH_DEFAULTS` of ``suite``, the YAML ``path``, then non-None
+    ``overrides``; a YAML naming another suite is refused."""
+    from amf_ros.bench.results import load_config
+
+    if suite not in BENCH_DEFAULTS:
+        raise ValueError(f"unknown suite {suite!r}; choose from {list(BENCH_DEFAULTS)}")
+    cfg = load_config(MetaworldBenchConfig, path, defaults=BENCH_DEFAULTS[suite], **overrides)
+    if cfg.suite != suite:
+        raise ValueError(f"{path}: the config is for suite {cfg.suite!r}; run `amf bench {cfg.suite}` instead")
+    return cfg
+
+
 def main(argv: Sequence[str]) -> int:
     """`amf bench metaworld` entry point."""
-    from amf_ros.bench.results import add_common_args, config_dict, load_config, write_results
+    return _main(argv, "metaworld")
 
-    parser = argparse.ArgumentParser(prog="amf bench metaworld", description=__doc__.split("\n\n")[0])
-    add_common_args(parser, out="docs/results/metaworld")
+
+def widowx_main(argv: Sequence[str]) -> int:
+    """`amf bench widowx` entry point."""
+    return _main(argv, "widowx")
+
+
+def _main(argv: Sequence[str], suite: str) -> int:
+    """Parse the flags of `amf bench <suite>`, run (or only replot), write the outputs."""
+    from amf_ros.bench.results import add_common_args, config_dict, write_results
+
+    parser = argparse.ArgumentParser(prog=f"amf bench {suite}", description=__doc__.split("\n\n")[0])
+    add_common_args(parser, out=f"docs/results/{suite}")
     parser.add_argument("--methods", nargs="+", default=None, help=f"subset of {list(METHODS)}")
     parser.add_argument("--allocations", nargs="+", default=None, help=f"subset of {list(ALLOCATIONS)}")
     parser.add_argument("--eval-episodes", type=int, default=None, help="evaluation episodes per task and round")
@@ -444,9 +489,9 @@ def main(argv: Sequence[str]) -> int:
         print(table(cfg, doc["settings"]))
         print(f"wrote {', '.join(str(p) for p in plots)}")
         return 0
-    cfg = load_config(MetaworldBenchConfig, args.config, seeds=args.seeds, rounds=args.rounds,
-                      methods=args.methods, allocations=args.allocations, eval_episodes=args.eval_episodes,
-                      selection_copy=args.selection_copy)
+    cfg = bench_config(suite, args.config, seeds=args.seeds, rounds=args.rounds, methods=args.methods,
+                       allocations=args.allocations, eval_episodes=args.eval_episodes,
+                       selection_copy=args.selection_copy)
     jobs = args.jobs or os.cpu_count() or 1
     t0 = time.perf_counter()
     raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress)
@@ -456,7 +501,7 @@ def main(argv: Sequence[str]) -> int:
 
     atomic_write_json(out / "raw_runs.json", raw)  # every job's record, before anything else can fail
     settings = summarize_runs(cfg, raw)
-    results = {"benchmark": "metaworld", "config": {**config_dict(cfg), "jobs": jobs},
+    results = {"benchmark": suite, "config": {**config_dict(cfg), "jobs": jobs},
                "metric": "success rate over all tasks (mean of per-task success over eval_episodes episodes)",
                "wall_time_s": wall, "settings": settings}
     path = write_results(out, results)

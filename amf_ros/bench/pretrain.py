@@ -1,11 +1,15 @@
-"""`amf pretrain`: pre-train a task-conditioned policy on scripted Metaworld demonstrations.
+"""`amf pretrain`: pre-train a task-conditioned policy on scripted demonstrations of a simulated suite.
 
-Why: the embedded ROS simulation and ``amf bench metaworld`` start from a policy that already knows some tasks
-and not others (the paper's *mismatched* pre-training, Sec. 5.3: demonstrations on half of the tasks only), or
-one pre-trained on every task (*uniform*). One command reproduces it bit for bit from a seed::
+Why: the embedded ROS simulation and ``amf bench metaworld`` / ``amf bench widowx`` start from a policy that already
+knows some tasks and not others (the paper's *mismatched* pre-training, Sec. 5.3: demonstrations on half of the
+tasks only), or one pre-trained on every task (*uniform*). One command reproduces it bit for bit from a seed::
 
-    amf pretrain --out checkpoints/metaworld_mismatched                  # default: mismatched, seed 0
+    amf pretrain --out checkpoints/metaworld_mismatched                  # default: Metaworld, mismatched, seed 0
     amf pretrain --allocation uniform --seed 3 --out /tmp/ckpt
+    amf pretrain --suite widowx --out checkpoints/widowx_mismatched     # the embedded WidowX (7-D eef actions)
+
+The suite (:mod:`amf_ros.envs.suites`) fixes the tasks, the environments, the state and action sizes, the expert
+noise and the action normalisation; everything else is the same for every suite.
 
 The checkpoint directory (a TaskConditionedPolicy checkpoint whose frozen prior is the pre-trained head) is written
 atomically; its ``pretrain.json`` records the config, per-task demonstration counts, losses and timings.
@@ -17,30 +21,38 @@ import argparse
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from amf_ros.envs.suites import SUITES, get_suite
+
 log = logging.getLogger(__name__)
 
 ALLOCATIONS = ("mismatched", "uniform")
-DEFAULT_TASKS = ("faucet-open", "drawer-close", "push", "drawer-open")
+DEFAULT_TASKS = get_suite("metaworld").default_tasks
+"""The Metaworld suite's default tasks (the registry's; kept here for the importers of this name)."""
 
 
 @dataclass
 class PretrainConfig:
     """Everything that determines a pre-trained checkpoint (the same dataclass serves CLI, bench and tests)."""
 
-    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
-    """Task keys of config/tasks/metaworld.yaml; in the mismatched allocation the first half is pre-trained."""
+    suite: str = "metaworld"
+    """Simulated suite (:mod:`amf_ros.envs.suites`): "metaworld" (39-D states, native 4-D actions) or "widowx"
+    (the embedded WidowX: 14-D states, 7-D EefDeltaAction)."""
+    tasks: list[str] | None = None
+    """Task keys of the suite's task file (None = the suite's default tasks); in the mismatched allocation the first
+    half is pre-trained."""
     allocation: str = "mismatched"
     """"mismatched" = all demonstrations on the first half of ``tasks``; "uniform" = spread over all tasks."""
     demos: int = 16
     """Total pre-training demonstrations (paper: about 15)."""
-    noise_std: float = 0.1
-    """Std of Gaussian noise on the executed expert actions (native units); labels stay noise-free."""
+    noise_std: float | None = None
+    """Std of Gaussian noise on the executed expert actions; labels stay noise-free. None = the suite's default:
+    Metaworld 0.1 on every native component, WidowX 0.002 m on each translation axis."""
     head: str = "diffusion"
     """Action head: "diffusion" (Octo's DiffusionActionHead, what policy_server fine-tunes) or "mlp" (Gaussian MLP,
     the paper's state-based policy)."""
@@ -56,7 +68,11 @@ class PretrainConfig:
     """Instruction encoder: "minilm" (all-MiniLM-L6-v2, the paper's) or "hash" (no model; tests)."""
 
     def __post_init__(self) -> None:
-        self.tasks = list(self.tasks)
+        if self.suite not in SUITES:
+            raise ValueError(f"suite must be one of {list(SUITES)}, got {self.suite=}")
+        suite = get_suite(self.suite)
+        self.tasks = list(suite.default_tasks if self.tasks is None else self.tasks)
+        self.noise_std = suite.noise_std if self.noise_std is None else float(self.noise_std)
         if len(self.tasks) < 2 or len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"need at least two distinct tasks, got {self.tasks=}")
         if self.allocation not in ALLOCATIONS:
@@ -110,18 +126,20 @@ class PretrainResult:
 
 
 def make_policy(specs: Sequence[Any], head: str = "diffusion", seed: int = 0, lr: float = 1e-3,
-                batch_size: int = 256, action_horizon: int = 1, task_encoder: str = "minilm") -> Any:
-    """A fresh state-based TaskConditionedPolicy for the Metaworld suite (native 4-D actions, 39-D states).
+                batch_size: int = 256, action_horizon: int = 1, task_encoder: str = "minilm",
+                suite: str = "metaworld") -> Any:
+    """A fresh state-based TaskConditionedPolicy for a suite's tasks ``specs`` (Metaworld: 39-D states, native
+    4-D actions; WidowX: 14-D states, 7-D EefDeltaAction).
 
     The action horizon is 1 by default (the paper's state-based policy predicts one action).
     """
-    from amf_ros.envs.metaworld_suite import NATIVE_ACTION_DIM, OBS_DIM
     from amf_ros.policies.agent import TaskConditionedPolicy
     from amf_ros.policies.config import PolicyConfig
 
+    info = get_suite(suite)
     cfg = PolicyConfig(head=head, trunk="state", task_encoder=task_encoder, action_horizon=action_horizon, lr=lr,
                        batch_size=batch_size, seed=seed)
-    return TaskConditionedPolicy(cfg, action_dim=NATIVE_ACTION_DIM, state_dim=OBS_DIM,
+    return TaskConditionedPolicy(cfg, action_dim=info.action_dim, state_dim=info.state_dim,
                                  tasks={s.key: s.instruction for s in specs})
 
 
@@ -134,23 +152,26 @@ def act_fn(policy: Any) -> Any:
 
 
 STATE_MIN_STD = 0.05
-"""Floor of the per-dimension state std (metres / quaternion units): a dimension that is constant in the fitting
+"""Floor of the per-dimension state std (metres / quaternion units / radians): a dimension constant in the fitting
 data must not turn a 1 cm difference in another task into a saturated input."""
 
 
-def set_normalizers(policy: Any, demo_states: np.ndarray, explore_states: np.ndarray) -> None:
+def set_normalizers(policy: Any, demo_states: np.ndarray, explore_states: np.ndarray,
+                    suite: str = "metaworld") -> None:
     """Fix the policy's normalization before pre-training (the frozen statistics every later round shares).
 
-    Actions: identity, because native Metaworld actions are already in [-1, 1] and a std fitted on half of the
-    tasks can be ~0 in a dimension (e.g. the grab effort of the faucet expert is constant), which would blow up
-    the loss of the other tasks. States: mean/std of the demonstration states plus random-exploration states of
-    every task (:func:`~amf_ros.envs.metaworld_rollouts.exploration_states`), std floored at STATE_MIN_STD.
+    Actions: the suite's fixed scale from the action bounds, never fitted, because a std fitted on half of the
+    tasks can be ~0 in a dimension (e.g. the grab effort of the Metaworld faucet expert is constant), which would
+    blow up the loss of the other tasks. Metaworld: the identity (native actions are already in [-1, 1]); WidowX:
+    translation / 0.05 m, rotation / 0.25 rad, gripper [0, 1] -> [-1, 1]. States: mean/std of the demonstration
+    states plus random-exploration states of every task
+    (:func:`~amf_ros.envs.metaworld_rollouts.exploration_states`), std floored at STATE_MIN_STD.
     """
-    from amf_ros.envs.metaworld_suite import NATIVE_ACTION_DIM
     from amf_ros.policies.normalizer import Normalizer
 
+    info = get_suite(suite)
     x = np.concatenate([demo_states, explore_states]).astype(np.float64)
-    policy.action_normalizer = Normalizer.identity(NATIVE_ACTION_DIM)
+    policy.action_normalizer = Normalizer(np.asarray(info.action_mean), np.asarray(info.action_std))
     policy.trunk.set_normalizer(Normalizer(x.mean(0), x.std(0), min_std=STATE_MIN_STD))
     policy.cache.clear()
 
@@ -163,12 +184,12 @@ def pretrain(config: PretrainConfig, specs: Sequence[Any] | None = None, freeze_
     fine-tuning from the checkpoint (bench, ROS policy_server) can fit alpha(c).
     """
     from amf_ros.envs.metaworld_rollouts import collect_demos, demos_to_transitions, exploration_states
-    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks
 
-    specs = list(specs) if specs is not None else load_tasks(keys=config.tasks)
+    suite = get_suite(config.suite)
+    specs = list(specs) if specs is not None else suite.load_tasks(config.tasks)
     counts = allocation_counts(config.tasks, config.allocation, config.demos)
     t0 = time.perf_counter()
-    envs = {s.key: MetaworldTaskEnv(s) for s in specs if counts.get(s.key)}
+    envs = {s.key: suite.make_env(s) for s in specs if counts.get(s.key)}
     demos = collect_demos(envs, {k: v for k, v in counts.items() if v}, seed=config.seed,
                           noise_std=config.noise_std)
     collect_s = time.perf_counter() - t0
@@ -176,9 +197,10 @@ def pretrain(config: PretrainConfig, specs: Sequence[Any] | None = None, freeze_
     if failed:
         log.warning("%d of %d scripted pre-training demonstrations did not reach success", failed, len(demos))
     policy = make_policy(specs, head=config.head, seed=config.seed, lr=config.lr, batch_size=config.batch_size,
-                         task_encoder=config.task_encoder)
-    all_envs = {s.key: envs.get(s.key) or MetaworldTaskEnv(s) for s in specs}
-    set_normalizers(policy, demos_to_transitions(demos)["state"], exploration_states(all_envs, config.seed))
+                         task_encoder=config.task_encoder, suite=config.suite)
+    all_envs = {s.key: envs.get(s.key) or suite.make_env(s) for s in specs}
+    set_normalizers(policy, demos_to_transitions(demos)["state"], exploration_states(all_envs, config.seed),
+                    suite=config.suite)
     t0 = time.perf_counter()
     result = policy.fit(demos_to_transitions(demos), config.steps)
     if freeze_prior:
@@ -225,8 +247,10 @@ def main(argv: Sequence[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="amf pretrain", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="checkpoints/metaworld_pretrained", help="checkpoint directory to write")
+    parser.add_argument("--out", default=None,
+                        help="checkpoint directory to write (default: checkpoints/<suite>_pretrained)")
     parser.add_argument("--config", default=None, help="YAML with PretrainConfig fields")
+    parser.add_argument("--suite", choices=tuple(SUITES), default=None, help="default: metaworld")
     parser.add_argument("--allocation", choices=ALLOCATIONS, default=None, help="default: mismatched")
     parser.add_argument("--seed", type=int, default=None, help="default: 0")
     parser.add_argument("--steps", type=int, default=None, help="gradient steps (default: 1500)")
@@ -240,7 +264,9 @@ def main(argv: Sequence[str]) -> int:
     import torch
 
     cfg = load_config(PretrainConfig, args.config, allocation=args.allocation, seed=args.seed, steps=args.steps,
-                      head=args.head)
+                      head=args.head, suite=args.suite)
+    if args.out is None:
+        args.out = f"checkpoints/{cfg.suite}_pretrained"
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, args.threads))
     try:
@@ -263,13 +289,13 @@ def _run(cfg: PretrainConfig, args: argparse.Namespace, argv: Sequence[str]) -> 
     }
     if args.eval_episodes > 0:
         from amf_ros.envs.metaworld_rollouts import EvalPool
-        from amf_ros.envs.metaworld_suite import load_tasks
 
-        pool = EvalPool(load_tasks(keys=cfg.tasks), slots=min(args.eval_episodes, 5))
+        pool = EvalPool(get_suite(cfg.suite).load_tasks(cfg.tasks), slots=min(args.eval_episodes, 5), suite=cfg.suite)
         info["success"] = pool.evaluate(act_fn(res.policy), args.eval_episodes, seed=cfg.seed)
     info["wall_time_s"] = time.perf_counter() - t0
     out = save_pretrained(res.policy, args.out, info)
-    print(f"pre-trained ({cfg.allocation}, demonstrations {res.counts}) in {info['wall_time_s']:.1f} s -> {out}")
+    print(f"pre-trained ({cfg.suite}, {cfg.allocation}, demonstrations {res.counts}) in {info['wall_time_s']:.1f} s "
+          f"-> {out}")
     if "success" in info:
         print("success per task: " + ", ".join(f"{k} {v:.2f}" for k, v in info["success"].items()))
     return 0

@@ -33,12 +33,14 @@ def add_common_args(parser: argparse.ArgumentParser, *, out: str, seeds: int | N
     return parser
 
 
-def load_config(cls: type, path: str | os.PathLike | None, **overrides: Any) -> Any:
-    """Build dataclass ``cls`` from its defaults, a YAML file, then non-None ``overrides``.
+def load_config(cls: type, path: str | os.PathLike | None, *, defaults: Mapping[str, Any] | None = None,
+                **overrides: Any) -> Any:
+    """Build dataclass ``cls`` from its defaults, then ``defaults`` (e.g. one suite's budget), a YAML file, then
+    non-None ``overrides``.
 
     Unknown keys in the YAML raise ValueError naming them (a typo must not be silently ignored).
     """
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = dict(defaults or {})
     if path is not None:
         import yaml
 

@@ -1,4 +1,5 @@
-"""The embedded simulation's pre-trained policy: made by `amf pretrain` on first use, then cached.
+"""The embedded simulation's pre-trained policy (Metaworld or WidowX): made by `amf pretrain` on first use, then
+cached.
 
 Why cached: pre-training on scripted demonstrations takes a while; the cache key hashes every argument and the
 source of the code that makes the checkpoint, so a changed recipe makes a new checkpoint instead of silently
@@ -19,32 +20,42 @@ log = logging.getLogger("amf.run")
 PRETRAIN_TARGET = "amf_ros.bench.pretrain:main"
 
 
-def pretrain_args(seed: int, head: str = "diffusion") -> list[str]:
-    """Arguments of `amf pretrain` for the embedded simulation (mismatched allocation, its defaults otherwise)."""
-    return ["--allocation", "mismatched", "--seed", str(seed), "--head", head]
+def pretrain_args(seed: int, head: str = "diffusion", suite: str = "metaworld") -> list[str]:
+    """Arguments of `amf pretrain` for the embedded simulation (mismatched allocation, the suite's defaults
+    otherwise); Metaworld's arguments carry no ``--suite`` (its default), so its cache entries keep their keys."""
+    args = ["--allocation", "mismatched", "--seed", str(seed), "--head", head]
+    return args if suite == "metaworld" else [*args, "--suite", suite]
 
 
-def recipe_key(args: Sequence[str]) -> str:
-    """Hash of the pretrain arguments and of the code that makes the checkpoint (pretraining, policies, suite)."""
+def recipe_key(args: Sequence[str], suite: str = "metaworld") -> str:
+    """Hash of the pretrain arguments and of the code that makes the checkpoint: pre-training, policies, the suite
+    registry and the suite's own sources (:attr:`amf_ros.envs.suites.Suite.sources`: for "widowx" the widowx_sim
+    package, the driver and kinematics it steps through and config/tasks/widowx_sim.yaml)."""
+    from amf_ros.envs.suites import get_suite
+
     root = Path(__file__).resolve().parents[1]
-    sources = sorted([root / "bench" / "pretrain.py", *(root / "policies").glob("*.py"),
-                      *(root / "envs").glob("metaworld*.py"), root.parent / "config" / "tasks" / "metaworld.yaml"])
+    paths = [root / "bench" / "pretrain.py", root / "envs" / "suites.py", *(root / "policies").glob("*.py")]
+    for rel in get_suite(suite).sources:
+        path = root.parent / rel
+        paths.extend(path.glob("*.py") if path.is_dir() else [path])
     h = hashlib.sha256(json.dumps(list(args)).encode())
-    for path in sources:
+    for path in sorted(paths):
         if path.is_file():
             h.update(path.name.encode() + path.read_bytes())
     return h.hexdigest()[:10]
 
 
-def ensure_pretrained(cache: Path, seed: int = 0, extra: Sequence[str] = (), head: str = "diffusion") -> Path:
-    """Path of the cached pre-trained checkpoint for these arguments; runs `amf pretrain` if it is missing.
+def ensure_pretrained(cache: Path, seed: int = 0, extra: Sequence[str] = (), head: str = "diffusion",
+                      suite: str = "metaworld") -> Path:
+    """Path of the cached pre-trained checkpoint of ``suite`` ("metaworld" or "widowx") for these arguments; runs
+    `amf pretrain` if it is missing.
 
     `amf pretrain` writes its output directory atomically, so an interrupted first run leaves no cache entry.
     """
     from amf_ros.cli import _load
 
-    args = [*pretrain_args(seed, head), *extra]
-    key = recipe_key(args)
+    args = [*pretrain_args(seed, head, suite), *extra]
+    key = recipe_key(args, suite)
     final = cache / f"pretrained_{key}"
     if (final / "pretrain.json").is_file():
         log.info("using cached pre-trained checkpoint %s", final)

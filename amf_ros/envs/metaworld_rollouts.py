@@ -1,21 +1,24 @@
-"""Scripted demonstrations and batched evaluation rollouts on the Metaworld suite.
+"""Scripted demonstrations and batched evaluation rollouts on a simulated task suite (Metaworld, embedded WidowX).
 
-Why a separate module: the suite (:mod:`amf_ros.envs.metaworld_suite`) is the step-by-step API a ROS node
-hosts; here are the loops the benchmark and ``amf pretrain`` run on top of it, fast: evaluation steps many
-environments in lockstep so that the policy is called once per step on a batch.
+Why a separate module: a suite (:mod:`amf_ros.envs.metaworld_suite`, :mod:`amf_ros.envs.widowx_sim.suite`) is the
+step-by-step API a ROS node hosts; here are the loops the benchmark and ``amf pretrain`` run on top of it, fast:
+evaluation steps many environments in lockstep so that the policy is called once per step on a batch. The loops see
+an environment only through :class:`amf_ros.envs.suites.TaskEnv`, so they serve every suite of
+:mod:`amf_ros.envs.suites` (the module kept the name of the first one). Shapes: S = state size, A = action size of
+the suite (Metaworld 39 and 4, WidowX 14 and 7).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, TaskSpec, noisy
+from amf_ros.envs.suites import TaskEnv, get_suite
 
 ActFn = Callable[[np.ndarray, Sequence[str]], np.ndarray]
-"""Batched policy: (observations (B, 39) float32, task keys [B]) -> native actions (B, 4)."""
+"""Batched policy: (observations (B, S) float32, task keys [B]) -> actions (B, A)."""
 
 EVAL_SEED_OFFSET = 1_000_000
 """Evaluation scenes use seeds from here on, so they never coincide with demonstration scenes."""
@@ -28,9 +31,9 @@ class Demo:
     Attributes:
         task: task key.
         seed: scene seed given to ``reset``.
-        obs: (T, 39) float32 observations, obs[t] is the input for actions[t].
-        actions: (T, 4) float32 native actions that were executed (expert + noise).
-        expert_actions: (T, 4) float32 noise-free expert actions at the same states (the BC labels).
+        obs: (T, S) float32 observations, obs[t] is the input for actions[t].
+        actions: (T, A) float32 actions that were executed (expert + noise).
+        expert_actions: (T, A) float32 noise-free expert actions at the same states (the BC labels).
         success: whether the episode reached success within ``max_steps``.
     """
 
@@ -45,19 +48,20 @@ class Demo:
         return int(self.obs.shape[0])
 
 
-def collect_demo(env: MetaworldTaskEnv, seed: int, noise_std: float = 0.0,
+def collect_demo(env: TaskEnv, seed: int, noise_std: float = 0.0,
                  rng: np.random.Generator | None = None) -> Demo:
     """Roll out the scripted expert (with optional action noise) from scene ``seed``.
 
     The episode ends at success or at ``max_steps``. Labels are the noise-free expert actions at the visited
-    states (the executed actions are noisy, so the demonstrations cover states off the expert's path).
+    states (the executed actions are noisy, so the demonstrations cover states off the expert's path); the noise
+    model is the environment's (:meth:`~amf_ros.envs.suites.TaskEnv.perturb`).
     """
     obs = env.reset(seed)
     xs, acts, labels = [], [], []
     done = False
     while not done:
         expert = env.expert_action()
-        act = noisy(expert, noise_std, rng)
+        act = env.perturb(expert, noise_std, rng)
         xs.append(obs)
         acts.append(act)
         labels.append(expert)
@@ -67,7 +71,7 @@ def collect_demo(env: MetaworldTaskEnv, seed: int, noise_std: float = 0.0,
                 success=env.success)
 
 
-def collect_demos(envs: Mapping[str, MetaworldTaskEnv], counts: Mapping[str, int], seed: int,
+def collect_demos(envs: Mapping[str, TaskEnv], counts: Mapping[str, int], seed: int,
                   noise_std: float = 0.0) -> list[Demo]:
     """``counts[task]`` demonstrations per task, scenes and noise drawn from ``seed`` (deterministic)."""
     rng = np.random.default_rng(seed)
@@ -84,14 +88,22 @@ def collect_demos(envs: Mapping[str, MetaworldTaskEnv], counts: Mapping[str, int
 
 
 class EvalPool:
-    """``slots`` environments per task, stepped in lockstep for batched policy evaluation."""
+    """``slots`` environments per task, stepped in lockstep for batched policy evaluation.
 
-    def __init__(self, specs: Sequence[TaskSpec], slots: int = 1) -> None:
+    Args:
+        specs: task specs of ``suite``.
+        slots: environments per task (episodes of one task run ``slots`` at a time).
+        suite: name in :mod:`amf_ros.envs.suites` ("metaworld" or "widowx").
+    """
+
+    def __init__(self, specs: Sequence[Any], slots: int = 1, suite: str = "metaworld") -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots=}")
+        info = get_suite(suite)
         self.specs = list(specs)
         self.slots = slots
-        self.envs = [MetaworldTaskEnv(s) for s in self.specs for _ in range(slots)]
+        self.action_dim = info.action_dim
+        self.envs: list[TaskEnv] = [info.make_env(s) for s in self.specs for _ in range(slots)]
 
     def evaluate(self, act_fn: ActFn, episodes_per_task: int, seed: int = 0) -> dict[str, float]:
         """Success rate per task over ``episodes_per_task`` episodes each (scenes from ``seed``).
@@ -118,14 +130,14 @@ class EvalPool:
             wave += 1
         return {k: succ[k] / done_eps[k] for k in succ}
 
-    @staticmethod
-    def _run_wave(envs: list[MetaworldTaskEnv], act_fn: ActFn) -> None:
+    def _run_wave(self, envs: list[TaskEnv], act_fn: ActFn) -> None:
         running = list(envs)
         while running:
             obs = np.stack([e.obs for e in running])
             actions = np.asarray(act_fn(obs, [e.spec.key for e in running]), dtype=np.float64)
-            if actions.shape != (len(running), 4):
-                raise ValueError(f"act_fn must return ({len(running)}, 4) native actions, got {actions.shape}")
+            if actions.shape != (len(running), self.action_dim):
+                raise ValueError(f"act_fn must return ({len(running)}, {self.action_dim}) actions, "
+                                 f"got {actions.shape}")
             for env, a in zip(running, actions):
                 env.step(a)
             running = [e for e in running if not e.done]
@@ -141,7 +153,7 @@ def demos_to_transitions(demos: Sequence[Demo], episode_offset: int = 0, task: s
         task: relabel every row with this task key (the criterion's hallucinated demonstrations); default the
             demonstrated task.
     Returns:
-        ``state`` (N, 39) float32, ``task`` (N,) str, ``action`` (N, 4) float32 (noise-free expert labels),
+        ``state`` (N, S) float32, ``task`` (N,) str, ``action`` (N, A) float32 (noise-free expert labels),
         ``episode_index`` (N,) int64, ``step`` (N,) int64.
     """
     if not demos:
@@ -156,9 +168,10 @@ def demos_to_transitions(demos: Sequence[Demo], episode_offset: int = 0, task: s
     }
 
 
-def exploration_states(envs: Mapping[str, MetaworldTaskEnv], seed: int, episodes: int = 2, steps: int = 50
+def exploration_states(envs: Mapping[str, TaskEnv], seed: int, episodes: int = 2, steps: int = 50
                        ) -> np.ndarray:
-    """States (N, 39) visited by uniformly random actions in every task's scene (no expert, no labels).
+    """States (N, S) visited by random actions (:meth:`~amf_ros.envs.suites.TaskEnv.random_action`) in every
+    task's scene (no expert, no labels).
 
     Why: state normalization statistics fitted on demonstrations of half of the tasks leave the other tasks'
     object dimensions (constant in that data) with a near-zero std, so their states saturate; statistics of
@@ -172,7 +185,7 @@ def exploration_states(envs: Mapping[str, MetaworldTaskEnv], seed: int, episodes
         for _ in range(episodes):
             out.append(env.reset(int(rng.integers(0, EVAL_SEED_OFFSET))))
             for _ in range(min(steps, env.spec.max_steps)):
-                obs, _, done = env.step(rng.uniform(-1.0, 1.0, size=4))
+                obs, _, done = env.step(env.random_action(rng))
                 out.append(obs)
                 if done:
                     break

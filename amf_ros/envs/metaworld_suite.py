@@ -121,8 +121,11 @@ class MetaworldTaskEnv:
     """One Metaworld environment for one task: seeded reset, step, success and the scripted expert.
 
     Object and goal positions are drawn from the task's random reset space with the seed given to
-    :meth:`reset`, so ``reset(seed)`` always produces the same scene.
+    :meth:`reset`, so ``reset(seed)`` always produces the same scene. The rollout loops see it through
+    :class:`amf_ros.envs.suites.TaskEnv`.
     """
+
+    action_dim = NATIVE_ACTION_DIM
 
     def __init__(self, spec: TaskSpec) -> None:
         require("metaworld", feature="the Metaworld suite")
@@ -194,6 +197,14 @@ class MetaworldTaskEnv:
         if obs.shape != (OBS_DIM,):
             raise ValueError(f"expected a Metaworld observation of shape (39,), got {obs.shape=}")
         return np.clip(np.asarray(self._expert.get_action(obs), dtype=np.float64), -1.0, 1.0)
+
+    def perturb(self, action: np.ndarray, noise_std: float, rng: np.random.Generator | None) -> np.ndarray:
+        """The executed action of a noisy expert: :func:`noisy` (native units on every component)."""
+        return noisy(action, noise_std, rng)
+
+    def random_action(self, rng: np.random.Generator) -> np.ndarray:
+        """A uniformly random native action (4,) in [-1, 1] (exploration states)."""
+        return rng.uniform(-1.0, 1.0, size=NATIVE_ACTION_DIM)
 
     def render(self, width: int = 128, height: int = 128, camera: str = "corner") -> np.ndarray:
         """RGB image (height, width, 3) uint8 of the current scene (needs OSMesa or a GPU: MUJOCO_GL)."""
