@@ -2,11 +2,13 @@
 
     amf run                                  # defaults: 10 rounds (6 warm start + 4 AMF), about 10 min on 2 cores
     amf run --rounds 12 --selector uniform --out runs/demo
+    amf run --arm widowx                     # the embedded WidowX 250s with SIMPLER's four tasks (Bridge actions)
 
 1. A pre-trained policy: `amf pretrain` on a mismatched allocation (scripted demonstrations of half of the tasks:
    the robot arrives knowing some tasks, not others), made on the first run and cached under ``--cache``.
 2. The nodes of launch/sim.launch.py (amf_ros.bringup.graph) as processes: policy_server, task_selector,
-   demo_recorder, sim_bridge (Metaworld), scripted_teleop (the scripted expert stands in for the human).
+   demo_recorder, sim_bridge (Metaworld, or with ``--arm widowx`` the WidowX tabletop driven through widowx_driver's
+   runtime), scripted_teleop (the scripted expert stands in for the human).
 3. Round 0 evaluates the pre-trained policy; then every round: /amf/next_task -> /amf/sim/reset -> StartEpisode ->
    the scripted operator demonstrates and ends the episode -> /amf/fine_tune -> evaluation of every task through
    /amf/run_policy. Prints a table per round, writes results.json and a plot into the run directory.
@@ -38,10 +40,12 @@ class LoopConfig:
 
     rounds: int = 10
     """Selection rounds (the first |tasks| rounds are AMF's warm start: each task once)."""
+    arm: str = "metaworld"
+    """The embedded simulation's arm: metaworld (config/sim.yaml) or widowx (config/sim_widowx.yaml)."""
     selector: str = "amf"
     """task_selector's selector: amf | uniform | round_robin."""
-    config: str = "config/sim.yaml"
-    """Params YAML of the nodes (launch/sim.launch.py uses the same)."""
+    config: str = ""
+    """Params YAML of the nodes (empty = the arm's: config/sim.yaml or config/sim_widowx.yaml, as sim.launch.py)."""
     out: str = "runs/demo"
     """Parent of the run directory (dataset, checkpoints, node logs, results.json, plot)."""
     cache: str = ""
@@ -67,6 +71,8 @@ class LoopConfig:
             raise ValueError(f"rounds must be >= 1, got {self.rounds=}")
         if self.selector not in ("amf", "uniform", "round_robin"):
             raise ValueError(f"selector must be amf | uniform | round_robin, got {self.selector=}")
+        if self.arm not in graph.SIM_ARMS:
+            raise ValueError(f"arm must be one of {list(graph.SIM_ARMS)}, got {self.arm=}")
         if self.head not in ("diffusion", "mlp"):
             raise ValueError(f"head must be diffusion | mlp, got {self.head=}")
         if self.eval_episodes < 0 or self.fine_tune_steps < 1:
@@ -100,10 +106,11 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
 
     t_start = time.monotonic()
     cache = Path(cfg.cache) if cfg.cache else workspace_root() / "cache"
-    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else ensure_pretrained(cache, seed=cfg.seed, head=cfg.head)
+    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else ensure_pretrained(cache, seed=cfg.seed, head=cfg.head,
+                                                                               suite=cfg.arm)
     run_dir = Path(cfg.out) / time.strftime("run_%Y%m%d_%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
-    specs = graph.sim_plan(cfg.config, checkpoint=str(checkpoint.resolve()))
+    specs = graph.sim_plan(cfg.config, checkpoint=str(checkpoint.resolve()), arm=cfg.arm)
     tasks_file = graph.node_section(specs[0].params_file, "task_selector").get("tasks_file") or \
         "config/tasks/metaworld.yaml"
     instructions = checkpoint_tasks(checkpoint)  # the tasks the policy knows = the candidates of task_selector

@@ -233,11 +233,11 @@ class PolicyRuntime:
 
 def initial_policy(checkpoint: str, checkpoint_dir: str | Path, pretrain_if_missing: bool = False,
                    workspace: str = "", seed: int = 0, log: Callable[[str], None] = log.info,
-                   warn: Callable[[str], None] = log.warning) -> tuple[Any, Path]:
+                   warn: Callable[[str], None] = log.warning, suite: str = "metaworld") -> tuple[Any, Path]:
     """(policy, its checkpoint) policy_server starts from: ``checkpoint`` if given (that one, or the error), else
     the newest round under ``checkpoint_dir`` that loads (a corrupt newer one is skipped with a warning), else
     (``pretrain_if_missing``, the embedded simulation) the cached pre-trained one, made on first use by the same code
-    as `amf run` (amf_ros.bringup.pretrained) under ``<workspace>/cache``."""
+    as `amf run` (amf_ros.bringup.pretrained) under ``<workspace>/cache`` for the embedded ``suite``."""
     if checkpoint:
         path = resolve_checkpoint(checkpoint, str(checkpoint_dir))
         return load_policy(path), path
@@ -252,7 +252,7 @@ def initial_policy(checkpoint: str, checkpoint_dir: str | Path, pretrain_if_miss
     cache = workspace_root(workspace) / "cache"
     log(f"no checkpoint in {str(checkpoint_dir)!r}: using the embedded simulation's pre-trained policy from {cache} "
         "(pre-trained now if this is the first start: about a minute on 2 cores)")
-    path = ensure_pretrained(cache, seed=seed)
+    path = ensure_pretrained(cache, seed=seed, suite=suite)
     return load_policy(path), path
 
 
@@ -280,7 +280,7 @@ class PolicyServer:
             self.runtime = self.octo.runtime
         else:
             policy, path = initial_policy(p.checkpoint, p.checkpoint_dir, p.pretrain_if_missing, p.workspace,
-                                          p.seed, log, warn)
+                                          p.seed, log, warn, p.pretrain_suite)
             self.runtime = PolicyRuntime(policy, path, p.checkpoint_dir, p.dataset_dir,
                                          steps=p.fine_tune_steps, batch_size=p.fine_tune_batch_size,
                                          lr=p.fine_tune_lr, alpha_steps=p.alpha_steps, seed=p.seed,

@@ -98,7 +98,13 @@ def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
         LoopConfig(selector="greedy")
     with pytest.raises(ValueError, match="head"):
         LoopConfig(head="transformer")
+    with pytest.raises(ValueError, match="arm must be one of"):
+        LoopConfig(arm="ur5")
+    assert build_parser().parse_args(["--arm", "widowx"]).arm == "widowx"
     from amf_ros.bringup.pretrained import pretrain_args, recipe_key
+
+    assert recipe_key(pretrain_args(0, suite="widowx"), "widowx") != recipe_key(pretrain_args(0)), \
+        "the WidowX pre-trained policy must not share a cache entry with Metaworld's"
 
     assert build_parser().parse_args([]).head == "diffusion"
     mlp, diffusion = pretrain_args(0, "mlp"), pretrain_args(0)

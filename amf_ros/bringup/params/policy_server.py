@@ -25,6 +25,12 @@ class PolicyServerParams(OctoTrunkParams):
         "pre-trained policy `amf run` uses (made by `amf pretrain` on first use, about a minute on 2 cores, and "
         "cached under <workspace>/cache) instead of failing.",
     )
+    pretrain_suite: str = param(
+        "metaworld",
+        "Which embedded simulation's pre-trained policy pretrain_if_missing starts from: 'metaworld' (config/sim.yaml) "
+        "or 'widowx' (config/sim_widowx.yaml).",
+        choices=("metaworld", "widowx"),
+    )
     checkpoint_dir: str = param(
         "checkpoints",
         "Directory where fine-tuned checkpoints are written (round_NNNN/, each written atomically).",
