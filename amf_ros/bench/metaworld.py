@@ -432,10 +432,11 @@ def table(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]]) -> str:
 BENCH_DEFAULTS: dict[str, dict[str, Any]] = {
     "metaworld": {},
     "widowx": {"suite": "widowx", "allocations": ["mismatched"], "methods": ["amf", "uniform+prior", "uniform"],
-               "rounds": 10, "eval_slots": 10},
+               "eval_slots": 10},
 }
 """What `amf bench <suite>` starts from, on top of the MetaworldBenchConfig defaults (then --config, then flags).
-config/bench/<suite>.yaml holds the same values (a test checks). The WidowX budget fits about 30-40 min with
+config/bench/<suite>.yaml holds the same values (a test checks). WidowX: one allocation, three methods, 12 rounds;
+evaluation (40 environments in one lockstep wave) is about 3/4 of a method run; the whole run fits about 30 min with
 ``--jobs 2`` on 2 cores (docs/results/widowx/README.md)."""
 
 
