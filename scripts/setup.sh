@@ -25,6 +25,15 @@ if ! ldconfig -p 2>/dev/null | grep -q libOSMesa; then
   fi
 fi
 
+# Headless Chromium + its WebDriver: the operator console's browser tests (test/console) drive the real page.
+if ! command -v chromedriver >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    log "installing chromium + chromium-driver (operator console browser tests)"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+      || log "warning: chromium not installed; the console's browser tests will be skipped"
+  fi
+fi
+
 # --- 2. virtual environment + Python dependencies ------------------------------------------------------
 REQS=(requirements/ros.txt requirements/base.txt scripts/setup.sh)
 want=$(fingerprint "${REQS[@]}")

@@ -88,7 +88,7 @@ class LiveGraph:
         self.ckpt = tiny_checkpoint(work / "pretrained", TASKS)
         extra = node_overrides(work, LoopConfig(selector="round_robin"))
         extra["task_selector"] += ["-p", f"tasks:=[{', '.join(TASKS)}]"]
-        self.procs = NodeProcesses(plan.sim_plan(str(self.config), checkpoint=str(self.ckpt)), log_dir=work / "logs",
+        self.procs = NodeProcesses(plan.sim_plan(str(self.config), checkpoint=str(self.ckpt), console=False), log_dir=work / "logs",
                                    env=env, extra_args=extra)
         self.statuses: list[tuple[float, int, int, int]] = []  # (monotonic arrival, resets, steps, age at arrival ns)
         self._lock = threading.Lock()

@@ -34,6 +34,8 @@ ROBOT_NODES: dict[str, tuple[str, ...]] = {
 ROBOT_CONFIG = {"real": "config/widowx.yaml", "simpler": "config/widowx.yaml", "sim": "config/sim.yaml",
                 "sim_widowx": "config/sim_widowx.yaml"}
 SIM_ARMS = {"metaworld": "sim", "widowx": "sim_widowx"}
+CONSOLE_NODE = "operator_console"
+"""The operator's web page (docs/console.md); started by default by every bring-up, last."""
 """The embedded simulation's arms (sim.launch.py ``arm:=``, `amf run --arm`) -> their robot in ROBOTS."""
 
 
@@ -74,16 +76,30 @@ def _yaml_scalar(value: Any) -> str:
     return repr(value)
 
 
-def node_names(robot: str) -> tuple[str, ...]:
-    """Nodes started for ``robot`` (real | simpler | sim | sim_widowx), in start order (the arm first, the loop last)."""
+def node_names(robot: str, console: bool = True) -> tuple[str, ...]:
+    """Nodes started for ``robot`` (real | simpler | sim | sim_widowx), in start order (the arm first, the loop, then
+    the operator console unless ``console`` is false)."""
     if robot not in ROBOTS:
         raise ValueError(f"robot must be one of {ROBOTS}, got {robot=}")
     extra = ROBOT_NODES[robot]
-    return (*extra, *CORE_NODES)
+    return (*extra, *CORE_NODES, *((CONSOLE_NODE,) if console else ()))
+
+
+def as_bool(value: bool | str) -> bool:
+    """A launch argument ("true"/"false", as `ros2 launch` passes them) or a bool."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
 
 
 def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
-              workspace: str = "") -> dict[str, dict[str, Any]]:
+              workspace: str = "", console: bool = True, console_host: str = "", console_port: int | str = "",
+              console_token: str = "") -> dict[str, dict[str, Any]]:
     """Per-node parameter overrides implied by the launch arguments (on top of the YAML).
 
     Args:
@@ -92,10 +108,16 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
             path is taken relative to the directory the launch was started from (made absolute here).
         tasks: candidate task keys for task_selector, a list or a comma-separated string ("" = keep the YAML's).
         workspace: root of the nodes' relative data paths ("" = the nodes' default, see amf_ros.paths).
+        console: start operator_console; ``console_host`` / ``console_port`` / ``console_token`` override its
+            ``host`` / ``port`` / ``token`` ("" = keep the YAML's).
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
-    out: dict[str, dict[str, Any]] = {name: {} for name in node_names(robot)}
+    out: dict[str, dict[str, Any]] = {name: {} for name in node_names(robot, console)}
+    if console:
+        for key, value in (("host", console_host), ("port", console_port), ("token", console_token)):
+            if str(value) != "":
+                out[CONSOLE_NODE][key] = int(value) if key == "port" else str(value)
     if checkpoint:
         out["policy_server"]["checkpoint"] = str(Path(checkpoint).expanduser().resolve())
         out["task_selector"]["checkpoint"] = str(Path(checkpoint).expanduser().resolve())
@@ -118,21 +140,25 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
 
 
 def plan(robot: str = "sim", config: str | os.PathLike = "", checkpoint: str = "",
-         tasks: Sequence[str] | str = "", namespace: str = NAMESPACE, workspace: str = "") -> list[NodeSpec]:
+         tasks: Sequence[str] | str = "", namespace: str = NAMESPACE, workspace: str = "", console: bool | str = True,
+         console_host: str = "", console_port: int | str = "", console_token: str = "") -> list[NodeSpec]:
     """The nodes to start, each with its params file and overrides (what both launch files and `amf up` run)."""
     cfg = str(resolve_config(config or ROBOT_CONFIG.get(robot, "config/sim.yaml")))
-    over = overrides(robot, checkpoint, tasks, workspace)
+    console = as_bool(console)
+    over = overrides(robot, checkpoint, tasks, workspace, console, console_host, console_port, console_token)
     return [NodeSpec(name=n, executable=n, params_file=cfg, overrides=over[n], namespace=namespace)
-            for n in node_names(robot)]
+            for n in node_names(robot, console)]
 
 
 def sim_plan(config: str | os.PathLike = "", checkpoint: str = "", namespace: str = NAMESPACE,
-             workspace: str = "", arm: str = "metaworld") -> list[NodeSpec]:
+             workspace: str = "", arm: str = "metaworld", console: bool | str = True, console_host: str = "",
+             console_port: int | str = "", console_token: str = "") -> list[NodeSpec]:
     """The embedded simulation of ``arm`` (launch/sim.launch.py, `amf up config/sim*.yaml`, `amf run`); an empty
     ``config`` = the arm's YAML (config/sim.yaml, config/sim_widowx.yaml)."""
     if arm not in SIM_ARMS:
         raise ValueError(f"arm must be one of {list(SIM_ARMS)}, got {arm=}")
-    return plan(SIM_ARMS[arm], config=config, checkpoint=checkpoint, namespace=namespace, workspace=workspace)
+    return plan(SIM_ARMS[arm], config=config, checkpoint=checkpoint, namespace=namespace, workspace=workspace,
+                console=console, console_host=console_host, console_port=console_port, console_token=console_token)
 
 
 def node_section(params_file: str | os.PathLike, node: str) -> dict[str, Any]:

@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", default=NAMESPACE, help="namespace of every node (default %(default)s)")
     p.add_argument("--workspace", default="", help="root of relative data folders (default: $AMF_WORKSPACE, else "
                    "$ROS_HOME/amf, else ~/.ros/amf)")
+    p.add_argument("--no-console", action="store_true", help="do not start operator_console (the web page)")
+    p.add_argument("--console-host", default="", help="address the console binds to (default: the YAML's, "
+                   "127.0.0.1; any other needs --console-token)")
+    p.add_argument("--console-port", default="", help="TCP port of the console (default: the YAML's, 8765)")
+    p.add_argument("--console-token", default="", help="access token of the console page")
     p.add_argument("--log-dir", default=None, help="write each node's output to DIR/<node>.log")
     p.add_argument("--dry-run", action="store_true", help="print the command lines and exit")
     return p
@@ -60,7 +65,8 @@ def main(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="[amf up] %(message)s")
     robot = args.robot or default_robot(args.config)
     specs = plan(robot, config=args.config, checkpoint=args.checkpoint, tasks=args.tasks, namespace=args.namespace,
-                 workspace=args.workspace)
+                 workspace=args.workspace, console=not args.no_console, console_host=args.console_host,
+                 console_port=args.console_port, console_token=args.console_token)
     nodes = NodeProcesses(specs, log_dir=args.log_dir)
     if args.dry_run:
         for spec in specs:

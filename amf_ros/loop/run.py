@@ -65,6 +65,10 @@ class LoopConfig:
     """Action head of the pre-trained policy (diffusion = Octo's head, as amf bench metaworld; or mlp)."""
     startup_timeout_s: float = 180.0
     """How long the nodes may take to come up (torch import, checkpoint load)."""
+    console: bool = False
+    """Also start operator_console: watch the run live at http://127.0.0.1:<console_port>/ (docs/console.md)."""
+    console_port: int = 8765
+    """TCP port of the console with --console (0 = any free port, printed in the console's log)."""
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -110,13 +114,17 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
                                                                                suite=cfg.arm)
     run_dir = Path(cfg.out) / time.strftime("run_%Y%m%d_%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
-    specs = graph.sim_plan(cfg.config, checkpoint=str(checkpoint.resolve()), arm=cfg.arm)
+    specs = graph.sim_plan(cfg.config, checkpoint=str(checkpoint.resolve()), arm=cfg.arm, console=cfg.console,
+                           console_port=cfg.console_port)
     tasks_file = graph.node_section(specs[0].params_file, "task_selector").get("tasks_file") or \
         "config/tasks/metaworld.yaml"
     instructions = checkpoint_tasks(checkpoint)  # the tasks the policy knows = the candidates of task_selector
     max_steps = read_max_steps(tasks_file)
     env = _ros_env()
     log.info("run dir %s, ROS_DOMAIN_ID=%s, pre-trained checkpoint %s", run_dir, env["ROS_DOMAIN_ID"], checkpoint)
+    if cfg.console:
+        log.info("operator console: http://127.0.0.1:%s/ (its log: %s)", cfg.console_port or "<see log>",
+                 run_dir / "logs" / "operator_console.log")
     results: dict[str, Any] = {"benchmark": "amf-run", "config": dataclasses.asdict(cfg), "metric": "success",
                                "tasks": list(instructions), "pretrained_checkpoint": str(checkpoint),
                                "run_dir": str(run_dir), "rounds": []}
@@ -205,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     docs = _field_docs(LoopConfig)
     for f in dataclasses.fields(LoopConfig):
+        if isinstance(f.default, bool):
+            p.add_argument("--" + f.name.replace("_", "-"), action="store_true", help=docs.get(f.name, f.name))
+            continue
         p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
                        help=docs.get(f.name, f.name))
     return p

@@ -58,7 +58,7 @@ def widowx_graph(ros_env, rclpy_context, tmp_path_factory):
 
     run = tmp_path_factory.mktemp("widowx")
     ckpt = tiny_widowx_checkpoint(run / "pretrained", TASKS)
-    specs = graph.sim_plan(str(CONFIG), checkpoint=str(ckpt), arm="widowx")
+    specs = graph.sim_plan(str(CONFIG), checkpoint=str(ckpt), arm="widowx", console=False)
     assert {s.name: s for s in specs}["sim_bridge"].overrides["backend"] == "widowx"
     extra = node_overrides(run, LoopConfig(selector="amf"))
     extra["task_selector"] += ["-p", f"tasks:=[{', '.join(TASKS)}]"]

@@ -106,6 +106,11 @@ class PolicyServerParams(OctoTrunkParams):
         "publishes one when a run_policy goal ends, so that none of its actions still in flight is applied.",
     )
     checkpoint_topic: str = param("checkpoint", "Latched topic announcing each new checkpoint.")
+    outcomes_topic: str = param(
+        "policy/outcomes",
+        "Every finished run_policy goal as an amf_ros/TaskStatus (task, steps, success, done=true), whoever sent "
+        "it: what operator_console plots as success per task over rounds.",
+    )
     executor: str = param(
         "single",
         "rclpy executor of this node: 'single' (SingleThreadedExecutor; goals run on their own thread and are "

@@ -49,6 +49,7 @@ class PolicyServerNode(Node):
         self.pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.ACTIONS)
         self.stop_pub = self.create_publisher(ArmStop, p.stop_topic, qos.EVENTS)
         self.ckpt_pub = self.create_publisher(CheckpointInfo, p.checkpoint_topic, qos.LATCHED)
+        self.outcome_pub = self.create_publisher(TaskStatus, p.outcomes_topic, qos.EVENTS)
         self.server = PolicyServer(p, self.publish_action, log=self.get_logger().info, warn=self.get_logger().warn)
         if self.server.octo is not None:
             self.get_logger().info(f"Octo warm-up (first trunk + head call): {self.server.octo.warm_up():.2f} s")
@@ -121,6 +122,10 @@ class PolicyServerNode(Node):
             self.publish_stop(f"run_policy {req.task[:64]} ended after {res.steps} steps")
         _finish(goal_handle.canceled if res.cancelled else goal_handle.succeed if res.ok else goal_handle.abort)
         self.get_logger().info(f"run_policy {req.task}: {res.message}")
+        if res.ok and not res.cancelled:
+            outcome = TaskStatus(task=req.task, steps=int(res.steps), success=bool(res.success), done=True)
+            outcome.header.stamp = self.get_clock().now().to_msg()
+            self.outcome_pub.publish(outcome)
         return RunPolicy.Result(ok=res.ok, message=res.message, success=res.success, steps=res.steps,
                                 mean_period_s=mean, median_period_s=median, max_period_s=worst)
 

@@ -1,0 +1,1 @@
+"""The operator console: a web page beside the robot that says which task to demonstrate next and why (no rclpy)."""

@@ -1,0 +1,266 @@
+"""Everything the operator console shows, as JSON-ready sections, fed by the ROS adapter and read by the server.
+
+Why a model of its own: ROS callbacks (many threads) write, the web server (its own thread) reads, and browsers get
+only what changed. Each section (``selector``, ``policy``, ``recorder``, ``streams``, ``sim``, ``episodes``,
+``log``) carries a version; the server pushes a section to every browser when its version moves, so a burst of
+messages costs one push and no browser ever polls the ROS graph.
+
+How AMF's decision is shown: task_selector's score of a candidate is the criterion after a hypothetical
+demonstration of it (the posterior entropy of the policy over the target tasks' states, App. E: lower = more
+informative). The console turns it into ``gain``: how much more that demonstration is expected to reduce the
+policy's uncertainty (nats) than a demonstration of the least useful candidate; the bar of the chosen task is the
+longest, and the raw score is kept for the hover text.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Mapping, Sequence
+
+SECTIONS = ("selector", "policy", "recorder", "streams", "sim", "episodes", "log")
+
+
+def gains(scores: Sequence[float]) -> list[float | None]:
+    """Expected extra uncertainty reduction per candidate, relative to the least informative one (>= 0, nats for
+    the log-variance form); None where a score is not finite (warm start, no policy yet)."""
+    finite = [s for s in scores if isinstance(s, (int, float)) and math.isfinite(s)]
+    if not finite:
+        return [None] * len(scores)
+    worst = max(finite)
+    return [worst - s if isinstance(s, (int, float)) and math.isfinite(s) else None for s in scores]
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+class StreamMonitor:
+    """Arrival times of the recorder's input topics as the console itself receives them: age and rate per topic.
+
+    Why here rather than the recorder's 1 Hz status: an operator must see a stopped camera within 2 s; ages from
+    arrivals are exact at any moment, and rates come from the last ``window_s`` of arrivals.
+    """
+
+    def __init__(self, window_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = float(window_s)
+        self._clock = clock
+        self._arrivals: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def watch(self, topic: str) -> None:
+        with self._lock:
+            self._arrivals.setdefault(topic, deque(maxlen=4096))
+
+    def arrived(self, topic: str) -> None:
+        t = self._clock()
+        with self._lock:
+            self._arrivals.setdefault(topic, deque(maxlen=4096)).append(t)
+
+    def snapshot(self) -> dict[str, tuple[float | None, float]]:
+        """{topic: (age_s or None if never heard, rate_hz over the window)}."""
+        now = self._clock()
+        with self._lock:
+            out = {}
+            for topic, times in self._arrivals.items():
+                while times and now - times[0] > self.window_s:
+                    times.popleft()
+                out[topic] = (now - times[-1] if times else None, len(times) / self.window_s)
+            return out
+
+    def topics(self) -> list[str]:
+        with self._lock:
+            return list(self._arrivals)
+
+
+class ConsoleModel:
+    """The console's state (see the module docstring). Thread-safe; every ``on_*`` bumps its section's version.
+
+    Args:
+        tasks: candidate task keys -> instructions (the page lists them in this order).
+        targets: optional demonstrations wanted per task (shown against the counts).
+        stale_after_s: a stream not heard for this long is flagged stale.
+        min_rate_fraction: a stream below this fraction of its nominal rate is flagged slow.
+    """
+
+    def __init__(self, tasks: Mapping[str, str], targets: Mapping[str, int] | None = None,
+                 stale_after_s: float = 1.0, min_rate_fraction: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.tasks = dict(tasks)
+        self.targets = {k: int(v) for k, v in (targets or {}).items()}
+        self.stale_after_s = float(stale_after_s)
+        self.min_rate_fraction = float(min_rate_fraction)
+        self.monitor = StreamMonitor(clock=clock)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._version = {s: 0 for s in SECTIONS}
+        self._data: dict[str, Any] = {
+            "selector": {"tasks": list(self.tasks), "instructions": dict(self.tasks), "targets": self.targets,
+                         "decision": None},
+            "policy": {"checkpoint": "", "round": None, "alphas": {}, "success": {}, "fine_tune": None,
+                       "evaluation": None},
+            "recorder": None,
+            "streams": [],
+            "sim": {"available": False},
+            "episodes": [],
+            "log": [],
+        }
+        self._nominal: dict[str, float] = {}
+        self.idle_quiet: set[str] = set()  # streams flagged only while recording (actions flow only then)
+        self._recording = False
+        self._log: deque[dict[str, Any]] = deque(maxlen=50)
+        self._episodes: deque[dict[str, Any]] = deque(maxlen=20)
+
+    # -- reading ---------------------------------------------------------------------------------------------
+    def versions(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._version)
+
+    def section(self, name: str) -> Any:
+        if name == "streams":
+            self.refresh_streams()
+        with self._lock:
+            return _copy(self._data[name])
+
+    def snapshot(self) -> dict[str, Any]:
+        return {name: self.section(name) for name in SECTIONS}
+
+    def _set(self, name: str, value: Any) -> None:
+        with self._lock:
+            self._data[name] = value
+            self._version[name] += 1
+
+    def _update(self, name: str, **fields: Any) -> None:
+        with self._lock:
+            self._data[name] = {**(self._data[name] or {}), **fields}
+            self._version[name] += 1
+
+    # -- the selector ----------------------------------------------------------------------------------------
+    def on_decision(self, d: Mapping[str, Any]) -> None:
+        """A /next_task response (fields of NextTask.Response as a dict)."""
+        scores = [float(s) for s in d.get("scores", [])]
+        with self._lock:  # no tasks_file: the candidates of the first decision become the page's task list
+            for task in d.get("tasks", []):
+                self.tasks.setdefault(str(task), "")
+            if str(d.get("task", "")) and d.get("instruction"):
+                self.tasks[str(d.get("task"))] = self.tasks.get(str(d.get("task"))) or str(d.get("instruction"))
+            self._data["selector"]["tasks"] = list(self.tasks)
+            self._data["selector"]["instructions"] = dict(self.tasks)
+        decision = {
+            "ok": bool(d.get("ok")), "message": str(d.get("message", "")), "task": str(d.get("task", "")),
+            "instruction": str(d.get("instruction", "")), "tasks": list(d.get("tasks", [])),
+            "scores": [_finite(s) for s in scores],
+            # gains only mean something for AMF's criterion, and not during its warm start (scores = has a demo)
+            "gains": (gains(scores) if str(d.get("selector", "")) == "amf" and not d.get("warm_start")
+                      else [None] * len(scores)),
+            "demo_counts": [int(c) for c in d.get("demo_counts", [])],
+            "effective_sample_size": [_finite(float(e)) for e in d.get("effective_sample_size", [])],
+            "warm_start": bool(d.get("warm_start")), "selector": str(d.get("selector", "")),
+            "compute_time_s": _finite(float(d.get("compute_time", float("nan")))), "at": time.time(),
+        }
+        self._update("selector", decision=decision)
+
+    # -- the policy ------------------------------------------------------------------------------------------
+    def on_checkpoint(self, path: str, round_: int, tasks: Sequence[str], alphas: Sequence[float]) -> None:
+        self._update("policy", checkpoint=str(path), round=int(round_),
+                     alphas={t: _finite(float(a)) for t, a in zip(tasks, alphas)})
+
+    def on_fine_tune(self, running: bool, step: int = 0, total: int = 0, loss: float | None = None,
+                     message: str = "") -> None:
+        with self._lock:
+            old = self._data["policy"].get("fine_tune") or {}
+        # the curve of the running fine-tune; a finished one keeps its curve until the next one starts
+        losses = list(old.get("losses", [])) if (old.get("running") or not running) else []
+        if loss is not None and math.isfinite(loss):
+            losses = (losses + [[int(step), float(loss)]])[-500:]
+        self._update("policy", fine_tune={"running": bool(running), "step": int(step), "total": int(total),
+                                          "losses": losses, "message": str(message)})
+
+    def on_outcome(self, task: str, success: bool, steps: int) -> None:
+        """A finished run_policy goal (policy_server's outcomes topic, whoever sent it): (acting round, success)
+        joins the task's curve."""
+        with self._lock:
+            policy = _copy(self._data["policy"])
+        curve = policy["success"].setdefault(task, [])
+        curve.append([policy["round"] if policy["round"] is not None else 0, 1.0 if success else 0.0])
+        policy["success"][task] = curve[-200:]
+        self._set("policy", policy)
+
+    def on_evaluation(self, running: bool, task: str, step: int = 0, success: bool | None = None,
+                      message: str = "") -> None:
+        """Progress of an evaluation started from this console (its outcome reaches the curve via on_outcome)."""
+        with self._lock:
+            policy = _copy(self._data["policy"])
+        policy["evaluation"] = {"running": bool(running), "task": task, "step": int(step), "success": success,
+                                "message": str(message)}
+        self._set("policy", policy)
+
+    # -- the recorder and its streams ------------------------------------------------------------------------
+    def on_recorder_status(self, s: Mapping[str, Any]) -> None:
+        """A RecorderStatus as a dict; also registers its topics with the stream monitor."""
+        for topic, nominal in zip(s.get("topics", []), s.get("topic_nominal_hz", []) or []):
+            if nominal and nominal > 0:
+                self._nominal[topic] = float(nominal)
+        for topic in s.get("topics", []):
+            self.monitor.watch(topic)
+        self._recording = bool(s.get("recording"))
+        keep = ("recording", "episode_id", "task", "instruction", "num_steps", "control_rate_hz", "ready",
+                "not_ready_reason", "rate_warnings", "episodes_in_store", "last_error")
+        self._set("recorder", {**{k: _plain(s.get(k)) for k in keep}, "received_at": time.time()})
+
+    def refresh_streams(self) -> None:
+        """Recompute ages, rates and warnings of the watched streams (the server calls this a few times a second)."""
+        rows = []
+        for topic, (age, rate) in sorted(self.monitor.snapshot().items()):
+            nominal = self._nominal.get(topic, 0.0)
+            quiet_ok = topic in self.idle_quiet and not self._recording
+            stale = not quiet_ok and (age is None or age > self.stale_after_s)
+            slow = not stale and not quiet_ok and nominal > 0 and rate < self.min_rate_fraction * nominal
+            warning = ("never heard" if age is None else f"stale: nothing for {age:.1f} s") if stale else (
+                f"slow: {rate:.1f} Hz, nominal {nominal:.1f} Hz" if slow else "")
+            rows.append({"topic": topic, "age_s": _finite(age) if age is not None else None,
+                         "rate_hz": round(rate, 2), "nominal_hz": nominal or None, "warning": warning})
+        with self._lock:
+            if rows != self._data["streams"]:
+                self._data["streams"] = rows
+                self._version["streams"] += 1
+
+    # -- the arm, episodes, outcomes -------------------------------------------------------------------------
+    def on_sim(self, available: bool, **status: Any) -> None:
+        self._set("sim", {"available": bool(available), **{k: _plain(v) for k, v in status.items()}})
+
+    def on_episode(self, info: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._episodes.appendleft({k: _plain(v) for k, v in info.items()})
+            self._data["episodes"] = list(self._episodes)
+            self._version["episodes"] += 1
+
+    def log(self, level: str, text: str) -> None:
+        """An outcome line the page shows (every button's service answer lands here)."""
+        with self._lock:
+            self._log.appendleft({"level": level, "text": str(text)[:500], "at": time.time()})
+            self._data["log"] = list(self._log)
+            self._version["log"] += 1
+
+
+def _plain(v: Any) -> Any:
+    """A message field as JSON: sequences to lists, numpy/array scalars to Python numbers, NaN to None."""
+    if isinstance(v, float):
+        return _finite(v)
+    if isinstance(v, (str, bool, int)) or v is None:
+        return v
+    if hasattr(v, "tolist"):
+        return _plain(v.tolist())
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return str(v)
+
+
+def _copy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_copy(x) for x in v]
+    return v

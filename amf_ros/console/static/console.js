@@ -1,0 +1,220 @@
+// amf_ros operator console: renders what the node pushes over one WebSocket, sends validated commands back.
+// No build step: plain browser JavaScript plus the vendored uPlot (static/vendor).
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const token = new URLSearchParams(location.search).get("token") || "";
+const state = { tasks: [], instructions: {}, targets: {}, sim: false, ws: null, plots: {} };
+const fmt = (x, d = 2) => (x === null || x === undefined || Number.isNaN(x) ? "–" : Number(x).toFixed(d));
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+
+// ---- connection -------------------------------------------------------------------------------------------
+let retry = 500;
+function connect() {
+  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws${token ? "?token=" + encodeURIComponent(token) : ""}`;
+  const ws = new WebSocket(url);
+  state.ws = ws;
+  ws.onopen = () => { retry = 500; setConn(true); };
+  ws.onclose = () => { setConn(false); setTimeout(connect, retry); retry = Math.min(retry * 2, 5000); };
+  ws.onmessage = (ev) => {
+    let msg;
+    try { msg = JSON.parse(ev.data); } catch (e) { return; }
+    if (msg.type === "hello") {
+      state.tasks = msg.tasks || [];
+      for (const [name, data] of Object.entries(msg.sections)) render(name, data);
+    } else if (msg.type === "section") {
+      render(msg.name, msg.data);
+    } else if (msg.type === "camera") {
+      showCamera(msg.name, msg.jpeg, msg.at);
+    } else if (msg.type === "result") {
+      showResult(msg.op, msg.ok, msg.text);
+    }
+  };
+}
+function setConn(ok) {
+  const el = $("conn");
+  el.textContent = ok ? "connected" : "disconnected: reconnecting…";
+  el.className = "badge " + (ok ? "good" : "bad");
+}
+function send(op, withTask) {
+  if (!state.ws || state.ws.readyState !== WebSocket.OPEN) { showResult(op, false, "not connected to the console"); return; }
+  const msg = { op };
+  if (withTask) msg.task = $("task-select").value;
+  state.ws.send(JSON.stringify(msg));
+  showResult(op, null, `${op}: sent…`);
+}
+function showResult(op, ok, text) {
+  const el = $("last-result");
+  el.textContent = text;
+  el.className = "result " + (ok === true ? "ok" : ok === false ? "fail" : "muted");
+  el.dataset.op = op;
+}
+
+// ---- sections ---------------------------------------------------------------------------------------------
+const renderers = {
+  selector(d) {
+    state.tasks = d.tasks || state.tasks;
+    state.instructions = d.instructions || {};
+    state.targets = d.targets || {};
+    fillTaskSelect();
+    const dec = d.decision;
+    if (!dec) return;
+    $("next-task").textContent = dec.ok ? dec.task : "no decision";
+    $("next-task").dataset.task = dec.ok ? dec.task : "";
+    $("next-instruction").textContent = dec.ok ? `“${dec.instruction || state.instructions[dec.task] || ""}”` : "";
+    $("selector-name").textContent = dec.selector || "–";
+    $("warm-start").hidden = !dec.warm_start;
+    $("compute-time").textContent = dec.compute_time_s === null ? "–" : `${fmt(dec.compute_time_s, 2)} s`;
+    $("decision-message").textContent = dec.ok ? "" : dec.message;
+    const finite = (dec.gains || []).filter((g) => g !== null);
+    const top = Math.max(1e-12, ...finite);
+    const rows = (dec.tasks || []).map((t, i) => {
+      const gain = dec.gains[i], score = dec.scores[i], n = dec.demo_counts[i] ?? 0, ess = dec.effective_sample_size[i];
+      const target = state.targets[t];
+      const width = gain === null ? 0 : Math.max(1, (100 * gain) / top);
+      const hover = dec.warm_start ? "warm start: every task gets one demonstration before AMF's criterion decides (paper App. M)"
+        : dec.selector !== "amf" ? `${dec.selector} does not rank tasks by information; its score: ${score}`
+        : score === null ? "no score" : `criterion after a demonstration of ${t}: ${score.toFixed(4)} (lower = more informative)`;
+      const label = gain !== null ? "+" + gain.toFixed(3) : dec.warm_start ? (n > 0 ? "has its first demo" : "needs its first demo") : "–";
+      return `<tr data-task="${esc(t)}" class="${t === dec.task ? "chosen" : ""}">
+        <td>${esc(t)}</td>
+        <td class="barcell" title="${esc(hover)}" data-score="${score === null ? "" : score}"><div class="bar"><span style="width:${width}%"></span><em>${esc(label)}</em></div></td>
+        <td class="count ${target && n >= target ? "met" : ""}" data-count="${n}">${n}${target ? " / " + target : ""}</td>
+        <td>${fmt(ess, 1)}</td></tr>`;
+    });
+    $("why").querySelector("tbody").innerHTML = rows.join("");
+  },
+  policy(d) {
+    $("checkpoint").textContent = d.checkpoint ? d.checkpoint.split("/").filter(Boolean).pop() : "none yet";
+    $("checkpoint").title = d.checkpoint || "";
+    $("round").textContent = d.round === null || d.round === undefined ? "" : `(round ${d.round})`;
+    const alphas = Object.entries(d.alphas || {});
+    const amax = Math.max(1e-9, ...alphas.map(([, a]) => a || 0));
+    $("alphas").querySelector("tbody").innerHTML = alphas.map(([t, a]) =>
+      `<tr data-task="${esc(t)}"><td>${esc(t)}</td><td class="barcell"><div class="bar"><span style="width:${a === null ? 0 : (100 * a) / amax}%"></span><em>${fmt(a, 3)}</em></div></td></tr>`).join("");
+    const ft = d.fine_tune;
+    if (ft) {
+      $("fine-tune-state").textContent = ft.running ? "running" : (ft.message || "idle");
+      $("fine-tune-step").textContent = ft.running && ft.total ? `step ${ft.step} / ${ft.total}` : "";
+      plotLines("loss-plot", "loss", ft.losses.map((p) => p[0]), { loss: ft.losses.map((p) => p[1]) }, "step");
+    }
+    const ev = d.evaluation;
+    if (ev) $("evaluation-state").textContent = ev.running ? `${ev.task}: step ${ev.step}` : (ev.message || "idle");
+    const rounds = new Set();
+    const byTask = {};
+    for (const [t, pts] of Object.entries(d.success || {})) {
+      const agg = {};
+      for (const [r, s] of pts) { (agg[r] = agg[r] || []).push(s); rounds.add(r); }
+      byTask[t] = agg;
+    }
+    const xs = [...rounds].sort((a, b) => a - b);
+    const series = {};
+    for (const [t, agg] of Object.entries(byTask)) series[t] = xs.map((r) => (agg[r] ? agg[r].reduce((a, b) => a + b, 0) / agg[r].length : null));
+    plotLines("success-plot", "success", xs, series, "round", [0, 1]);
+  },
+  recorder(d) {
+    if (!d) return;
+    $("recorder-state").textContent = d.recording ? `recording ${d.task}` : "idle";
+    $("recorder-state").className = d.recording ? "rec" : "";
+    $("recorder-episode").textContent = d.episode_id || "–";
+    $("recorder-steps").textContent = d.recording ? d.num_steps : "–";
+    $("episodes-in-store").textContent = d.episodes_in_store;
+    $("recorder-ready").textContent = d.ready ? "yes" : `no: ${d.not_ready_reason}`;
+    $("recorder-error").textContent = d.last_error || "none";
+    $("recorder-error").className = d.last_error ? "" : "muted";
+  },
+  streams(rows) {
+    $("streams").querySelector("tbody").innerHTML = rows.map((r) => {
+      const cls = r.warning.startsWith("stale") || r.warning === "never heard" ? "stale" : r.warning ? "slow" : "";
+      return `<tr data-topic="${esc(r.topic)}" class="${cls}"><td>${esc(r.topic)}</td><td>${r.age_s === null ? "–" : fmt(r.age_s, 1) + " s"}</td>
+        <td>${fmt(r.rate_hz, 1)} Hz</td><td>${r.nominal_hz ? fmt(r.nominal_hz, 1) + " Hz" : "–"}</td><td class="warning">${esc(r.warning)}</td></tr>`;
+    }).join("");
+    const bad = rows.filter((r) => r.warning);
+    $("stream-warning").hidden = bad.length === 0;
+    $("stream-warning").textContent = bad.map((r) => `${r.topic}: ${r.warning}`).join(" · ");
+  },
+  sim(d) {
+    state.sim = !!d.available;
+    for (const el of document.querySelectorAll(".sim-only")) el.hidden = !state.sim;
+    $("sim-panel").hidden = !state.sim;
+    if (d.task !== undefined) {
+      $("sim-task").textContent = d.task;
+      $("sim-steps").textContent = d.steps;
+      $("sim-success").textContent = d.success ? "solved" : d.done ? "done, not solved" : "not solved";
+    }
+  },
+  episodes(list) {
+    $("episodes").innerHTML = list.map((e) =>
+      `<li data-episode="${esc(e.episode_id)}">${esc(e.episode_id)} · ${esc(e.task)} · ${e.num_steps} steps · ${e.success ? "success" : "failure"}</li>`).join("");
+  },
+  log(lines) {
+    $("log").innerHTML = lines.map((l) =>
+      `<li class="${esc(l.level)}">${new Date(l.at * 1000).toLocaleTimeString()} ${esc(l.text)}</li>`).join("");
+  },
+};
+function render(name, data) { if (renderers[name]) renderers[name](data); }
+
+function fillTaskSelect() {
+  const sel = $("task-select");
+  const have = [...sel.options].map((o) => o.value).slice(1).join(",");
+  if (have === state.tasks.join(",")) return;
+  const keep = sel.value;
+  sel.innerHTML = `<option value="">the decision's task</option>` +
+    state.tasks.map((t) => `<option value="${esc(t)}">${esc(t)}</option>`).join("");
+  sel.value = state.tasks.includes(keep) ? keep : "";
+}
+
+const COLORS = ["#2f6fdf", "#e0622e", "#1a7f37", "#8e44ad", "#b26a00", "#c62828", "#00838f", "#6b7480"];
+function plotLines(id, title, xs, series, xlabel, yrange) {
+  const el = $(id);
+  const names = Object.keys(series);
+  if (xs.length === 0 || names.length === 0 || typeof uPlot === "undefined") {
+    if (state.plots[id]) { state.plots[id].destroy(); delete state.plots[id]; }
+    el.innerHTML = `<span class="muted">no ${title} yet</span>`;
+    return;
+  }
+  const data = [xs, ...names.map((n) => series[n])];
+  const key = names.join(",");
+  let plot = state.plots[id];
+  if (plot && plot._key === key) { plot.setData(data); return; }
+  if (plot) plot.destroy();
+  el.innerHTML = "";
+  plot = new uPlot({
+    width: Math.max(280, el.clientWidth || 360), height: 160,
+    scales: { x: { time: false }, y: yrange ? { range: yrange } : {} },
+    axes: [{ label: xlabel }, {}],
+    series: [{ label: xlabel }, ...names.map((n, i) => ({ label: n, stroke: COLORS[i % COLORS.length], width: 2, points: { show: true } }))],
+  }, data, el);
+  plot._key = key;
+  state.plots[id] = plot;
+}
+
+function showCamera(name, jpeg, at) {
+  const box = $("cameras");
+  let img = box.querySelector(`img[data-camera="${CSS.escape(name)}"]`);
+  if (!img) {
+    if (!box.querySelector("img")) box.innerHTML = "";
+    const fig = document.createElement("figure");
+    fig.innerHTML = `<img data-camera="${esc(name)}" alt="${esc(name)}"><figcaption>${esc(name)}</figcaption>`;
+    box.appendChild(fig);
+    img = fig.querySelector("img");
+  }
+  img.src = "data:image/jpeg;base64," + jpeg;
+  img.dataset.at = at;
+}
+
+// ---- controls ---------------------------------------------------------------------------------------------
+for (const btn of document.querySelectorAll("button[data-op]")) {
+  btn.addEventListener("click", () => send(btn.dataset.op, btn.dataset.task === "1"));
+}
+const KEYS = { a: "btn-ask", s: "btn-start", y: "btn-save-success", f: "btn-save-failure", d: "btn-discard",
+               r: "btn-rerecord", t: "btn-fine-tune", e: "btn-evaluate", x: "btn-stop-all", Escape: "btn-stop-all" };
+document.addEventListener("keydown", (ev) => {
+  if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
+  const tag = (ev.target.tagName || "").toLowerCase();
+  if ((tag === "select" || tag === "input" || tag === "textarea") && ev.key !== "Escape") return;
+  const id = KEYS[ev.key];
+  if (id && !$(id).hidden) { ev.preventDefault(); $(id).click(); }
+});
+
+connect();

@@ -1,0 +1,233 @@
+"""operator_console: a web page beside the robot that says which task to demonstrate next and why, and runs the round
+(logic: amf_ros/runtime/operator_console.py; page and server: amf_ros/console/; docs/console.md).
+
+ROS side only: subscriptions feed the console's model (recorder status, saved episodes, checkpoints, the simulator's
+status, the camera), a raw (never deserialised) subscription per recorder input topic times its arrivals for the
+stale/slow warnings, and browser commands become bounded service calls and action goals. A command arrives on the
+web server's thread and is handed to the executor through a guard condition, so every rclpy call happens on the
+executor; no callback waits on anything.
+"""
+
+from __future__ import annotations
+
+import importlib
+import queue
+from typing import Any, Callable, Mapping
+
+from rclpy.action import ActionClient
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from sensor_msgs.msg import Image
+
+from amf_ros.console.model import ConsoleModel
+from amf_ros.console.protocol import Command
+from amf_ros.console.server import ConsoleServer, FrameSlot
+from amf_ros.data.ros_convert import image_to_rgb
+from amf_ros.msg import ArmStop, CheckpointInfo, EpisodeInfo, RecorderStatus, TaskStatus
+from amf_ros.ros import qos
+from amf_ros.ros.calls import GoalCall, call_bounded, send_goal_bounded
+from amf_ros.ros.params import declare
+from amf_ros.ros.spin import StartupError, spin
+from amf_ros.runtime.operator_console import Done, OperatorConsole
+from amf_ros.action import FineTune, RunPolicy
+from amf_ros.srv import EndEpisode, NextTask, ResetTask, StartEpisode
+
+
+def fields(msg: Any) -> dict[str, Any]:
+    """A message's fields as a dict (arrays stay arrays; the model makes them JSON)."""
+    return {name: getattr(msg, name) for name in msg.get_fields_and_field_types()}
+
+
+def message_class(type_name: str) -> Any:
+    """``pkg/msg/Name`` -> the Python message class (no rosidl_runtime_py in the wheels)."""
+    pkg, kind, name = type_name.split("/")
+    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+
+
+class OperatorConsoleNode(Node):
+    """See the module docstring."""
+
+    executor_kind = "single"  # light callbacks only; the web server runs on its own thread
+
+    def __init__(self) -> None:
+        super().__init__("operator_console")
+        self.p = p = declare(self, "operator_console")
+        tasks: dict[str, str] = {}
+        if p.tasks_file:
+            from amf_ros.data.tasks import read_instructions
+            from amf_ros.paths import resolve_config
+
+            tasks = read_instructions(resolve_config(p.tasks_file))
+        self.model = ConsoleModel(tasks, {t: p.target_demos for t in tasks} if p.target_demos else None,
+                                  stale_after_s=p.stale_after_s, min_rate_fraction=p.min_rate_fraction)
+        self.console = OperatorConsole(self.model, self, auto_ask=p.auto_ask)
+        self.frames = FrameSlot()
+        self._goals: dict[str, GoalCall] = {}
+        self._inbox: queue.SimpleQueue[tuple[Command, Callable[[bool, str], None]]] = queue.SimpleQueue()
+        self._group = group = MutuallyExclusiveCallbackGroup()
+        self.create_subscription(RecorderStatus, p.status_topic, self._on_recorder, qos.LATCHED, callback_group=group)
+        self.create_subscription(EpisodeInfo, p.episodes_topic, lambda m: self.console.on_episode(fields(m)),
+                                 qos.EVENTS, callback_group=group)
+        self.create_subscription(CheckpointInfo, p.checkpoint_topic, self._on_checkpoint, qos.LATCHED,
+                                 callback_group=group)
+        self.create_subscription(TaskStatus, p.sim_status_topic, self._on_sim_status, qos.LATCHED,
+                                 callback_group=group)
+        self.create_subscription(TaskStatus, p.outcomes_topic, self._on_outcome, qos.EVENTS, callback_group=group)
+        # progress of every fine-tune, also one started by `amf run` or the CLI: the action's own feedback topic
+        self.create_subscription(FineTune.Impl.FeedbackMessage, f"{p.fine_tune_action}/_action/feedback",
+                                 self._on_fine_tune_feedback, qos.EVENTS, callback_group=group)
+        for topic in p.image_topics:
+            self.create_subscription(Image, topic, lambda m, t=topic: self.frames.put(t, m), qos.LATEST,
+                                     callback_group=group)
+        self._next = self.create_client(NextTask, p.next_task_service, callback_group=group)
+        self._start = self.create_client(StartEpisode, p.start_service, callback_group=group)
+        self._end = self.create_client(EndEpisode, p.end_service, callback_group=group)
+        self._rerecord = self.create_client(StartEpisode, p.rerecord_service, callback_group=group)
+        self._reset = self.create_client(ResetTask, p.sim_reset_service, callback_group=group)
+        self._fine_tune = ActionClient(self, FineTune, p.fine_tune_action, callback_group=group)
+        self._run = ActionClient(self, RunPolicy, p.run_policy_action, callback_group=group)
+        self._stop_pub = self.create_publisher(ArmStop, p.stop_topic, qos.EVENTS)
+        self._watched: set[str] = set()
+        self._streams_pending: list[str] = []
+        self._sim_available: bool | None = None
+        self._ask_when_ready = p.auto_ask  # the first decision as soon as task_selector answers
+        self.model.idle_quiet = {self.resolve_topic_name(t) for t in p.idle_quiet_topics}
+        self._wake = self.create_guard_condition(self._drain_inbox, callback_group=group)
+        self.create_timer(1.0, self._graph_checks, callback_group=group)
+        self.server = ConsoleServer(self.model, self._from_browser, host=p.host, port=p.port, token=p.token,
+                                    frames=self.frames if p.image_topics else None, to_rgb=image_to_rgb,
+                                    display_rate_hz=p.display_rate_hz, push_period_s=p.push_period_s, log=self.log)
+        try:
+            self.server.start()
+        except (OSError, ValueError) as exc:
+            raise StartupError(f"operator_console: cannot serve on {p.host}:{p.port}: {exc}") from None
+        self.get_logger().info(f"operator console at {self.server.url}")
+
+    # -- browser -> executor -----------------------------------------------------------------------------------
+    def _from_browser(self, cmd: Command, reply: Callable[[bool, str], None]) -> None:
+        """Called on the web server's thread: queue the command, wake the executor (nothing rclpy here)."""
+        self._inbox.put((cmd, reply))
+        self._wake.trigger()
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                cmd, reply = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self.console.handle(cmd, reply)
+            except Exception as exc:  # noqa: BLE001 - one failing command must not stop the console
+                self.get_logger().error(f"{cmd.op}: {type(exc).__name__}: {exc}")
+                reply(False, f"{cmd.op} failed: {type(exc).__name__}: {exc}")
+
+    # -- ROS inputs --------------------------------------------------------------------------------------------
+    def _on_recorder(self, msg: RecorderStatus) -> None:
+        self.console.on_recorder_status(fields(msg))
+        self._streams_pending = [t for t in msg.topics if t not in self._watched]
+
+    def _on_checkpoint(self, msg: CheckpointInfo) -> None:
+        self.console.on_checkpoint(msg.path, int(msg.round), list(msg.tasks), [float(a) for a in msg.alphas])
+
+    def _on_sim_status(self, msg: TaskStatus) -> None:
+        self.console.on_sim(bool(self._sim_available), task=msg.task, resets=int(msg.resets), steps=int(msg.steps),
+                            success=bool(msg.success), done=bool(msg.done))
+
+    def _on_outcome(self, msg: TaskStatus) -> None:
+        self.model.on_outcome(msg.task, bool(msg.success), int(msg.steps))
+
+    def _on_fine_tune_feedback(self, msg: Any) -> None:
+        fb = msg.feedback
+        self.model.on_fine_tune(True, int(fb.step), int(fb.total_steps), float(fb.loss))
+
+    def _graph_checks(self) -> None:
+        """Once a second, never per browser: is the simulator there; subscribe to new recorder input topics."""
+        if self._ask_when_ready and self._next.service_is_ready():
+            self._ask_when_ready = False
+            self.console.ask()
+        available = self._reset.service_is_ready()
+        if available != self._sim_available:
+            self._sim_available = available
+            self.console.on_sim(available)
+        if self._streams_pending:
+            types = dict(self.get_topic_names_and_types())
+            for topic in list(self._streams_pending):
+                if topic in self._watched or not types.get(topic):
+                    continue
+                try:
+                    cls = message_class(types[topic][0])
+                except (ImportError, AttributeError, ValueError) as exc:
+                    self.get_logger().warn(f"cannot watch {topic} ({types[topic][0]}): {exc}")
+                    self._watched.add(topic)
+                    continue
+                # best effort: compatible with any publisher, and never asks a publisher to resend to the console
+                self.create_subscription(cls, topic, lambda _m, t=topic: self.model.monitor.arrived(t), qos.LATEST,
+                                         raw=True, callback_group=self._group)
+                self._watched.add(topic)
+                self.model.monitor.watch(topic)
+
+    # -- ConsoleOutputs ----------------------------------------------------------------------------------------
+    def _call(self, client: Any, request: Any, done: Done, timeout_s: float | None = None) -> None:
+        call_bounded(self, client, request, timeout_s or self.p.call_timeout_s,
+                     lambda res, why: done(fields(res) if res is not None else None, why))
+
+    def next_task(self, done: Done) -> None:
+        if not self._next.service_is_ready():
+            self._ask_when_ready = self.p.auto_ask  # asked again once task_selector is up
+            done(None, f"{self._next.srv_name} is not available (is task_selector running?)")
+            return
+        self._ask_when_ready = False
+        self._call(self._next, NextTask.Request(batch_size=1), done, self.p.next_task_timeout_s)
+
+    def start_episode(self, task: str, instruction: str, done: Done) -> None:
+        self._call(self._start, StartEpisode.Request(task=task, instruction=instruction, note="operator console"),
+                   done)
+
+    def rerecord(self, task: str, done: Done) -> None:
+        self._call(self._rerecord, StartEpisode.Request(task=task, note="operator console: re-record"), done)
+
+    def end_episode(self, episode_id: str, success: bool, discard: bool, done: Done) -> None:
+        self._call(self._end, EndEpisode.Request(episode_id=episode_id, success=success, discard=discard), done)
+
+    def reset_sim(self, task: str, done: Done) -> None:
+        self._call(self._reset, ResetTask.Request(task=task, seed=-1), done)
+
+    def fine_tune(self, feedback: Callable[[int, int, float], None], done: Done) -> None:
+        self._goals["fine_tune"] = send_goal_bounded(
+            self, self._fine_tune, FineTune.Goal(steps=0), self.p.fine_tune_timeout_s,
+            lambda res, why: done(fields(res) if res is not None else None, why))  # progress: _on_fine_tune_feedback
+
+    def run_policy(self, task: str, feedback: Callable[[int], None], done: Done) -> None:
+        self._goals["evaluate"] = send_goal_bounded(
+            self, self._run, RunPolicy.Goal(task=task, max_steps=0), self.p.evaluate_timeout_s,
+            lambda res, why: done(fields(res) if res is not None else None, why),
+            lambda fb: feedback(int(fb.step)))
+
+    def cancel(self, goal: str, done: Done) -> None:
+        call = self._goals.get(goal)
+        if call is None:
+            done(None, f"no {goal} goal sent")
+            return
+        call.cancel(lambda res, why: done({"ok": res is not None} if res is not None else None, why))
+
+    def stop_arm(self, reason: str) -> None:
+        msg = ArmStop(source=self.get_fully_qualified_name(), reason=reason)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._stop_pub.publish(msg)
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def log(self, level: str, text: str) -> None:
+        {"info": self.get_logger().info, "warn": self.get_logger().warn}.get(level, self.get_logger().error)(text)
+
+    def close(self) -> None:
+        """Called by spin() at shutdown: close every browser connection and the listener (bounded)."""
+        self.server.stop(timeout_s=3.0)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of ``lib/amf_ros/operator_console``."""
+    spin(OperatorConsoleNode, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""What operator_console does, without ROS: turn a browser's buttons into service calls and goals, and keep the page's
+model current.
+
+The node (amf_ros/ros/nodes/operator_console.py) feeds ROS messages into the ``on_*`` methods and carries out what
+:class:`ConsoleOutputs` asks (bounded service calls, action goals, an ArmStop), always asynchronously: every output
+gets a ``done(result, why)`` callback, ``result`` a dict of the response's fields or None with ``why`` saying what
+went wrong (no server, timeout). Nothing here waits.
+
+Rules an operator relies on:
+- One episode at a time, as the recorder has it: Start while the recorder is recording is refused here with the
+  episode it is recording (a second browser cannot start over the first one's demonstration), and again by the
+  recorder itself should its status be late. Save / Discard name the episode being recorded, so a late click
+  cannot end a newer one.
+- One fine-tune and one evaluation from this console at a time; Stop all publishes an ArmStop (the arm holds, the
+  teleop drops its take) and cancels both.
+- Evaluate never runs while a demonstration is being recorded (the policy would fight the operator); on the embedded
+  simulation it resets the scene to the task first, on a real arm the operator sets the scene.
+- ``auto_ask``: the decision is asked again after every saved episode and every new checkpoint, so the "why" panel
+  always shows the scores for the data and policy that exist now (one call per event, never per browser).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Mapping, Protocol
+
+from amf_ros.console.model import ConsoleModel
+from amf_ros.console.protocol import Command
+
+Done = Callable[[Mapping[str, Any] | None, str], None]
+Reply = Callable[[bool, str], None]
+
+
+class ConsoleOutputs(Protocol):
+    """What the console asks of the ROS graph (implemented by the node); every call returns at once."""
+
+    def next_task(self, done: Done) -> None: ...
+    def start_episode(self, task: str, instruction: str, done: Done) -> None: ...
+    def rerecord(self, task: str, done: Done) -> None: ...
+    def end_episode(self, episode_id: str, success: bool, discard: bool, done: Done) -> None: ...
+    def fine_tune(self, feedback: Callable[[int, int, float], None], done: Done) -> None: ...
+    def run_policy(self, task: str, feedback: Callable[[int], None], done: Done) -> None: ...
+    def cancel(self, goal: str, done: Done) -> None: ...  # goal: "fine_tune" | "evaluate"
+    def stop_arm(self, reason: str) -> None: ...
+    def reset_sim(self, task: str, done: Done) -> None: ...
+
+
+class OperatorConsole:
+    """Commands in, service calls out, the model kept current (module docstring).
+
+    Args:
+        model: what the page shows.
+        outputs: the ROS side.
+        auto_ask: ask next_task again after each saved episode and each new checkpoint.
+    """
+
+    def __init__(self, model: ConsoleModel, outputs: ConsoleOutputs, auto_ask: bool = True) -> None:
+        self.model, self.out, self.auto_ask = model, outputs, auto_ask
+        self._lock = threading.Lock()
+        self._recording: tuple[bool, str, str] = (False, "", "")  # recording, episode_id, task
+        self._last_task = ""
+        self._fine_tuning = False
+        self._evaluating = ""
+        self._asking = False
+        self._ask_again = False
+        self._checkpoint = ""
+        self._sim = False
+
+    # -- inputs from ROS ---------------------------------------------------------------------------------------
+    def on_recorder_status(self, status: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._recording = (bool(status.get("recording")), str(status.get("episode_id", "")),
+                               str(status.get("task", "")))
+        self.model.on_recorder_status(status)
+
+    def on_episode(self, info: Mapping[str, Any]) -> None:
+        """A saved episode (EpisodeInfo): listed on the page; the decision is refreshed."""
+        self.model.on_episode(info)
+        self.model.log("info", f"saved {info.get('episode_id', '?')} ({info.get('task', '?')}, "
+                               f"{info.get('num_steps', 0)} steps, {'success' if info.get('success') else 'failure'})")
+        if self.auto_ask:
+            self.ask()
+
+    def on_checkpoint(self, path: str, round_: int, tasks: list[str], alphas: list[float]) -> None:
+        with self._lock:
+            new = path != self._checkpoint
+            self._checkpoint = path
+        self.model.on_checkpoint(path, round_, tasks, alphas)
+        with self._lock:
+            own = self._fine_tuning
+        ft = self.model.section("policy").get("fine_tune") or {}
+        if new and ft.get("running") and not own:  # a fine-tune started elsewhere (amf run, the CLI) ended
+            self.model.on_fine_tune(False, ft.get("step", 0), ft.get("total", 0), message=f"new checkpoint {path}")
+        if new and self.auto_ask:
+            self.ask()
+
+    def on_sim(self, available: bool, **status: Any) -> None:
+        with self._lock:
+            self._sim = available
+        self.model.on_sim(available, **status)
+
+    # -- the decision ------------------------------------------------------------------------------------------
+    def ask(self, reply: Reply | None = None) -> None:
+        """next_task; concurrent asks are folded into one more call after the current one returns."""
+        with self._lock:
+            if self._asking:
+                self._ask_again = True
+                if reply is not None:
+                    reply(True, "already asking; the page updates when the answer arrives")
+                return
+            self._asking = True
+
+        def done(res: Mapping[str, Any] | None, why: str) -> None:
+            with self._lock:
+                self._asking, again = False, self._ask_again
+                self._ask_again = False
+            if res is not None:
+                self.model.on_decision(res)
+            ok = res is not None and bool(res.get("ok"))
+            text = (f"next task: {res.get('task')} ({res.get('selector')}, {res.get('compute_time', 0):.2f} s)"
+                    if ok and res is not None else f"next_task failed: {why or (res or {}).get('message', '')}")
+            self._report(reply, "ask", ok, text)
+            if again:
+                self.ask()
+        self.out.next_task(done)
+
+    # -- commands from browsers ---------------------------------------------------------------------------------
+    def handle(self, cmd: Command, reply: Reply) -> None:
+        """Carry out one validated browser command; ``reply(ok, text)`` exactly once, possibly later."""
+        getattr(self, f"_op_{cmd.op}")(cmd, reply)
+
+    def _op_ask(self, cmd: Command, reply: Reply) -> None:
+        self.ask(reply)
+
+    def _op_start(self, cmd: Command, reply: Reply) -> None:
+        task = cmd.task or self._decided_task()
+        if not task:
+            return self._report(reply, "start", False, "no task: press Ask first or pick a task")
+        recording, episode, current = self._state()
+        if recording:
+            return self._report(reply, "start", False, f"already recording {episode} ({current}): save, discard or "
+                                                       "re-record it first")
+        with self._lock:
+            self._last_task = task
+
+        def done(res: Mapping[str, Any] | None, why: str) -> None:
+            ok = res is not None and bool(res.get("ok"))
+            self._report(reply, "start", ok, f"recording {res.get('episode_id')} ({task})" if ok and res else
+                         f"start {task} refused: {why or (res or {}).get('message', '')}")
+        self.out.start_episode(task, self.model.tasks.get(task, ""), done)
+
+    def _op_rerecord(self, cmd: Command, reply: Reply) -> None:
+        recording, episode, current = self._state()
+        if not recording:
+            with self._lock:
+                task = self._last_task
+            if not task:
+                return self._report(reply, "rerecord", False, "nothing to re-record: no episode started here")
+            return self._op_start(Command("start", task), reply)
+
+        def done(res: Mapping[str, Any] | None, why: str) -> None:
+            ok = res is not None and bool(res.get("ok"))
+            self._report(reply, "rerecord", ok, (res or {}).get("message", "") if ok else
+                         f"re-record refused: {why or (res or {}).get('message', '')}")
+        self.out.rerecord("", done)
+
+    def _end(self, op: str, success: bool, discard: bool, reply: Reply) -> None:
+        recording, episode, task = self._state()
+        if not recording:
+            return self._report(reply, op, False, "not recording: nothing to save or discard")
+
+        def done(res: Mapping[str, Any] | None, why: str) -> None:
+            ok = res is not None and bool(res.get("ok"))
+            what = "discarded" if discard else f"saved as {'success' if success else 'failure'}"
+            self._report(reply, op, ok, f"{episode} ({task}) {what}, {res.get('num_steps', 0)} steps" if ok and res
+                         else f"ending {episode} failed: {why or (res or {}).get('message', '')}")
+        self.out.end_episode(episode, success, discard, done)
+
+    def _op_save_success(self, cmd: Command, reply: Reply) -> None:
+        self._end("save_success", True, False, reply)
+
+    def _op_save_failure(self, cmd: Command, reply: Reply) -> None:
+        self._end("save_failure", False, False, reply)
+
+    def _op_discard(self, cmd: Command, reply: Reply) -> None:
+        self._end("discard", False, True, reply)
+
+    def _op_fine_tune(self, cmd: Command, reply: Reply) -> None:
+        with self._lock:
+            if self._fine_tuning:
+                return self._report(reply, "fine_tune", False, "a fine-tune is already running; cancel it first")
+            self._fine_tuning = True
+        self.model.on_fine_tune(True, message="starting")
+
+        def feedback(step: int, total: int, loss: float) -> None:
+            self.model.on_fine_tune(True, step, total, loss)
+
+        def done(res: Mapping[str, Any] | None, why: str) -> None:
+            with self._lock:
+                self._fine_tuning = False
+            ok = res is not None and bool(res.get("ok"))
+            text = (f"fine-tuned: {res.get('checkpoint')} (final loss {res.get('final_loss', float('nan')):.4f})"
+                    if ok and res else f"fine-tune failed: {why or (res or {}).get('message', '')}")
+            self.model.on_fine_tune(False, message=text)
+            self._report(reply, "fine_tune", ok, text)
+        self.out.fine_tune(feedback, done)
+
+    def _op_cancel_fine_tune(self, cmd: Command, reply: Reply) -> None:
+        self._cancel("fine_tune", reply)
+
+    def _op_evaluate(self, cmd: Command, reply: Reply) -> None:
+        task = cmd.task or self._decided_task()
+        if not task:
+            return self._report(reply, "evaluate", False, "no task: pick the task to evaluate")
+        recording, episode, _ = self._state()
+        if recording:
+            return self._report(reply, "evaluate", False, f"recording {episode}: the policy must not drive the arm "
+                                                          "during a demonstration")
+        with self._lock:
+            if self._evaluating:
+                return self._report(reply, "evaluate", False, f"already evaluating {self._evaluating}")
+            self._evaluating = task
+            sim = self._sim
+        self.model.on_evaluation(True, task, message="resetting the scene" if sim else "running")
+
+        def run(res: Mapping[str, Any] | None = None, why: str = "") -> None:
+            if sim and (res is None or not res.get("ok")):
+                return finish(None, f"scene reset failed: {why or (res or {}).get('message', '')}")
+            self.out.run_policy(task, lambda step: self.model.on_evaluation(True, task, step), finish)
+
+        def finish(res: Mapping[str, Any] | None, why: str) -> None:
+            with self._lock:
+                self._evaluating = ""
+            ok = res is not None and bool(res.get("ok"))
+            success = bool(res.get("success")) if ok and res else None
+            text = (f"{task}: {'success' if success else 'failure'} in {res.get('steps')} steps" if ok and res
+                    else f"evaluation of {task} failed: {why or (res or {}).get('message', '')}")
+            self.model.on_evaluation(False, task, int((res or {}).get("steps", 0) or 0), success, text)
+            self._report(reply, "evaluate", ok, text)
+        if sim:
+            self.out.reset_sim(task, run)
+        else:
+            run()
+
+    def _op_cancel_evaluate(self, cmd: Command, reply: Reply) -> None:
+        self._cancel("evaluate", reply)
+
+    def _op_stop_all(self, cmd: Command, reply: Reply) -> None:
+        self.out.stop_arm("operator console: Stop all")
+        with self._lock:
+            goals = [g for g, on in (("fine_tune", self._fine_tuning), ("evaluate", bool(self._evaluating))) if on]
+        for goal in goals:
+            self.out.cancel(goal, lambda res, why: None)
+        self._report(reply, "stop_all", True, "ArmStop published" + (f"; cancelling {', '.join(goals)}" if goals
+                                                                      else ""), level="warn")
+
+    def _op_reset_sim(self, cmd: Command, reply: Reply) -> None:
+        with self._lock:
+            sim = self._sim
+        if not sim:
+            return self._report(reply, "reset_sim", False, "no simulator in this graph (sim/reset is not offered)")
+        task = cmd.task or self._decided_task()
+        if not task:
+            return self._report(reply, "reset_sim", False, "no task: pick one")
+
+        def done(res: Mapping[str, Any] | None, why: str) -> None:
+            ok = res is not None and bool(res.get("ok"))
+            self._report(reply, "reset_sim", ok, f"scene of {task} reset" if ok else
+                         f"reset failed: {why or (res or {}).get('message', '')}")
+        self.out.reset_sim(task, done)
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+    def _cancel(self, goal: str, reply: Reply) -> None:
+        with self._lock:
+            running = self._fine_tuning if goal == "fine_tune" else bool(self._evaluating)
+        if not running:
+            return self._report(reply, f"cancel_{goal}", False, f"no {goal.replace('_', '-')} started here is running")
+
+        def done(res: Mapping[str, Any] | None, why: str) -> None:
+            self._report(reply, f"cancel_{goal}", res is not None, "cancel requested" if res is not None else why)
+        self.out.cancel(goal, done)
+
+    def _state(self) -> tuple[bool, str, str]:
+        with self._lock:
+            return self._recording
+
+    def _decided_task(self) -> str:
+        decision = self.model.section("selector").get("decision") or {}
+        return str(decision.get("task", "")) if decision.get("ok") else ""
+
+    def _report(self, reply: Reply | None, op: str, ok: bool, text: str, level: str = "") -> None:
+        self.model.log(level or ("info" if ok else "error"), f"{op}: {text}")
+        if reply is not None:
+            reply(ok, text)
