@@ -13,57 +13,33 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from ros_system_util import REPO
+from amf_ros.bench.console_graph import console_url, have_chromium, open_chromium, quit_chromium
 
 pytest.importorskip("mujoco")
 pytest.importorskip("aiohttp")
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 TASKS = ("carrot_on_plate", "stack_cube")
-CONFIG = REPO / "config" / "sim_widowx.yaml"
-CHROMEDRIVER = shutil.which("chromedriver")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def _console_url(log: Path, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        m = re.search(r"operator console at (http://\S+)", log.read_text() if log.exists() else "")
-        if m:
-            return m.group(1)
-        time.sleep(0.2)
-    raise AssertionError(f"operator_console did not log its URL: {log.read_text() if log.exists() else 'no log'}")
 
 
 @pytest.fixture(scope="module")
 def console_graph(ros_env, rclpy_context, tmp_path_factory):
-    from amf_ros.bench.tiny_checkpoint import tiny_widowx_checkpoint
-    from amf_ros.bringup import graph
-    from amf_ros.bringup.processes import NodeProcesses
-    from amf_ros.loop.run import LoopConfig, node_overrides
+    from amf_ros.bench.console_graph import start_console_graph
     from amf_ros.ros.client import AMFClient
 
     run = tmp_path_factory.mktemp("console")
-    ckpt = tiny_widowx_checkpoint(run / "pretrained", TASKS)
-    specs = graph.sim_plan(str(CONFIG), checkpoint=str(ckpt), arm="widowx", console=True, console_port=0)
-    extra = node_overrides(run, LoopConfig(selector="amf"))
-    extra["task_selector"] += ["-p", f"tasks:=[{', '.join(TASKS)}]"]
-    extra["sim_bridge"] += ["-p", "render:=true"]
-    extra["demo_recorder"] += ["-p", "image_topics:=[/amf/camera/image_raw]", "-p", "image_keys:=[image_primary]"]
-    extra["scripted_teleop"] += ["-p", "end_episode:=false"]
-    extra["policy_server"] += ["-p", "fine_tune_steps:=60", "-p", "max_steps:=30"]
-    procs = NodeProcesses(specs, log_dir=run / "logs", env=ros_env, extra_args=extra).start()
+    procs = start_console_graph(run, ros_env, TASKS, selector="amf", params={
+        "scripted_teleop": {"end_episode": False}, "policy_server": {"fine_tune_steps": 60, "max_steps": 30}})
     client = AMFClient(f"amf_test_console_{int(time.time() * 1e3) % 100000}")
     try:
         client.wait_ready(timeout=120)
-        url = _console_url(run / "logs" / "operator_console.log")
+        url = console_url(run / "logs" / "operator_console.log")
         yield run, url, client, procs
     finally:
         client.close()
@@ -72,21 +48,14 @@ def console_graph(ros_env, rclpy_context, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (CHROMEDRIVER and CHROMIUM):
-        pytest.skip("needs Debian's chromium and chromium-driver (scripts/setup.sh installs them when run as root)")
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1150"):
-        options.add_argument(arg)
-    options.binary_location = CHROMIUM
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    if not have_chromium():
+        pytest.skip("needs Debian's chromium and chromium-driver and selenium (scripts/setup.sh installs them when "
+                    "run as root)")
+    driver = open_chromium()
     try:
         yield driver
     finally:
-        driver.quit()
+        quit_chromium(driver)
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +157,8 @@ def test_one_round_through_the_page(console_graph, browser, shots):
     run, url, client, procs = console_graph
     page = Page(browser, url)
     assert page.text("checkpoint") != "none yet"
-    assert not page.el("btn-reset-sim").get_attribute("hidden")  # sim-only controls: the simulator is there
+    # sim-only controls: shown once the console has heard the simulator's status (a loaded machine: after connect)
+    page.wait(lambda: not page.el("btn-reset-sim").get_attribute("hidden"), 20, "the sim-only controls")
     page.wait(lambda: page.d.find_elements(page.By.CSS_SELECTOR, "#cameras img"), 20, "a camera frame")
     before = page.wait(page.counts, 20, "the decision's table")
     first = _demonstrate(page, procs)
@@ -212,6 +182,10 @@ def test_one_round_through_the_page(console_graph, browser, shots):
     page.wait(lambda: all(v.startswith("+") for v in page.bars().values()), 60, "AMF's scored decision")
     assert max(float(v[1:]) for v in page.bars().values()) > 0
     assert page.el("warm-start").get_attribute("hidden")
+    # a decision asked by someone else (here: a client restricted to one candidate) is shown without the console
+    # asking: task_selector's latched decision topic
+    assert client.next_task([TASKS[1]]).ok
+    page.wait(lambda: list(page.counts()) == [TASKS[1]], 10, "the other client's decision")
     page.press("btn-evaluate")
     ok, text = page.result("evaluate", timeout=120)
     assert ok and ("success in" in text or "failure in" in text), text
@@ -229,15 +203,15 @@ def test_stale_stream_warning_within_two_seconds(console_graph, browser, shots):
     os.kill(pid, signal.SIGSTOP)  # the arm's state and camera publisher freezes
     t0 = time.monotonic()
     try:
-        page.wait(lambda: page.el("stream-warning").is_displayed() and "observation/state" in
-                  page.text("stream-warning"), 5, "the stale warning")
+        warning = page.wait(lambda: page.el("stream-warning").is_displayed() and "observation/state" in
+                            page.text("stream-warning") and page.text("stream-warning"), 5, "the stale warning")
         latency = time.monotonic() - t0
         browser.save_screenshot(str(shots / "03_stale_stream.png"))
     finally:
         os.kill(pid, signal.SIGCONT)
-    print(f"stale warning shown {latency:.2f} s after the state publisher stopped")
+    print(f"stale warning shown {latency:.2f} s after the state publisher stopped: {warning}")
     assert latency < 2.0
-    assert "stale" in page.text("stream-warning")
+    assert "/amf/observation/state: stale" in warning
     page.wait(lambda: not page.el("stream-warning").is_displayed(), 10, "the warning to clear")
 
 
@@ -311,7 +285,7 @@ def test_non_loopback_console_needs_a_token(ros_env, tmp_path):
     with open(log, "w") as fh:
         proc = subprocess.Popen([exe, *args, "-p", "token:=s3cret"], stdout=fh, stderr=subprocess.STDOUT, env=env)
     try:
-        url = _console_url(log)
+        url = console_url(log)
         port = int(re.search(r":(\d+)/", url).group(1))
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)

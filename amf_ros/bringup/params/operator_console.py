@@ -35,7 +35,9 @@ class OperatorConsoleParams:
     auto_ask: bool = param(
         True,
         "Ask next_task again after every saved episode and every new checkpoint, so the page always explains the "
-        "current decision (one call per event, never per browser).",
+        "current decision (one call per event, never per browser). Every decision anyone asks for is shown anyway "
+        "(task_selector's latched decision topic); `amf run --console` turns this off so that watching never "
+        "changes the run (an ask advances the selector's random draws).",
     )
     stale_after_s: float = param(
         1.0, "A recorder input stream not heard for this long is shown as stale.", range=(0.05, 3600.0)
@@ -76,6 +78,7 @@ class OperatorConsoleParams:
         600.0, "Bound on a run_policy goal started by Evaluate; past it the goal is cancelled, s.", range=(1.0, 86400.0)
     )
     next_task_service: str = param("next_task", "task_selector's service (amf_ros/NextTask).")
+    decision_topic: str = param("decision", "task_selector's latched decisions (amf_ros/TaskDecision).")
     start_service: str = param("recorder/start_episode", "Recorder service (amf_ros/StartEpisode).")
     end_service: str = param("recorder/end_episode", "Recorder service (amf_ros/EndEpisode).")
     rerecord_service: str = param("recorder/rerecord", "Recorder re-record service (amf_ros/StartEpisode type).")

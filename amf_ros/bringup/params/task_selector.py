@@ -31,6 +31,11 @@ class TaskSelectorParams(OctoTrunkParams):
     checkpoint_dir: str = param("checkpoints", "Where policy_server writes checkpoints (newest is loaded).")
     dataset_dir: str = param("dataset", "Episode store read for demo counts and embeddings.")
     checkpoint_topic: str = param("checkpoint", "Latched topic on which new checkpoints are announced.")
+    decision_topic: str = param(
+        "decision",
+        "Latched topic (amf_ros/TaskDecision) announcing every next_task answer, whoever asked: the operator "
+        "console shows decisions from it without asking (an ask advances the selector's random draws).",
+    )
     seed: int = param(
         0, "Random seed of the selector (tie breaks, uniform draws) and of embeddings.", range=(0, 2147483647)
     )

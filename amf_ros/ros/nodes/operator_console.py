@@ -23,7 +23,7 @@ from amf_ros.console.model import ConsoleModel
 from amf_ros.console.protocol import Command
 from amf_ros.console.server import ConsoleServer, FrameSlot
 from amf_ros.data.ros_convert import image_to_rgb
-from amf_ros.msg import ArmStop, CheckpointInfo, EpisodeInfo, RecorderStatus, TaskStatus
+from amf_ros.msg import ArmStop, CheckpointInfo, EpisodeInfo, RecorderStatus, TaskDecision, TaskStatus
 from amf_ros.ros import qos
 from amf_ros.ros.calls import GoalCall, call_bounded, send_goal_bounded
 from amf_ros.ros.params import declare
@@ -71,6 +71,9 @@ class OperatorConsoleNode(Node):
         self.create_subscription(CheckpointInfo, p.checkpoint_topic, self._on_checkpoint, qos.LATCHED,
                                  callback_group=group)
         self.create_subscription(TaskStatus, p.sim_status_topic, self._on_sim_status, qos.LATCHED,
+                                 callback_group=group)
+        self.create_subscription(TaskDecision, p.decision_topic,  # anyone's decision, without asking
+                                 lambda m: self.model.on_decision({**fields(m), "ok": True}), qos.LATCHED,
                                  callback_group=group)
         self.create_subscription(TaskStatus, p.outcomes_topic, self._on_outcome, qos.EVENTS, callback_group=group)
         # progress of every fine-tune, also one started by `amf run` or the CLI: the action's own feedback topic

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
+from std_msgs.msg import Header
 
-from amf_ros.msg import CheckpointInfo
+from amf_ros.msg import CheckpointInfo, TaskDecision
 from amf_ros.ros import qos
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
@@ -34,6 +35,7 @@ class TaskSelectorNode(Node):
             self.get_logger().warn(note)
         self.create_service(NextTask, "next_task", self.on_next_task,
                             callback_group=MutuallyExclusiveCallbackGroup())
+        self.decision_pub = self.create_publisher(TaskDecision, self.p.decision_topic, qos.LATCHED)
         self.create_subscription(CheckpointInfo, self.p.checkpoint_topic, self.on_checkpoint, qos.LATCHED,
                                  callback_group=MutuallyExclusiveCallbackGroup())
         self.get_logger().info(f"ready: selector={self.p.selector} tasks={list(self.runtime.instructions)} "
@@ -66,8 +68,18 @@ class TaskSelectorNode(Node):
         response.tasks, response.scores, response.demo_counts = d.tasks, d.scores, d.demo_counts
         response.warm_start, response.selector, response.compute_time = d.warm_start, d.selector, d.compute_time
         response.effective_sample_size = d.effective_sample_size
+        self.decision_pub.publish(decision_msg(response, self.get_clock().now().to_msg()))
         self.get_logger().info(f"next_task -> {d.task} ({d.compute_time * 1e3:.1f} ms): {d.message}")
         return response
+
+
+def decision_msg(response: NextTask.Response, stamp: object) -> TaskDecision:
+    """The latched announcement of one answer (the same fields as the response)."""
+    msg = TaskDecision(header=Header(stamp=stamp))
+    for name in ("task", "instruction", "selected_tasks", "tasks", "scores", "demo_counts", "effective_sample_size",
+                 "warm_start", "selector", "compute_time", "message"):
+        setattr(msg, name, getattr(response, name))
+    return msg
 
 
 def main(args=None) -> None:
