@@ -46,6 +46,58 @@ class Decision:
     compute_time: float
     effective_sample_size: list[float] = field(default_factory=list)
     message: str = ""
+    robot: str = ""
+    pending: list[tuple[str, str]] = field(default_factory=list)
+    """(robot, task) assignments of other robots, not recorded yet, that this decision conditioned on."""
+
+
+class PendingAssignments:
+    """Tasks given to robots of a fleet and not recorded yet (issue 17): what a concurrent request conditions on.
+
+    Why: two robots asking at the same instant must not both be sent to demonstrate the same task unless that is
+    the most informative choice. A robot's assignment counts as a demonstration about to exist (hallucinated, as in
+    AMF's batch criterion, Algorithm 1) until the robot records an episode of it, asks again, or ``timeout_s``
+    passes (a robot that died or discarded its take must not block the task forever). ``timeout_s <= 0`` turns
+    the bookkeeping off (independent per-robot selection).
+    """
+
+    def __init__(self, timeout_s: float, clock: Any = time.monotonic) -> None:
+        self.timeout_s = float(timeout_s)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._by_robot: dict[str, tuple[list[str], float]] = {}  # robot -> (tasks, expiry time)
+        self.expired: list[tuple[str, str]] = []  # (robot, task) that timed out, for the log
+
+    def active(self, exclude: str = "") -> list[tuple[str, str]]:
+        """Unexpired (robot, task) pairs of every robot but ``exclude``, oldest robot first."""
+        now = self._clock()
+        with self._lock:
+            for robot, (tasks, until) in list(self._by_robot.items()):
+                if until <= now:
+                    del self._by_robot[robot]
+                    self.expired.extend((robot, t) for t in tasks)
+            return [(r, t) for r, (tasks, _) in self._by_robot.items() if r != exclude for t in tasks]
+
+    def assign(self, robot: str, tasks: Sequence[str]) -> None:
+        """``robot`` now works on ``tasks`` (replaces what it had)."""
+        if self.timeout_s <= 0 or not robot:
+            return
+        with self._lock:
+            self._by_robot[robot] = (list(tasks), self._clock() + self.timeout_s)
+
+    def recorded(self, robot: str, task: str) -> bool:
+        """An episode of ``task`` by ``robot`` was saved: that assignment is done. True if there was one."""
+        with self._lock:
+            tasks, until = self._by_robot.get(robot, ([], 0.0))
+            if task not in tasks:
+                return False
+            rest = list(tasks)
+            rest.remove(task)
+            if rest:
+                self._by_robot[robot] = (rest, until)
+            else:
+                del self._by_robot[robot]
+            return True
 
 
 class TaskSelection:
@@ -115,8 +167,13 @@ class TaskSelection:
         with self._lock:
             return self._state.pretrain_counts
 
-    def next_task(self, candidates: Sequence[str] = (), batch_size: int = 1) -> Decision:
+    def next_task(self, candidates: Sequence[str] = (), batch_size: int = 1,
+                  pending: Sequence[str] = ()) -> Decision:
         """Choose ``batch_size`` task(s) among ``candidates`` (empty = the whole task set).
+
+        ``pending``: tasks assigned to other robots and not recorded yet; they count as demonstrations about to
+        exist: in the demo counts of every selector (warm start, round robin, rebalancing) and, for AMF, as
+        hallucinated demonstrations the criterion conditions on (the batch criterion's greedy picks, Algorithm 1).
 
         Raises:
             ValueError: unknown or repeated candidate task, a batch larger than the candidates or
@@ -134,15 +191,21 @@ class TaskSelection:
                              f"most max_batch_size {self.max_batch_size}); ask for at most {limit}")
         counts = self.cache.demo_counts()
         demo_counts = {c: int(counts.get(c, 0)) for c in cands}
+        pending = [t for t in pending if t in self.instructions]
+        with_pending = {c: demo_counts[c] + pending.count(c) for c in cands}
         score_fn = None
         unseen = [c for c in cands if demo_counts[c] == 0]
+        free = [c for c in unseen if with_pending[c] == 0]  # no demonstration and nobody working on one
         if self.selector_name == "amf" and unseen and batch_size > len(unseen):
             raise ValueError(f"batch_size {batch_size} is more than the warm start can choose: AMF scores need a first "
                              f"demonstration of every candidate task, and {len(unseen)} have none yet ({unseen}); "
                              f"ask for batch_size <= {len(unseen)} until each has one")
+        if self.selector_name == "amf" and unseen and len(free) < batch_size:
+            return self._duplicate_warm_start(cands, unseen, free, pending, demo_counts, batch_size, state, t0)
         if self.selector_name == "amf" and not unseen:
-            score_fn = self._amf_score_fn(state)  # during warm start the selector needs no scores
-        selection = self.selector.select(cands, demo_counts, self.rng, batch_size=batch_size, score_fn=score_fn,
+            base = self._amf_score_fn(state)  # during warm start the selector needs no scores
+            score_fn = base if not pending else (lambda c, chosen: base(c, [*pending, *chosen]))
+        selection = self.selector.select(cands, with_pending, self.rng, batch_size=batch_size, score_fn=score_fn,
                                          pretrain_counts=state.pretrain_counts)
         ess = selection.info.get("effective_sample_size", {}) if isinstance(selection.info, dict) else {}
         scores = [float(selection.scores.get(c, float("nan"))) for c in cands]
@@ -155,6 +218,23 @@ class TaskSelection:
                         compute_time=time.perf_counter() - t0,
                         effective_sample_size=[float(ess.get(c, float("nan"))) for c in cands] if ess else [],
                         message=msg)
+
+    def _duplicate_warm_start(self, cands: list[str], unseen: list[str], free: list[str], pending: list[str],
+                              demo_counts: dict[str, int], batch_size: int, state: _PolicyState,
+                              t0: float) -> Decision:
+        """AMF's warm start when every task without a demonstration is already assigned to another robot: the
+        criterion cannot score yet (it needs one demonstration of every task), so the free ones first, then the
+        least-assigned unseen tasks again (ties at random): a second robot duplicates rather than idles."""
+        order = list(free) + sorted((c for c in unseen if c not in free),
+                                    key=lambda c: (pending.count(c), float(self.rng.random())))
+        chosen = order[:batch_size]
+        msg = (f"{self.selector_name}: warm start, chose {chosen}: every task without a demonstration is assigned "
+               f"already ({sorted(set(pending))}), so this one is demonstrated twice; policy: "
+               f"{state.checkpoint or 'none'}")
+        return Decision(task=chosen[0], instruction=self.instructions[chosen[0]], selected_tasks=chosen, tasks=cands,
+                        scores=[float(demo_counts[c] > 0) for c in cands],
+                        demo_counts=[demo_counts[c] for c in cands], warm_start=True, selector=self.selector_name,
+                        compute_time=time.perf_counter() - t0, message=msg)
 
     def _amf_score_fn(self, state: _PolicyState) -> Any:
         """ScoreFn of AMF-NN (core/amf_nn.py) on ``state``'s policy, filling ``state``'s embedding cache."""
@@ -223,6 +303,7 @@ class TaskSelectorRuntime:
         if policy is not None:
             self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint))
         self.reloads = 0
+        self.assignments = PendingAssignments(p.assignment_timeout_s)
 
     @property
     def instructions(self) -> dict[str, str]:
@@ -232,9 +313,20 @@ class TaskSelectorRuntime:
     def checkpoint(self) -> str:
         return self.selection.checkpoint
 
-    def next_task(self, candidates: Sequence[str] = (), batch_size: int = 1) -> Decision:
-        """:meth:`TaskSelection.next_task`."""
-        return self.selection.next_task(candidates, batch_size)
+    def next_task(self, candidates: Sequence[str] = (), batch_size: int = 1, robot: str = "") -> Decision:
+        """:meth:`TaskSelection.next_task`, conditioned on the other robots' pending assignments; a named ``robot``
+        gets the chosen tasks assigned (its previous assignment is replaced)."""
+        pending = self.assignments.active(exclude=robot)
+        decision = self.selection.next_task(candidates, batch_size, pending=[t for _, t in pending])
+        decision.robot, decision.pending = robot, pending
+        self.assignments.assign(robot, decision.selected_tasks)
+        if pending:
+            decision.message += f"; conditioned on pending {pending}"
+        return decision
+
+    def on_episode(self, robot: str, task: str) -> bool:
+        """A robot saved an episode of ``task``: its assignment is done (True if it had one)."""
+        return self.assignments.recorded(robot, task)
 
     def _initial_policy(self) -> tuple[Any, str]:
         """The newest checkpoint, or (None, "") when there is none."""

@@ -220,3 +220,60 @@ def test_task_keys_are_checked_with_bounded_messages(tmp_path):
         with pytest.raises(ValueError, match=re.escape(text)) as info:
             sel.next_task(cands)
         assert len(str(info.value)) < 300
+
+
+# -- fleet: several robots, one selector (issue 17) ------------------------------------------------------------------
+def test_pending_assignments_expire_and_end_when_recorded():
+    from amf_ros.runtime.task_selector import PendingAssignments
+
+    now = [0.0]
+    pa = PendingAssignments(timeout_s=10.0, clock=lambda: now[0])
+    pa.assign("robot1", ["push"])
+    pa.assign("robot2", ["drawer-open"])
+    assert pa.active() == [("robot1", "push"), ("robot2", "drawer-open")]
+    assert pa.active(exclude="robot1") == [("robot2", "drawer-open")]
+    assert pa.recorded("robot2", "drawer-open") and not pa.recorded("robot2", "drawer-open")
+    pa.assign("robot1", ["faucet-open"])  # asking again replaces the previous assignment
+    assert pa.active() == [("robot1", "faucet-open")]
+    now[0] = 9.9
+    assert pa.active() == [("robot1", "faucet-open")]
+    now[0] = 10.0  # the robot died or discarded its take: the assignment stops counting
+    assert pa.active() == [] and pa.expired == [("robot1", "faucet-open")]
+    off = PendingAssignments(timeout_s=0.0)
+    off.assign("robot1", ["push"])
+    assert off.active() == []
+
+
+def test_concurrent_warm_start_requests_get_different_tasks_then_duplicate(tmp_path):
+    """Three robots ask before anything is recorded: three different unseen tasks; a fourth, with every unseen
+    task assigned, duplicates the least-assigned one and says so."""
+    _write_store(tmp_path / "data", ["push"])
+    rt = TaskSelectorRuntime(_params(tmp_path, assignment_timeout_s=60.0))
+    got = [rt.next_task(robot=f"robot{i}") for i in (1, 2, 3)]
+    assert sorted(d.task for d in got) == ["drawer-close", "drawer-open", "faucet-open"]
+    assert all(d.warm_start for d in got)
+    assert got[2].pending == [("robot1", got[0].task), ("robot2", got[1].task)]
+    fourth = rt.next_task(robot="robot4")
+    assert fourth.task in {d.task for d in got} and "demonstrated twice" in fourth.message
+    assert rt.on_episode("robot1", got[0].task)  # robot1 recorded its task: its assignment is done
+
+
+def test_a_pending_assignment_steers_the_next_robot_away_unless_selection_is_independent(tmp_path):
+    """After the warm start, two robots ask at the same instant. Joint selection: the second robot's request
+    conditions on the first robot's pick (hallucinated, as a batch pick), so it gets another task; independent
+    selection (assignment_timeout_s 0) sends both to the same task."""
+    two = ["push", "drawer-open"]
+    _write_store(tmp_path / "data", two)
+    policy = _policy(tmp_path / "data", horizon=1)
+    _save(policy, tmp_path / "ckpts" / "round_0001")
+    for timeout, expect_different in ((60.0, True), (0.0, False)):
+        rt = TaskSelectorRuntime(_params(tmp_path, tasks=tuple(two), assignment_timeout_s=timeout))
+        first = rt.next_task(robot="robot1")
+        second = rt.next_task(robot="robot2")
+        assert not first.warm_start and not second.warm_start
+        assert (second.task != first.task) is expect_different, (first.scores, second.scores)
+        assert second.pending == ([("robot1", first.task)] if timeout else [])
+        if timeout:  # the pick is the argmin of the conditioned criterion, the batch rule (Algorithm 1)
+            batch = TaskSelection("amf", {t: t for t in two}, tmp_path / "data")
+            batch.set_policy(rt.selection.policy, rt.checkpoint)
+            assert batch.next_task([], 2).selected_tasks == [first.task, second.task]

@@ -31,6 +31,21 @@ class TaskSelectorParams(OctoTrunkParams):
     checkpoint_dir: str = param("checkpoints", "Where policy_server writes checkpoints (newest is loaded).")
     dataset_dir: str = param("dataset", "Episode store read for demo counts and embeddings.")
     checkpoint_topic: str = param("checkpoint", "Latched topic on which new checkpoints are announced.")
+    assignment_timeout_s: float = param(
+        300.0,
+        "Fleet (several robots, each asking with its name in NextTask.robot): a task given to a robot counts as a "
+        "demonstration about to exist for the other robots' requests (AMF conditions on it, as on a batch pick) "
+        "until the robot saves an episode of it (episode_topics), asks again, or this many seconds pass; 0 = "
+        "independent per-robot selection.",
+        range=(0.0, 86400.0),
+    )
+    episode_topics: tuple[str, ...] = param(
+        ("episodes",),
+        "EpisodeInfo topics of the robots' recorders; the robot of a topic is its namespace's last part "
+        "(/robot1/episodes -> robot1, the NextTask.robot it asks with). A saved episode ends that robot's "
+        "assignment of the task.",
+        type="string_array",
+    )
     decision_topic: str = param(
         "decision",
         "Latched topic (amf_ros/TaskDecision) announcing every next_task answer, whoever asked: the operator "

@@ -7,11 +7,13 @@ amf_ros.runtime.task_selector; this node maps messages to calls. Parameters: amf
 
 from __future__ import annotations
 
+from functools import partial
+
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from std_msgs.msg import Header
 
-from amf_ros.msg import CheckpointInfo, TaskDecision
+from amf_ros.msg import CheckpointInfo, EpisodeInfo, TaskDecision
 from amf_ros.ros import qos
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
@@ -38,6 +40,10 @@ class TaskSelectorNode(Node):
         self.decision_pub = self.create_publisher(TaskDecision, self.p.decision_topic, qos.LATCHED)
         self.create_subscription(CheckpointInfo, self.p.checkpoint_topic, self.on_checkpoint, qos.LATCHED,
                                  callback_group=MutuallyExclusiveCallbackGroup())
+        for topic in self.p.episode_topics:  # fleet: a saved episode ends its robot's assignment
+            robot = self.resolve_topic_name(topic).rstrip("/").split("/")[-2] if topic.count("/") else ""
+            self.create_subscription(EpisodeInfo, topic, partial(self.on_episode, robot), qos.EVENTS,
+                                     callback_group=MutuallyExclusiveCallbackGroup())
         self.get_logger().info(f"ready: selector={self.p.selector} tasks={list(self.runtime.instructions)} "
                                f"checkpoint={self.runtime.checkpoint or '(none)'}")
 
@@ -53,9 +59,16 @@ class TaskSelectorNode(Node):
         elif msg.path != self.runtime.checkpoint:
             self.get_logger().info(note)
 
+    def on_episode(self, robot: str, msg: EpisodeInfo) -> None:
+        if self.runtime.on_episode(robot, msg.task):
+            self.get_logger().info(f"{robot}: assignment {msg.task} done ({msg.episode_id})")
+        for r, t in self.runtime.assignments.expired:
+            self.get_logger().warn(f"{r}: assignment {t} expired after {self.p.assignment_timeout_s:g} s unrecorded")
+        self.runtime.assignments.expired.clear()
+
     def on_next_task(self, request: NextTask.Request, response: NextTask.Response) -> NextTask.Response:
         try:
-            d = self.runtime.next_task(list(request.candidate_tasks), int(request.batch_size))
+            d = self.runtime.next_task(list(request.candidate_tasks), int(request.batch_size), str(request.robot))
         except Exception as exc:  # noqa: BLE001 - caller errors and library failures alike -> ok=false
             response.ok, response.message = False, bounded(str(exc), 2000)
             response.selector = self.p.selector
@@ -68,6 +81,8 @@ class TaskSelectorNode(Node):
         response.tasks, response.scores, response.demo_counts = d.tasks, d.scores, d.demo_counts
         response.warm_start, response.selector, response.compute_time = d.warm_start, d.selector, d.compute_time
         response.effective_sample_size = d.effective_sample_size
+        response.robot = d.robot
+        response.pending_robots, response.pending_tasks = [r for r, _ in d.pending], [t for _, t in d.pending]
         self.decision_pub.publish(decision_msg(response, self.get_clock().now().to_msg()))
         self.get_logger().info(f"next_task -> {d.task} ({d.compute_time * 1e3:.1f} ms): {d.message}")
         return response
@@ -77,7 +92,7 @@ def decision_msg(response: NextTask.Response, stamp: object) -> TaskDecision:
     """The latched announcement of one answer (the same fields as the response)."""
     msg = TaskDecision(header=Header(stamp=stamp))
     for name in ("task", "instruction", "selected_tasks", "tasks", "scores", "demo_counts", "effective_sample_size",
-                 "warm_start", "selector", "compute_time", "message"):
+                 "warm_start", "selector", "compute_time", "message", "robot", "pending_robots", "pending_tasks"):
         setattr(msg, name, getattr(response, name))
     return msg
 
