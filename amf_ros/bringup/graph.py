@@ -54,6 +54,13 @@ class NodeSpec:
     respawn_delay_s: float = RESPAWN_DELAY_S
     respawn_max_retries: int = RESPAWN_MAX_RETRIES
 
+    @property
+    def key(self) -> str:
+        """Unique name of this process in a graph (log file, NodeProcesses): the node name in the default namespace,
+        else ``<namespace>.<name>`` (a fleet runs one policy_server per robot)."""
+        ns = self.namespace.strip("/")
+        return self.name if ns in ("", NAMESPACE) else f"{ns.replace('/', '.')}.{self.name}"
+
     def ros_args(self) -> list[str]:
         """Command-line arguments after the executable (``--ros-args ...``), as `amf up` passes them."""
         args = ["--ros-args", "-r", f"__node:={self.name}"]
@@ -183,3 +190,53 @@ def find_executable(name: str) -> Path:
             return exe
     raise FileNotFoundError(f"node executable {name!r} is not installed (looked in lib/{PACKAGE} under "
                             f"{prefixes}); run `bash scripts/setup.sh` and `source scripts/env.sh`")
+
+
+FLEET_NAMESPACE = "fleet"
+"""Namespace of the fleet's shared nodes: one task_selector and the trainer policy_server (docs/fleet.md)."""
+FLEET_ROBOT_NODES = ("sim_bridge", "scripted_teleop", "demo_recorder", "policy_server")
+"""What each simulated robot of a fleet runs in its own namespace (robot1, robot2, ...)."""
+
+
+def robot_names(n: int) -> list[str]:
+    """robot1 ... robotN: each robot's namespace and the name it asks next_task with."""
+    if n < 1:
+        raise ValueError(f"a fleet needs at least one robot, got {n=}")
+    return [f"robot{k}" for k in range(1, n + 1)]
+
+
+def fleet_plan(robots: int, arm: str = "widowx", config: str | os.PathLike = "", checkpoint: str = "",
+               workspace: str = "", independent: bool = False, assignment_timeout_s: float = 300.0) -> list[NodeSpec]:
+    """N simulated arms in one graph, one selector and one trainer (`amf run --robots N`, docs/fleet.md).
+
+    Each robot ``robotK`` runs its arm (sim_bridge, seed K), its operator (scripted_teleop), its recorder and an
+    acting policy_server that follows the trainer's checkpoints (``follow_checkpoint_topic``). The namespace
+    ``fleet`` runs the one task_selector (every robot's episodes end its assignments; ``independent``: no pending
+    assignments, each request on its own) and the trainer policy_server, which fine-tunes once per round on the one
+    store that every recorder writes (same ``dataset_dir``: episodes are directories committed by rename, each with
+    its writer's lock, so several recorders share a store safely) and announces on /fleet/checkpoint.
+    """
+    names = robot_names(robots)
+    robot = SIM_ARMS[arm] if arm in SIM_ARMS else arm
+    cfg = str(resolve_config(config or ROBOT_CONFIG.get(robot, "config/sim.yaml")))
+    base = overrides(robot, checkpoint, "", workspace, console=False)
+    fleet_ckpt = f"/{FLEET_NAMESPACE}/checkpoint"
+    specs: list[NodeSpec] = []
+    for k, name in enumerate(names, start=1):
+        for node in FLEET_ROBOT_NODES:
+            over = dict(base.get(node, {}))
+            if node == "sim_bridge":
+                over["seed"] = k
+            elif node == "scripted_teleop":
+                over["seed"] = k
+            elif node == "policy_server":
+                over["follow_checkpoint_topic"] = fleet_ckpt
+            specs.append(NodeSpec(name=node, executable=node, params_file=cfg, overrides=over, namespace=name))
+    selector = dict(base["task_selector"])
+    selector["episode_topics"] = [f"/{n}/episodes" for n in names]
+    selector["assignment_timeout_s"] = 0.0 if independent else float(assignment_timeout_s)
+    specs.append(NodeSpec(name="task_selector", executable="task_selector", params_file=cfg, overrides=selector,
+                          namespace=FLEET_NAMESPACE))
+    specs.append(NodeSpec(name="policy_server", executable="policy_server", params_file=cfg,
+                          overrides=dict(base["policy_server"]), namespace=FLEET_NAMESPACE))
+    return specs

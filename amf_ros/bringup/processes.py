@@ -50,7 +50,9 @@ class NodeProcesses:
 
     def command(self, spec: NodeSpec) -> list[str]:
         """The full command line of one node."""
-        return [str(find_executable(spec.executable)), *spec.ros_args(), *self.extra_args.get(spec.name, [])]
+        extra = self.extra_args.get(spec.name, [])  # per node type; then per process (a fleet's robot1.policy_server)
+        extra = extra + (self.extra_args.get(spec.key, []) if spec.key != spec.name else [])
+        return [str(find_executable(spec.executable)), *spec.ros_args(), *extra]
 
     def start(self) -> "NodeProcesses":
         """Start every node (in order); returns self."""
@@ -64,10 +66,10 @@ class NodeProcesses:
         cmd = self.command(spec)
         out: IO[bytes] | None = None
         if self.log_dir is not None:
-            out = open(self.log_dir / f"{spec.name}.log", "ab")
+            out = open(self.log_dir / f"{spec.key}.log", "ab")
             self._logs.append(out)
-        log.info("starting %s: %s", spec.name, " ".join(cmd))
-        self.procs[spec.name] = subprocess.Popen(cmd, env=self.env, stdout=out, start_new_session=True,
+        log.info("starting %s: %s", spec.key, " ".join(cmd))
+        self.procs[spec.key] = subprocess.Popen(cmd, env=self.env, stdout=out, start_new_session=True,
                                                  stderr=subprocess.STDOUT if out else None,
                                                  preexec_fn=die_with_parent)
 
@@ -75,7 +77,7 @@ class NodeProcesses:
         """Start node ``name`` again after it exited (its log is appended to); an error while it still runs."""
         if self.procs[name].poll() is None:
             raise RuntimeError(f"{name} is still running (pid {self.procs[name].pid})")
-        self._launch(next(s for s in self.specs if s.name == name))
+        self._launch(next(s for s in self.specs if s.key == name))
 
     def supervise(self) -> list[str]:
         """Respawn policy, called periodically by the supervisor (`amf up`): a node that exited on its own is
@@ -83,7 +85,7 @@ class NodeProcesses:
         :attr:`given_up`). Returns log lines for what happened."""
         lines, now = [], time.monotonic()
         for spec in self.specs:
-            name = spec.name
+            name = spec.key
             code = self.procs[name].poll() if name in self.procs else None
             if code is None or name in self.given_up:
                 continue

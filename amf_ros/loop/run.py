@@ -65,6 +65,11 @@ class LoopConfig:
     """Action head of the pre-trained policy (diffusion = Octo's head, as amf bench metaworld; or mlp)."""
     startup_timeout_s: float = 180.0
     """How long the nodes may take to come up (torch import, checkpoint load)."""
+    robots: int = 0
+    """Fleet: N simulated arms (robot1..robotN), one selector, one fine-tune per round over all their demonstrations
+    (0 = the single-arm graph; docs/fleet.md)."""
+    independent: bool = False
+    """Fleet: each robot's request ignores the others' pending assignments (independent per-robot selection)."""
     console: bool = False
     """Also start operator_console: watch the run live at http://127.0.0.1:<console_port>/ (docs/console.md)."""
     console_port: int = 8765
@@ -79,6 +84,8 @@ class LoopConfig:
             raise ValueError(f"arm must be one of {list(graph.SIM_ARMS)}, got {self.arm=}")
         if self.head not in ("diffusion", "mlp"):
             raise ValueError(f"head must be diffusion | mlp, got {self.head=}")
+        if self.robots < 0:
+            raise ValueError(f"robots must be >= 0, got {self.robots=}")
         if self.eval_episodes < 0 or self.fine_tune_steps < 1:
             raise ValueError(f"bad eval_episodes/fine_tune_steps, got {self.eval_episodes=} {self.fine_tune_steps=}")
 
@@ -114,13 +121,30 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
                                                                                suite=cfg.arm)
     run_dir = Path(cfg.out) / time.strftime("run_%Y%m%d_%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
+    env = _ros_env()
+    if cfg.robots > 0:
+        from amf_ros.loop.fleet import run_fleet, write_fleet_outputs
+
+        tasks_file = graph.node_section(graph.fleet_plan(1, cfg.arm, cfg.config)[0].params_file,
+                                        "task_selector").get("tasks_file")
+        instructions = checkpoint_tasks(checkpoint)
+        results = {"benchmark": "amf-run-fleet", "config": dataclasses.asdict(cfg), "metric": "success",
+                   "tasks": list(instructions), "pretrained_checkpoint": str(checkpoint), "run_dir": str(run_dir),
+                   "rounds": []}
+        log.info("fleet of %d robots, run dir %s, ROS_DOMAIN_ID=%s", cfg.robots, run_dir, env["ROS_DOMAIN_ID"])
+        try:
+            run_fleet(cfg, checkpoint, run_dir, instructions, read_max_steps(tasks_file), env, results)
+        finally:
+            results["wall_time_s"] = time.monotonic() - t_start
+            if len(results["rounds"]) > 1:
+                write_fleet_outputs(results, run_dir)
+        return results
     specs = graph.sim_plan(cfg.config, checkpoint=str(checkpoint.resolve()), arm=cfg.arm, console=cfg.console,
                            console_port=cfg.console_port)
     tasks_file = graph.node_section(specs[0].params_file, "task_selector").get("tasks_file") or \
         "config/tasks/metaworld.yaml"
     instructions = checkpoint_tasks(checkpoint)  # the tasks the policy knows = the candidates of task_selector
     max_steps = read_max_steps(tasks_file)
-    env = _ros_env()
     log.info("run dir %s, ROS_DOMAIN_ID=%s, pre-trained checkpoint %s", run_dir, env["ROS_DOMAIN_ID"], checkpoint)
     if cfg.console:
         log.info("operator console: http://127.0.0.1:%s/ (its log: %s)", cfg.console_port or "<see log>",

@@ -69,13 +69,14 @@ class AMFClient:
         namespace: namespace of the graph's nodes (bring-up default ``amf``).
     """
 
-    def __init__(self, name: str = "amf_client", record_actions: bool = False, namespace: str = NAMESPACE) -> None:
+    def __init__(self, name: str = "amf_client", record_actions: bool = False, namespace: str = NAMESPACE,
+                 next_task_service: str = "next_task") -> None:
         self.node = Node(name, namespace=namespace)  # relative names below resolve under it (/amf/next_task)
         self.seen = Observed()
         self._fine_tune_handles: list[Any] = []
         self._lock = threading.Lock()
         n = self.node
-        self.next_task_cli = n.create_client(NextTask, "next_task")
+        self.next_task_cli = n.create_client(NextTask, next_task_service)  # a fleet robot: /fleet/next_task
         self.reset_cli = n.create_client(ResetTask, "sim/reset")
         self.success_cli = n.create_client(TaskSuccess, "sim/success")
         self.start_cli = n.create_client(StartEpisode, "recorder/start_episode")
@@ -154,10 +155,12 @@ class AMFClient:
         return resp
 
     def next_task(self, candidates: list[str] | None = None, batch_size: int = 1, timeout: float = 120.0,
-                  require_ok: bool = True) -> Any:
-        _sendable(*(candidates or []))
+                  require_ok: bool = True, robot: str = "") -> Any:
+        """/next_task; ``robot``: the asking robot of a fleet (its assignment conditions the others' requests)."""
+        _sendable(*(candidates or []), robot)
         return self._call(self.next_task_cli, NextTask.Request(candidate_tasks=list(candidates or []),
-                                                               batch_size=batch_size), timeout, require_ok)
+                                                               batch_size=batch_size, robot=robot),
+                          timeout, require_ok)
 
     def reset(self, task: str, seed: int = -1, timeout: float = 60.0) -> Any:
         _sendable(task)

@@ -231,6 +231,26 @@ class PolicyRuntime:
                               wall_time_s=time.monotonic() - t0)
 
 
+    def adopt(self, path: str | Path) -> bool:
+        """Make a checkpoint written by another policy_server (a fleet's trainer) the acting one, if it is a later
+        round than the acting one; a running run_policy goal keeps the policy it started with. Returns True if
+        adopted. Raises whatever loading raised (the acting policy stays)."""
+        from amf_ros._optional import load_object
+
+        path = Path(path)
+        if path.resolve() == self.checkpoint.resolve() or round_of(path) <= self.round:
+            return False
+        loader = load_object(self.loader, "checkpoint loader")
+        encoder = getattr(self.policy, "encoder", None)
+        try:
+            policy = loader(path, task_encoder=encoder) if encoder is not None else loader(path)
+        except TypeError:
+            policy = loader(path)
+        with self._lock:
+            self._policy, self.checkpoint, self.round = policy, path, round_of(path)
+        return True
+
+
 def initial_policy(checkpoint: str, checkpoint_dir: str | Path, pretrain_if_missing: bool = False,
                    workspace: str = "", seed: int = 0, log: Callable[[str], None] = log.info,
                    warn: Callable[[str], None] = log.warning, suite: str = "metaworld") -> tuple[Any, Path]:

@@ -106,6 +106,13 @@ class PolicyServerParams(OctoTrunkParams):
         "publishes one when a run_policy goal ends, so that none of its actions still in flight is applied.",
     )
     checkpoint_topic: str = param("checkpoint", "Latched topic announcing each new checkpoint.")
+    follow_checkpoint_topic: str = param(
+        "",
+        "Fleet: a CheckpointInfo topic of another policy_server (the fleet's trainer, e.g. /fleet/checkpoint) whose "
+        "newer rounds this one loads and acts with (in the background; a running goal keeps its policy), then "
+        "re-announces on checkpoint_topic. The path must be readable here (shared storage across hosts: "
+        "docs/fleet.md). Empty = off.",
+    )
     outcomes_topic: str = param(
         "policy/outcomes",
         "Every finished run_policy goal as an amf_ros/TaskStatus (task, steps, success, done=true), whoever sent "

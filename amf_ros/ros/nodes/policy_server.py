@@ -8,6 +8,8 @@ policy_server.py. Threads: docs/ros-system.md ("Concurrency").
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import rclpy
 from rclpy._rclpy_pybind11 import RCLError
@@ -67,6 +69,10 @@ class PolicyServerNode(Node):
             self.create_subscription(TaskStatus, p.task_status_topic, self._status, qos.LATCHED,
                                      callback_group=inputs)
         self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=inputs)
+        if p.follow_checkpoint_topic:
+            self._adopting = threading.Lock()
+            self.create_subscription(CheckpointInfo, p.follow_checkpoint_topic, self._on_fleet_checkpoint,
+                                     qos.LATCHED, callback_group=inputs)
         ActionServer(self, RunPolicy, "run_policy", self.execute_run, callback_group=ReentrantCallbackGroup(),
                      goal_callback=lambda _req: GoalResponse.ACCEPT if self.server.reserve_run()
                      else GoalResponse.REJECT, cancel_callback=lambda _g: CancelResponse.ACCEPT)
@@ -101,6 +107,23 @@ class PolicyServerNode(Node):
                              tasks=list(alphas), alphas=list(alphas.values()))
         msg.header.stamp = self.get_clock().now().to_msg()
         self.ckpt_pub.publish(msg)
+
+    def _on_fleet_checkpoint(self, msg: CheckpointInfo) -> None:
+        """A newer round from the fleet's trainer: load it on a thread of its own (seconds), then act with it."""
+        if int(msg.round) <= self.server.runtime.round or not self._adopting.acquire(blocking=False):
+            return
+
+        def adopt() -> None:
+            try:
+                if self.server.runtime.adopt(msg.path):
+                    self.announce()
+                    self.get_logger().info(f"adopted round {msg.round} from {self.p.follow_checkpoint_topic}: "
+                                           f"{msg.path}")
+            except Exception as exc:  # noqa: BLE001 - a bad checkpoint must not stop the node
+                self.get_logger().error(f"cannot adopt {msg.path!r}: {type(exc).__name__}: {exc}")
+            finally:
+                self._adopting.release()
+        threading.Thread(target=adopt, name="adopt-checkpoint", daemon=True).start()
 
     def _image(self, msg: Image, store) -> None:
         try:
