@@ -1,4 +1,5 @@
-"""Task selectors behind one interface: amf, uniform, round_robin, rebalancing.
+"""Task selectors behind one interface: amf, uniform, round_robin, rebalancing, and the peer rules vfd, action_l2,
+gu, diversity, dropout.
 
 Why one interface: the benchmarks, the ROS task_selector node and the NN experiments swap selectors by name
 (``make_selector("amf")``) and log the same :class:`Selection` (chosen tasks plus every candidate's score).
@@ -10,10 +11,19 @@ Why one interface: the benchmarks, the ROS task_selector node and the NN experim
 * ``round_robin`` -- the candidate with the fewest fine-tuning demonstrations, ties in candidate order.
 * ``rebalancing`` -- App. J's privileged baseline: fewest *pre-training + fine-tuning* demonstrations
   (needs ``pretrain_counts``, which AMF never sees).
+* ``vfd``, ``action_l2``, ``gu`` -- SAVE's ensemble-disagreement rules (learnsyslab/uq_vla), batch rule
+  "task-weighted": B i.i.d. draws with P(c) proportional to u(c)^T, u = -score (:class:`UncertaintySelector`).
+* ``dropout`` -- the AMF paper's Dropout baseline: the B candidates of highest prior entropy (top-B).
+* ``diversity`` -- k-center greedy (uq_vla's Diversity baseline): greedy argmin, the score function adding each pick
+  to the covered set; exact ties broken at random (the random first pick of k-center greedy).
+
+The peer rules' selectors are in :mod:`amf_ros.core.peer_selectors`, their score functions (they need a policy, an
+ensemble or embeddings) in :mod:`amf_ros.core.acquisition`; selectors only see scores.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol, Sequence
@@ -32,8 +42,9 @@ class Selection:
 
     Attributes:
         tasks: chosen task keys, len = batch_size, in selection order.
-        scores: every candidate's score (amf: criterion of the first pick, lower = better; others: the
-            probability of being picked first). During amf's warm start: 0.0 = not demonstrated yet, 1.0 = seen.
+        scores: every candidate's score (amf and the peer rules vfd, action_l2, gu, diversity, dropout: the
+            score function's value for the first pick, lower = better; uniform, round_robin, rebalancing: the
+            probability of being picked first). During a warm start: 0.0 = not demonstrated yet, 1.0 = seen.
         warm_start: True if any task of this batch was chosen by the warm start.
         info: extra diagnostics, e.g. {"form": ..., "effective_sample_size": {...}, "batch_scores": [...]}.
     """
@@ -83,6 +94,17 @@ def _check_scores(scores: np.ndarray, candidates: list[str]) -> np.ndarray:
     if bad:
         raise ValueError(f"score_fn returned non-finite scores for {bad}")
     return s
+
+
+def _warm_start_picks(cands: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
+                      batch_size: int) -> list[str]:
+    """Up to ``batch_size`` candidates without a fine-tuning demonstration, in random order.
+
+    Warm start = the first |C| demonstrations uniformly without replacement (App. M), in random order: a fixed order
+    would spend the first rounds on whatever tasks happen to be listed first.
+    """
+    unseen = [c for c in cands if demo_counts.get(c, 0) == 0]
+    return [unseen[i] for i in rng.permutation(len(unseen))[:batch_size]]
 
 
 class _Base:
@@ -165,11 +187,7 @@ class AMFSelector(_Base):
                batch_size: int = 1, score_fn: ScoreFn | None = None,
                pretrain_counts: Mapping[str, int] | None = None) -> Selection:
         cands = _validate(candidates, demo_counts, batch_size, self.known)
-        chosen: list[str] = []
-        unseen = [c for c in cands if demo_counts.get(c, 0) == 0] if self.warm_start else []
-        # Warm start = the first |C| demonstrations uniformly without replacement (App. M), in random order: a fixed
-        # order would spend the first rounds on whatever tasks happen to be listed first.
-        chosen.extend(unseen[i] for i in rng.permutation(len(unseen))[:batch_size])
+        chosen = _warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
         warm = bool(chosen)
         info: dict = {"warm_start_tasks": list(chosen)}
         scores: dict[str, float] = {}
@@ -192,11 +210,16 @@ class AMFSelector(_Base):
         return Selection(chosen, scores, warm, info)
 
 
-_SELECTORS: dict[str, type] = {
-    "amf": AMFSelector,
-    "uniform": UniformSelector,
-    "round_robin": RoundRobinSelector,
-    "rebalancing": RebalancingSelector,
+_SELECTORS: dict[str, str] = {  # name -> "module:Class", imported on first use
+    "amf": "amf_ros.core.selectors:AMFSelector",
+    "uniform": "amf_ros.core.selectors:UniformSelector",
+    "round_robin": "amf_ros.core.selectors:RoundRobinSelector",
+    "rebalancing": "amf_ros.core.selectors:RebalancingSelector",
+    "vfd": "amf_ros.core.peer_selectors:VFDSelector",
+    "action_l2": "amf_ros.core.peer_selectors:ActionL2Selector",
+    "gu": "amf_ros.core.peer_selectors:GUSelector",
+    "diversity": "amf_ros.core.peer_selectors:DiversitySelector",
+    "dropout": "amf_ros.core.peer_selectors:DropoutSelector",
 }
 
 #: Names accepted by :func:`make_selector`.
@@ -204,10 +227,12 @@ SELECTOR_NAMES: tuple[str, ...] = tuple(_SELECTORS)
 
 
 def make_selector(name: str, **kwargs) -> Selector:
-    """Build a selector by name ("amf" | "uniform" | "round_robin" | "rebalancing").
+    """Build a selector by name (:data:`SELECTOR_NAMES`).
 
-    kwargs: ``tasks`` (known task set, all selectors), ``warm_start`` (amf only).
+    kwargs: ``tasks`` (known task set, all selectors); ``warm_start`` (amf and the peer rules); ``batch_rule`` and
+    ``temperature`` (vfd, action_l2, gu, dropout).
     """
     if name not in _SELECTORS:
         raise ValueError(f"unknown selector {name!r}; choose from {list(_SELECTORS)}")
-    return _SELECTORS[name](**kwargs)
+    module, cls = _SELECTORS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(**kwargs)

@@ -30,6 +30,8 @@ from amf_ros.bringup.params import schema
 
 log = logging.getLogger("amf.run")
 
+LOOP_SELECTORS = ("amf", "uniform", "round_robin", "vfd", "action_l2", "gu", "diversity", "dropout")
+"""Selectors `amf run --selector` accepts (amf_ros.core.selectors.SELECTOR_NAMES but rebalancing, as before)."""
 DEMO_SEED_OFFSET = 10_000  # demonstration scenes: 10_000 + round; evaluation scenes: EVAL_SEED_OFFSET + episode
 EVAL_SEED_OFFSET = 1_000_000
 
@@ -43,7 +45,8 @@ class LoopConfig:
     arm: str = "metaworld"
     """The embedded simulation's arm: metaworld (config/sim.yaml) or widowx (config/sim_widowx.yaml)."""
     selector: str = "amf"
-    """task_selector's selector: amf | uniform | round_robin."""
+    """task_selector's selector: amf | uniform | round_robin, or a peer rule (vfd | action_l2 | gu | diversity |
+    dropout: task_selector builds no score function for them yet, see amf_ros/core/peer_selectors.py)."""
     config: str = ""
     """Params YAML of the nodes (empty = the arm's: config/sim.yaml or config/sim_widowx.yaml, as sim.launch.py)."""
     out: str = "runs/demo"
@@ -78,8 +81,8 @@ class LoopConfig:
     def __post_init__(self) -> None:
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds=}")
-        if self.selector not in ("amf", "uniform", "round_robin"):
-            raise ValueError(f"selector must be amf | uniform | round_robin, got {self.selector=}")
+        if self.selector not in LOOP_SELECTORS:
+            raise ValueError(f"selector must be one of {' | '.join(LOOP_SELECTORS)}, got {self.selector=}")
         if self.arm not in graph.SIM_ARMS:
             raise ValueError(f"arm must be one of {list(graph.SIM_ARMS)}, got {self.arm=}")
         if self.head not in ("diffusion", "mlp"):

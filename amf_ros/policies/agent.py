@@ -165,6 +165,14 @@ class TaskConditionedPolicy:
                 feats = self.trunk.encode_frames(frames)
         return torch.cat([feats, self._task_rows(list(transitions["task"]))], dim=1)
 
+    def head_inputs(self, transitions: Transitions) -> torch.Tensor:
+        """(N, E) what the action head sees for each row: frame features (cached) + the embedding of its ``task``.
+
+        Needs only the frame key (``state`` or ``image``) and ``task``; used by the peer acquisition rules
+        (core/acquisition.py) to evaluate heads and to embed states.
+        """
+        return self._embeddings(transitions)
+
     def fit_normalizers(self, transitions: Transitions) -> None:
         """Fit action (and state) statistics; done automatically by the first :meth:`fit`."""
         self.action_normalizer = Normalizer.fit(np.asarray(transitions["action"], dtype=np.float32))

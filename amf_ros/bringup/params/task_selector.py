@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from amf_ros.bringup.params import param, workspace_param
 from amf_ros.bringup.params._octo_trunk import OctoTrunkParams
+from amf_ros.core.selectors import SELECTOR_NAMES
 
 
 @dataclass(frozen=True)
@@ -16,8 +17,11 @@ class TaskSelectorParams(OctoTrunkParams):
     workspace: str = workspace_param()
     selector: str = param(
         "amf",
-        "Task selector (amf_ros.core.selectors.make_selector name).",
-        choices=("amf", "uniform", "round_robin", "rebalancing"),
+        "Task selector (amf_ros.core.selectors.make_selector name). The peer rules (vfd, action_l2, gu: SAVE's "
+        "ensemble disagreement; diversity: k-center greedy; dropout: MC-dropout prior entropy) need score "
+        "functions (amf_ros.core.acquisition) that this node does not build yet: they answer ok=false once "
+        "they need scores.",
+        choices=SELECTOR_NAMES,
     )
     tasks: tuple[str, ...] = param(
         (), "Candidate task keys (empty = every task of the checkpoint / tasks_file).", type="string_array"
