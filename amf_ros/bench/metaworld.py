@@ -278,50 +278,33 @@ def _single_thread() -> None:
 
 
 def run(cfg: MetaworldBenchConfig, jobs: int = 1, work_dir: str | os.PathLike | None = None,
-        progress: bool = True) -> dict[str, Any]:
+        progress: bool = True, engine: str = "", ray_address: str = "") -> dict[str, Any]:
     """Pre-train every (allocation, seed), run every method on it; returns the raw per-job records.
 
-    Jobs run in ``jobs`` worker processes (spawned, one torch thread each); the pre-trained checkpoints live in
-    ``work_dir`` (a temporary directory by default, removed afterwards).
+    Jobs run on ``engine`` (:mod:`amf_ros.bench.engine`: serial, process, ray; "" = ray if installed, else process;
+    ``jobs`` = 1 runs them here) with one torch thread each; the pre-trained checkpoints live in ``work_dir`` (a
+    temporary directory by default, removed afterwards; on a Ray cluster: storage every node mounts).
     """
     from tqdm import tqdm
 
+    from amf_ros.bench.engine import Engine, default_engine
+
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs=}")
+    kind = "serial" if jobs == 1 and not ray_address else (engine or default_engine())
     tmp = Path(tempfile.mkdtemp(prefix=f"amf_{cfg.suite}_", dir=work_dir))
-    pre_jobs = [(a, s, str(tmp / f"pretrained_{a}_{s}")) for a in cfg.allocations for s in range(cfg.seeds)]
-    meth_jobs = [(a, s, m, ck) for a, s, ck in pre_jobs for m in cfg.methods]
-    bar = tqdm(total=len(pre_jobs) + len(meth_jobs), desc=cfg.suite, unit="run", disable=not progress)
+    pre_jobs = [(cfg, a, s, str(tmp / f"pretrained_{a}_{s}")) for a in cfg.allocations for s in range(cfg.seeds)]
+    meth_jobs = [(cfg, a, s, m, ck) for _, a, s, ck in pre_jobs for m in cfg.methods]
+    bar = tqdm(total=len(pre_jobs) + len(meth_jobs), desc=f"{cfg.suite} ({kind})", unit="run",
+               disable=not progress)
     try:
-        if jobs == 1:
-            pre = [pretrain_job(cfg, *j) for j in _ticking(pre_jobs, bar)]
-            runs = [method_job(cfg, *j) for j in _ticking(meth_jobs, bar)]
-        else:
-            import concurrent.futures as cf
-            import multiprocessing as mpc
-
-            with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mpc.get_context("spawn")) as ex:
-                pre = _gather(ex, pretrain_job, cfg, pre_jobs, bar)
-                runs = _gather(ex, method_job, cfg, meth_jobs, bar)
+        with Engine(kind, jobs, ray_address) as ex:
+            pre = ex.map(pretrain_job, pre_jobs, lambda: bar.update(1))
+            runs = ex.map(method_job, meth_jobs, lambda: bar.update(1))
     finally:
         bar.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"pretrain": pre, "runs": runs}
-
-
-def _ticking(items: list, bar: Any) -> Any:
-    for item in items:
-        yield item
-        bar.update(1)
-
-
-def _gather(ex: Any, fn: Any, cfg: MetaworldBenchConfig, jobs: list, bar: Any) -> list:
-    futures = [ex.submit(fn, cfg, *j) for j in jobs]
-    out = []
-    for fut in futures:  # in submission order: results stay deterministic
-        out.append(fut.result())
-        bar.update(1)
-    return out
+    return {"pretrain": pre, "runs": runs, "engine": kind}
 
 
 def summarize_runs(cfg: MetaworldBenchConfig, raw: dict[str, Any]) -> list[dict[str, Any]]:
@@ -476,6 +459,11 @@ def _main(argv: Sequence[str], suite: str) -> int:
                         help="AMF's selection copy (default: from the config, frozen)")
     parser.add_argument("--work-dir", default=None, help="where pre-trained checkpoints live during the run")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--engine", choices=("process", "ray"), default=None,
+                        help="where the jobs run: ray (default when installed; local, or a cluster with "
+                             "--ray-address) or process (a local pool of spawned processes)")
+    parser.add_argument("--ray-address", default="", help="Ray cluster to run on ('auto', 'ray://head:10001'); "
+                        "empty = a local Ray with --jobs CPUs")
     parser.add_argument("--replot", default=None, metavar="RESULTS_JSON",
                         help="only redraw the figures and the table of an existing results.json into --out")
     args = parser.parse_args(list(argv))
@@ -495,14 +483,15 @@ def _main(argv: Sequence[str], suite: str) -> int:
                        selection_copy=args.selection_copy)
     jobs = args.jobs or os.cpu_count() or 1
     t0 = time.perf_counter()
-    raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress)
+    raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress, engine=args.engine or "",
+              ray_address=args.ray_address)
     wall = time.perf_counter() - t0
     out = Path(args.out)
     from amf_ros.atomic import atomic_write_json
 
     atomic_write_json(out / "raw_runs.json", raw)  # every job's record, before anything else can fail
     settings = summarize_runs(cfg, raw)
-    results = {"benchmark": suite, "config": {**config_dict(cfg), "jobs": jobs},
+    results = {"benchmark": suite, "config": {**config_dict(cfg), "jobs": jobs, "engine": raw["engine"]},
                "metric": "success rate over all tasks (mean of per-task success over eval_episodes episodes)",
                "wall_time_s": wall, "settings": settings}
     path = write_results(out, results)

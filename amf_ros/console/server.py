@@ -336,7 +336,9 @@ class ConsoleServer:
                             {"type": "section", "name": name, "data": data}))
                         self.stats["pushes"] += 1
                 now = time.monotonic()
-                if self.frames is not None and now - self._last_camera >= self.display_period_s:
+                # due within half a tick counts as due: checked every push period, frames keep display_rate_hz
+                due = self.display_period_s - self.push_period_s / 2
+                if self.frames is not None and now - self._last_camera >= due:
                     self._last_camera = now
                     self._encode_camera()
             except Exception as exc:  # noqa: BLE001 - the page must keep updating

@@ -78,6 +78,11 @@ class Latest:
             return self._cond.wait_for(lambda: self._count > count, timeout=max(0.0, timeout_s))
 
 
+SETTLED_STATUSES = 3
+"""Unchanged arm statuses in a row after the last action that end the wait for it (the arm re-publishes its status
+while idle: sim_bridge every idle_publish_period_s), when some action of the run was dropped by the arm."""
+
+
 @dataclass
 class RunResult:
     """Outcome of one run_policy goal (the RunPolicy.Result fields)."""
@@ -454,11 +459,23 @@ class ControlLoop:
         if self.status is None:
             return self._end(True, f"{r.steps} steps (no success detector)")
         deadline = time.monotonic() + self.cfg.status_timeout_s
+        settled, last_steps = 0, None
         while time.monotonic() < deadline and not self.stop.is_set():
             value, _, count = self.status.get()
             if value is not None and value.task == self.task and (
                     first is None or value.resets != first.resets or value.steps >= first.steps + r.steps):
                 return self._end(True, f"{r.steps} steps, success={self._solved(first)}", success=self._solved(first))
+            # An arm drops an action that arrives stale or is superseded before it is applied (depth-1 command
+            # queue, EefDeltaAction.valid_for): its step counter then never reaches first.steps + r.steps. Once the
+            # arm's (idle re-published) status has stopped advancing, that status is the verdict.
+            if value is not None and value.task == self.task and first is not None and value.resets == first.resets:
+                settled = settled + 1 if value.steps == last_steps else 0
+                last_steps = value.steps
+                if settled >= SETTLED_STATUSES:
+                    applied = value.steps - first.steps
+                    return self._end(True, f"{r.steps} steps sent, {applied} applied by the arm (the others arrived "
+                                           f"stale or superseded), success={self._solved(first)}",
+                                     success=self._solved(first))
             self.status.wait_newer(count, deadline - time.monotonic())
         return self._end(False, f"no task status for the last action within {self.cfg.status_timeout_s} s "
                                 f"(is sim_bridge running?); {r.steps} steps")

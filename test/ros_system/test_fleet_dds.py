@@ -70,7 +70,8 @@ def test_two_robots_asking_at_the_same_instant_get_different_tasks_and_assignmen
         first = b if later is a else a
         assert list(zip(later.pending_robots, later.pending_tasks)) == [(first.robot, first.task)]
         anonymous = clients[0].next_task()  # conditions on both assignments, assigns nothing
-        assert sorted(anonymous.pending_tasks) == sorted([a.task, b.task]) and anonymous.task not in anonymous.pending_tasks
+        assert sorted(anonymous.pending_tasks) == sorted([a.task, b.task])
+        assert anonymous.task not in anonymous.pending_tasks
         time.sleep(TIMEOUT_S + 0.5)  # neither robot recorded: both assignments expire
         again = clients[0].next_task(robot="robot3")
         assert list(again.pending_tasks) == []

@@ -45,7 +45,8 @@ def graph_run(ros_env, rclpy_context, tmp_path_factory):
     extra = node_overrides(run, LoopConfig(selector="amf"))
     # selection_policy latest: this module also checks that task_selector reloads announced checkpoints
     extra["task_selector"] += ["-p", f"tasks:=[{', '.join(TASKS)}]", "-p", "selection_policy:=latest"]
-    procs = NodeProcesses(graph.sim_plan(str(config), checkpoint=str(ckpt), console=False), log_dir=run / "logs", env=ros_env,
+    procs = NodeProcesses(graph.sim_plan(str(config), checkpoint=str(ckpt), console=False), log_dir=run / "logs",
+                          env=ros_env,
                           extra_args=extra).start()
     client = AMFClient(f"amf_test_loop_{int(time.time() * 1e3) % 100000}", record_actions=True)
     try:
