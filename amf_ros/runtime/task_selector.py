@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+PEER_SCORED = ("vfd", "action_l2", "gu", "dropout", "diversity")
+"""Selectors whose scores come from the policy on recorded states (amf_ros/core/peer_selectors.py)."""
+
 
 @dataclass
 class Decision:
@@ -129,7 +132,11 @@ class TaskSelection:
             raise ValueError("the task set is empty: set 'tasks_file' or load a checkpoint that lists its tasks")
         self.selector_name = selector
         self.max_batch_size = int(max_batch_size)
-        self.selector = make_selector(selector, tasks=list(instructions))
+        # the peer rules score a task on states of its recorded demonstrations: over ROS every rule starts with a
+        # warm start (each task once), as AMF does (uq_vla's own rules need no warm start: it draws candidate states
+        # from a pool the node does not have)
+        extra = {"warm_start": True} if selector in PEER_SCORED else {}
+        self.selector = make_selector(selector, tasks=list(instructions), **extra)
         self.instructions = dict(instructions)
         self.dataset_dir = Path(dataset_dir)
         self.rng = np.random.default_rng(seed)
@@ -205,6 +212,8 @@ class TaskSelection:
         if self.selector_name == "amf" and not unseen:
             base = self._amf_score_fn(state)  # during warm start the selector needs no scores
             score_fn = base if not pending else (lambda c, chosen: base(c, [*pending, *chosen]))
+        elif self.selector_name in PEER_SCORED and not unseen:
+            score_fn = self._peer_score_fn(state, cands)
         selection = self.selector.select(cands, with_pending, self.rng, batch_size=batch_size, score_fn=score_fn,
                                          pretrain_counts=state.pretrain_counts)
         ess = selection.info.get("effective_sample_size", {}) if isinstance(selection.info, dict) else {}
@@ -235,6 +244,31 @@ class TaskSelection:
                         scores=[float(demo_counts[c] > 0) for c in cands],
                         demo_counts=[demo_counts[c] for c in cands], warm_start=True, selector=self.selector_name,
                         compute_time=time.perf_counter() - t0, message=msg)
+
+    def _peer_score_fn(self, state: _PolicyState, cands: list[str]) -> Any:
+        """ScoreFn of a peer rule (core/acquisition.py) on the recorded demonstrations: each task's candidate states
+        are ``frames_per_episode`` evenly spaced steps of each of its episodes; diversity's covered set is the first
+        step of every episode. The ensemble rules (vfd, action_l2, gu) need a second fine-tuned head, which
+        policy_server does not train yet: refused with that reason."""
+        from amf_ros.core import acquisition
+
+        if self.selector_name not in ("dropout", "diversity"):
+            raise ValueError(f"selector {self.selector_name!r} needs an ensemble of two independently fine-tuned "
+                             "heads; policy_server fine-tunes one per round, so over ROS only amf, dropout, diversity, "
+                             "uniform, round_robin and rebalancing are served (docs/amf-core.md)")
+        if state.policy is None:
+            raise ValueError(f"selector {self.selector_name!r} needs a policy: no checkpoint is loaded yet")
+        per_task: dict[str, list] = {}
+        firsts = []
+        for _, ep in self.cache.episodes():
+            n = len(ep["task"])
+            idx = np.unique(np.linspace(0, n - 1, min(n, self.frames_per_episode)).round().astype(int))
+            per_task.setdefault(str(ep["task"][0]), []).append({k: np.asarray(v)[idx] for k, v in ep.items()})
+            firsts.append({k: np.asarray(v)[:1] for k, v in ep.items()})
+        candidates = {t: datasets.concat(per_task[t]) for t in cands if t in per_task}
+        if self.selector_name == "dropout":
+            return acquisition.dropout_score_fn(state.policy, candidates, seed=self.seed)
+        return acquisition.diversity_score_fn(state.policy, candidates, datasets.concat(firsts))
 
     def _amf_score_fn(self, state: _PolicyState) -> Any:
         """ScoreFn of AMF-NN (core/amf_nn.py) on ``state``'s policy, filling ``state``'s embedding cache."""

@@ -277,3 +277,21 @@ def test_a_pending_assignment_steers_the_next_robot_away_unless_selection_is_ind
             batch = TaskSelection("amf", {t: t for t in two}, tmp_path / "data")
             batch.set_policy(rt.selection.policy, rt.checkpoint)
             assert batch.next_task([], 2).selected_tasks == [first.task, second.task]
+
+
+@pytest.mark.parametrize("selector", ["dropout", "diversity"])
+def test_peer_rules_are_served_after_their_warm_start(tmp_path, selector):
+    """Over ROS the peer rules first demonstrate every task once (their states come from recorded episodes), then
+    score every candidate with the policy; the ensemble rules are refused with the reason."""
+    _write_store(tmp_path / "data", TASKS[:2])
+    rt = TaskSelectorRuntime(_params(tmp_path, selector=selector))
+    first = rt.next_task()
+    assert first.warm_start and first.task in TASKS[2:]
+    _write_store(tmp_path / "data", TASKS[2:], seed=1)
+    _save(_policy(tmp_path / "data", horizon=1), tmp_path / "ckpts" / "round_0001")
+    rt = TaskSelectorRuntime(_params(tmp_path, selector=selector))
+    d = rt.next_task(batch_size=2)
+    assert not d.warm_start and len(d.selected_tasks) == 2 and all(np.isfinite(d.scores))
+    vfd = TaskSelectorRuntime(_params(tmp_path, selector="vfd"))
+    with pytest.raises(ValueError, match="ensemble of two independently fine-tuned heads"):
+        vfd.next_task()
