@@ -34,9 +34,11 @@ class FleetBenchConfig:
 
     arm: str = "widowx"
     seeds: int = 3
-    rounds: int = 6
-    """Rounds per run: 1 robot -> 6 demonstrations, 2 robots -> 12."""
+    rounds: int = 5
+    """Rounds per run: 1 robot -> 5 demonstrations, 2 robots -> 10."""
     eval_episodes: int = 2
+    eval_max_steps: int = 40
+    """Step limit of an evaluation episode (the scripted expert needs ~17 steps; the task's limit is 60)."""
     fine_tune_steps: int = 300
     settings: tuple[str, ...] = tuple(SETTINGS)
 
@@ -49,6 +51,7 @@ def run(cfg: FleetBenchConfig, out: Path) -> dict:
     for seed in range(cfg.seeds):
         for name in cfg.settings:  # interleaved: every setting sees the same machine conditions
             loop = LoopConfig(rounds=cfg.rounds, arm=cfg.arm, eval_episodes=cfg.eval_episodes, seed=seed,
+                              eval_max_steps=cfg.eval_max_steps,
                               fine_tune_steps=cfg.fine_tune_steps, out=str(out / "runs"), **SETTINGS[name])
             log.info("seed %d: %s", seed, name)
             res = run_loop(loop)
