@@ -421,17 +421,17 @@ def probe_checkpoints(g: LiveGraph, slack_s: float) -> list[Probe]:
     ns = "amf_faults_ckpt"
     overrides = {"checkpoint": "", "checkpoint_dir": str(ckpts), "dataset_dir": str(g.work / "dataset"),
                  "pretrain_if_missing": False, "fine_tune_steps": 20}
-    proc = NodeProcesses([NodeSpec("policy_server", "policy_server", str(g.config), overrides=overrides,
-                                   namespace=ns, respawn=False)], log_dir=g.work / "logs_ckpt", env=g.env)
+    spec = NodeSpec("policy_server", "policy_server", str(g.config), overrides=overrides, namespace=ns, respawn=False)
+    proc = NodeProcesses([spec], log_dir=g.work / "logs_ckpt", env=g.env)
     client = AMFClient("amf_bench_faults_ckpt", namespace=ns)
     rows = []
     try:
         t0 = time.monotonic()
         proc.start()
-        client.wait_for(lambda: "]: ready" in proc.log_tail("policy_server", 10**6) or proc.dead(), 120,
+        client.wait_for(lambda: "]: ready" in proc.log_tail(spec.key, 10**6) or proc.dead(), 120,
                         "policy_server start-up")
         started = time.monotonic() - t0
-        text = proc.log_tail("policy_server", 10**6)
+        text = proc.log_tail(spec.key, 10**6)
         fell_back = not proc.dead() and "round_0002" in text and "round_0001" in text.split("]: ready", 1)[1][:400]
         rows.append(Probe("corrupt newest checkpoint: start on the last good", "5", 60.0, started, fell_back,
                           "warned about round_0002, serving round_0001" if fell_back else text[-200:]))

@@ -102,24 +102,21 @@ def print_fleet_round(row: dict, tasks: Sequence[str]) -> None:
 def run_fleet(cfg: Any, checkpoint: Path, run_dir: Path, instructions: dict[str, str], max_steps: dict[str, int],
               env: dict[str, str], results: dict) -> dict:
     """The fleet loop (module docstring); fills and returns ``results``."""
-    import rclpy
-
     from amf_ros.bringup.processes import NodeProcesses
     from amf_ros.loop.run import _checked, node_overrides
-    from amf_ros.ros.client import AMFClient
+    from amf_ros.ros.client import AMFClient, rclpy_session
 
     names = graph.robot_names(cfg.robots)
     specs = graph.fleet_plan(cfg.robots, arm=cfg.arm, config=cfg.config, checkpoint=str(checkpoint.resolve()),
                              independent=cfg.independent)
     tasks = list(instructions)
     results["robots"] = names
-    rclpy.init()
     clients: dict[str, Any] = {}
     extra = node_overrides(run_dir, cfg)
     for k, name in enumerate(names, start=1):  # each arm its own scenes and noise (after the run's seed: wins)
         for node in ("sim_bridge", "scripted_teleop"):
             extra[f"{name}.{node}"] = ["-p", f"seed:={cfg.seed * 100 + k}"]
-    with NodeProcesses(specs, log_dir=run_dir / "logs", env=env, extra_args=extra) as procs:
+    with rclpy_session(), NodeProcesses(specs, log_dir=run_dir / "logs", env=env, extra_args=extra) as procs:
         try:
             for name in names:
                 clients[name] = AMFClient(f"amf_run_{name}", namespace=name,
@@ -158,7 +155,6 @@ def run_fleet(cfg: Any, checkpoint: Path, run_dir: Path, instructions: dict[str,
                 c.close()
             if "fleet" in locals():
                 fleet.close()
-            rclpy.try_shutdown()
     return results
 
 

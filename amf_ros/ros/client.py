@@ -255,6 +255,19 @@ class AMFClient:
 
 
 @contextmanager
+def rclpy_session() -> Iterator[None]:
+    """rclpy initialised for this process until the block ends (a program with several clients: `amf run
+    --robots`)."""
+    import rclpy
+
+    rclpy.init()
+    try:
+        yield
+    finally:
+        rclpy.try_shutdown()
+
+
+@contextmanager
 def session(name: str, **kwargs: Any) -> Iterator[AMFClient]:
     """rclpy initialised for this process and an :class:`AMFClient` (``AMFClient(name, **kwargs)``); both are shut
     down on exit. For programs whose only ROS use is this client (`amf run`, benchmarks)."""
