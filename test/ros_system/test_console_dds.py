@@ -156,7 +156,8 @@ def _demonstrate(page: Page, procs) -> str:
 def test_one_round_through_the_page(console_graph, browser, shots):
     run, url, client, procs = console_graph
     page = Page(browser, url)
-    assert page.text("checkpoint") != "none yet"
+    # the console hears the latched checkpoint asynchronously: the page may connect first
+    page.wait(lambda: page.text("checkpoint") != "none yet", 20, "the acting checkpoint in the header")
     # sim-only controls: shown once the console has heard the simulator's status (a loaded machine: after connect)
     page.wait(lambda: not page.el("btn-reset-sim").get_attribute("hidden"), 20, "the sim-only controls")
     page.wait(lambda: page.d.find_elements(page.By.CSS_SELECTOR, "#cameras img"), 20, "a camera frame")
@@ -177,7 +178,7 @@ def test_one_round_through_the_page(console_graph, browser, shots):
     page.wait(lambda: page.text("checkpoint") != checkpoint_before and "round 1" in page.text("round"), 20,
               "the new checkpoint in the header")
     assert page.text("checkpoint") == Path(text.split(": ", 1)[1].split(" ")[0]).name
-    assert page.d.find_elements(page.By.CSS_SELECTOR, "#loss-plot canvas"), "loss curve drawn"
+    page.wait(lambda: page.d.find_elements(page.By.CSS_SELECTOR, "#loss-plot canvas"), 10, "the loss curve")
     # after the warm start, the decision for the new policy is AMF's: every bar carries an expected gain in nats
     page.wait(lambda: all(v.startswith("+") for v in page.bars().values()), 60, "AMF's scored decision")
     assert max(float(v[1:]) for v in page.bars().values()) > 0
