@@ -24,9 +24,11 @@ CONFIG = REPO / "config" / "sim_widowx.yaml"
 TIMEOUT_S = 3.0
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fleet_selector(ros_env, rclpy_context, tmp_path_factory):
-    """The fleet's task_selector alone (/fleet/next_task), AMF on an empty store: every request is a warm start."""
+    """The fleet's task_selector alone (/fleet/next_task), AMF on an empty store: every request is a warm start.
+    Function-scoped: a second /fleet/task_selector alive during `amf run --robots` would answer half its requests
+    (a client's request goes to every server of the name), and the robots' assignments would not see each other."""
     from amf_ros.bench.tiny_checkpoint import tiny_widowx_checkpoint
     from amf_ros.bringup import graph
     from amf_ros.bringup.processes import NodeProcesses
