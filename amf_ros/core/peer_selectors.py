@@ -23,6 +23,7 @@ from amf_ros.core.selectors import (
     _check_scores,
     _validate,
     _warm_start_picks,
+    greedy_selection,
 )
 
 UQ_VLA = "learnsyslab/uq_vla@bcc2433 active_learning/"
@@ -205,19 +206,6 @@ class DiversitySelector(_Base):
         chosen = _warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
         warm = bool(chosen)
         info: dict = {"warm_start_tasks": list(chosen)}
-        batch_scores: list[dict[str, float]] = []
-        while len(chosen) < batch_size:
-            if score_fn is None:
-                raise ValueError("diversity needs a score_fn" + (" once the warm start is over"
-                                                                 if self.warm_start else "")
-                                 + " (amf_ros.core.acquisition.diversity_score_fn)")
-            s = _check_scores(score_fn(cands, list(chosen)), cands)
-            batch_scores.append(dict(zip(cands, s.tolist())))
-            ties = np.flatnonzero(s == s.min())
-            chosen.append(cands[int(ties[rng.integers(len(ties))]) if len(ties) > 1 else int(ties[0])])
-        scores = batch_scores[0] if batch_scores else {c: float(demo_counts.get(c, 0) > 0) for c in cands}
-        info["batch_scores"] = batch_scores
-        extra = getattr(score_fn, "last_info", None)
-        if isinstance(extra, dict):
-            info.update(extra)
-        return Selection(chosen, scores, warm, info)
+        missing = ("diversity needs a score_fn" + (" once the warm start is over" if self.warm_start else "")
+                   + " (amf_ros.core.acquisition.diversity_score_fn)")
+        return greedy_selection(cands, chosen, warm, info, demo_counts, batch_size, score_fn, missing, tie_rng=rng)

@@ -190,24 +190,32 @@ class AMFSelector(_Base):
         chosen = _warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
         warm = bool(chosen)
         info: dict = {"warm_start_tasks": list(chosen)}
-        scores: dict[str, float] = {}
-        batch_scores: list[dict[str, float]] = []
-        while len(chosen) < batch_size:
-            if score_fn is None:
-                raise ValueError("amf needs a score_fn once the warm start is over")
-            s = _check_scores(score_fn(cands, list(chosen)), cands)
-            round_scores = dict(zip(cands, s.tolist()))
-            batch_scores.append(round_scores)
-            if not scores:
-                scores = round_scores
-            chosen.append(cands[int(np.argmin(s))])
-        if not scores:  # the whole batch came from the warm start
-            scores = {c: float(demo_counts.get(c, 0) > 0) for c in cands}
-        info["batch_scores"] = batch_scores
-        extra = getattr(score_fn, "last_info", None)
-        if isinstance(extra, dict):
-            info.update(extra)
-        return Selection(chosen, scores, warm, info)
+        return greedy_selection(cands, chosen, warm, info, demo_counts, batch_size, score_fn,
+                                "amf needs a score_fn once the warm start is over")
+
+
+def greedy_selection(cands: list[str], chosen: list[str], warm: bool, info: dict, demo_counts: Mapping[str, int],
+                     batch_size: int, score_fn: ScoreFn | None, missing: str,
+                     tie_rng: np.random.Generator | None = None) -> Selection:
+    """Fill the batch after the warm-start picks ``chosen`` by the greedy argmin of ``score_fn`` conditioned on the
+    picks so far (Algorithm 1's batch rule; amf, diversity). Ties: the first candidate, or a random one with
+    ``tie_rng``. ``missing``: the error when a score is needed and there is no ``score_fn``. The scores reported are
+    those of the first scored pick (during a warm-start-only batch: 0.0 = not demonstrated yet, 1.0 = seen)."""
+    batch_scores: list[dict[str, float]] = []
+    while len(chosen) < batch_size:
+        if score_fn is None:
+            raise ValueError(missing)
+        s = _check_scores(score_fn(cands, list(chosen)), cands)
+        batch_scores.append(dict(zip(cands, s.tolist())))
+        ties = np.flatnonzero(s == s.min())
+        pick = int(ties[tie_rng.integers(len(ties))]) if tie_rng is not None and len(ties) > 1 else int(np.argmin(s))
+        chosen.append(cands[pick])
+    scores = batch_scores[0] if batch_scores else {c: float(demo_counts.get(c, 0) > 0) for c in cands}
+    info["batch_scores"] = batch_scores
+    extra = getattr(score_fn, "last_info", None)
+    if isinstance(extra, dict):
+        info.update(extra)
+    return Selection(chosen, scores, warm, info)
 
 
 _SELECTORS: dict[str, str] = {  # name -> "module:Class", imported on first use
