@@ -37,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -46,13 +46,41 @@ from amf_ros.envs.suites import SUITES, get_suite
 
 log = logging.getLogger(__name__)
 
-METHODS: dict[str, tuple[str, bool]] = {
-    "amf": ("amf", True),
-    "uniform": ("uniform", False),
-    "uniform+prior": ("uniform", True),
-    "rebalancing": ("rebalancing", True),
+class Method(NamedTuple):
+    """What a benchmark method is: a selector, the adaptive prior on or off, AMF's embedding kind."""
+
+    selector: str
+    """Selector name (core/selectors.py registry)."""
+    prior: bool
+    """Acts with the adaptive prior (alpha(c) fitted every round)."""
+    embedding: str = "grad"
+    """AMF's criterion features (policies/embeddings.py kinds): "grad" (AMF-NN), "last_layer", "dropout" (Fig. 4)."""
+
+
+METHODS: dict[str, Method] = {
+    "amf": Method("amf", True),
+    "uniform": Method("uniform", False),
+    "uniform+prior": Method("uniform", True),
+    "rebalancing": Method("rebalancing", True),
+    # the uncertainty ablation (paper Fig. 4): AMF with other kernels
+    "amf-last_layer": Method("amf", True, "last_layer"),
+    "amf-dropout": Method("amf", True, "dropout"),
+    # the peer rules (core/peer_selectors.py; SAVE's vfd, action_l2, gu, diversity and the paper's Dropout), all with
+    # the adaptive prior, so that only the selection differs from amf and uniform+prior
+    "diversity": Method("diversity", True),
+    "dropout": Method("dropout", True),
+    "vfd": Method("vfd", True),
+    "action_l2": Method("action_l2", True),
+    "gu": Method("gu", True),
 }
-"""Method name -> (selector name in core/selectors.py, uses the adaptive prior)."""
+"""Method name -> :class:`Method`."""
+
+RNG_STREAMS: tuple[str, ...] = ("amf", "rebalancing", "uniform", "action_l2", "diversity", "dropout", "gu", "vfd")
+"""Selection random stream per selector (fixed order: the first three keep the draws of earlier results)."""
+
+ENSEMBLE_SEED_OFFSET = 7919
+"""The second ensemble member is fine-tuned with seeds offset by this (same checkpoint, different minibatches and
+noise: the two independently fine-tuned heads of the disagreement rules)."""
 
 
 @dataclass
@@ -66,14 +94,18 @@ class MetaworldBenchConfig:
     first half."""
     allocations: list[str] = field(default_factory=lambda: list(ALLOCATIONS))
     """Pre-training allocations, one results setting each."""
-    methods: list[str] = field(default_factory=lambda: list(METHODS))
-    """Methods to compare (keys of METHODS)."""
+    methods: list[str] = field(default_factory=lambda: ["amf", "uniform", "uniform+prior", "rebalancing"])
+    """Methods to compare (keys of METHODS; the ablation and peer methods are opted into by configs)."""
     seeds: int = 5
     """Independent seeds (pre-training, demonstrations, selection, fine-tuning)."""
     rounds: int = 12
     """Selection + fine-tuning rounds."""
     demos_per_round: int = 1
-    """Demonstrations collected per round (batch size B of Algorithm 1)."""
+    """Demonstrations collected per round (batch size B of Algorithm 1), chosen jointly, one fine-tuning per round."""
+    replay_fraction: float = 0.0
+    """Share of every fine-tuning minibatch drawn from the pre-training demonstrations (uq_vla: 0.5); 0 = none."""
+    success_threshold: float = 0.9
+    """Success rate whose first crossing is reported as "demonstrations to reach" (SAVE's and the paper's form)."""
     pretrain_demos: int = 16
     """Total pre-training demonstrations ([8, 8, 0, 0] mismatched, [4, 4, 4, 4] uniform for 4 tasks)."""
     pretrain_steps: int = 1500
@@ -140,6 +172,10 @@ class MetaworldBenchConfig:
                      "frames_per_demo", "eval_episodes", "eval_slots", "max_points"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)=}")
+        if not 0.0 <= self.replay_fraction < 1.0:
+            raise ValueError(f"replay_fraction must be in [0, 1), got {self.replay_fraction=}")
+        if not 0.0 < self.success_threshold <= 1.0:
+            raise ValueError(f"success_threshold must be in (0, 1], got {self.success_threshold=}")
         if self.selection_copy not in ("frozen", "holdout", "current"):
             raise ValueError(f"selection_copy must be 'frozen', 'holdout' or 'current', got {self.selection_copy=}")
         if self.criterion_targets not in ("warm", "all"):
@@ -194,8 +230,9 @@ def load_for_method(ckpt: str, use_prior: bool, cfg: MetaworldBenchConfig) -> An
 def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: str, ckpt: str) -> dict[str, Any]:
     """Rounds 1..R of one method from the pre-trained checkpoint; per-round success, counts, alpha, selections."""
     from amf_ros.bench import pretrain as pt
+    from amf_ros.core.acquisition import ENSEMBLE_METRICS, PEER_RULES
     from amf_ros.core.selectors import make_selector
-    from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo, demos_to_transitions
+    from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo
 
     _single_thread()
     t0 = time.perf_counter()
@@ -203,52 +240,103 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
     specs = suite.load_tasks(cfg.tasks)
     envs = {s.key: suite.make_env(s) for s in specs}
     pool = EvalPool(specs, slots=cfg.eval_slots, suite=cfg.suite)
-    selector_name, use_prior = METHODS[method]
-    policy = load_for_method(ckpt, use_prior, cfg)
-    selection_copy = load_for_method(ckpt, False, cfg) if selector_name == "amf" else None
-    selector = make_selector(selector_name, tasks=cfg.tasks)
+    spec = METHODS[method]
+    policy = load_for_method(ckpt, spec.prior, cfg)
+    selection_copy = None
+    if spec.selector == "amf":
+        selection_copy = load_for_method(ckpt, False, cfg)
+        selection_copy.config = dataclasses.replace(selection_copy.config, embedding_kind=spec.embedding)
+    member = None  # the second head of the disagreement rules
+    if spec.selector in ENSEMBLE_METRICS:
+        member = load_for_method(ckpt, False, cfg)
+        member.config = dataclasses.replace(member.config, seed=member.config.seed + ENSEMBLE_SEED_OFFSET)
+    scored = spec.selector == "amf" or spec.selector in PEER_RULES
+    selector = make_selector(spec.selector, tasks=cfg.tasks, **({"warm_start": True} if scored else {}))
     pre_counts = allocation_counts(cfg.tasks, allocation, cfg.pretrain_demos)
+    replay = pt.pretraining_demos(cfg.pretrain_config(allocation, seed)) if cfg.replay_fraction > 0 else []
     # keyed by the selector, not the method: uniform and uniform+prior draw the same task sequence (paired)
-    rng = np.random.default_rng([seed, 2, sorted({v[0] for v in METHODS.values()}).index(selector_name)])
+    rng = np.random.default_rng([seed, 2, RNG_STREAMS.index(spec.selector)])
     demos: list[Any] = []
     warm: list[bool] = []
     counts = {t: 0 for t in cfg.tasks}
     rows: list[dict[str, Any]] = []
     timing = {"select": 0.0, "finetune": 0.0, "evaluate": 0.0}
     for rnd in range(1, cfg.rounds + 1):
+        picks: list[str] = []
+        round_warm, round_scores, round_info = False, {}, {}
+        while len(picks) < cfg.demos_per_round:  # B picks; a warm start is demonstrated before the rule scores
+            t1 = time.perf_counter()
+            unseen = [t for t in cfg.tasks if counts[t] == 0]
+            score_fn = None
+            if scored and not unseen:
+                score_fn = method_score_fn(spec, policy, selection_copy, member, demos, warm, cfg, seed)
+            batch = cfg.demos_per_round - len(picks)
+            if scored and unseen:
+                batch = min(batch, len(unseen))
+            sel = selector.select(list(cfg.tasks), counts, rng, batch_size=batch, score_fn=score_fn,
+                                  pretrain_counts=pre_counts)
+            timing["select"] += time.perf_counter() - t1
+            round_warm = round_warm or bool(sel.warm_start)
+            if score_fn is not None or not round_scores:
+                round_scores, round_info = dict(sel.scores), dict(sel.info)
+            for task in sel.tasks:
+                scene, demo_rng = demo_scene(seed, cfg.tasks.index(task), counts[task])
+                demos.append(collect_demo(envs[task], scene, cfg.noise_std, demo_rng))
+                warm.append(bool(sel.warm_start) and counts[task] == 0)
+                counts[task] += 1
+                picks.append(task)
         t1 = time.perf_counter()
-        score_fn = None
-        if selection_copy is not None and all(counts.values()):
-            scorer = policy if cfg.selection_copy == "current" else selection_copy
-            score_fn = amf_score_fn(scorer, demos, warm, cfg)
-        sel = selector.select(list(cfg.tasks), counts, rng, batch_size=cfg.demos_per_round, score_fn=score_fn,
-                              pretrain_counts=pre_counts)
-        timing["select"] += time.perf_counter() - t1
-        for task in sel.tasks:
-            scene, demo_rng = demo_scene(seed, cfg.tasks.index(task), counts[task])
-            demos.append(collect_demo(envs[task], scene, cfg.noise_std, demo_rng))
-            warm.append(bool(sel.warm_start) and counts[task] == 0)
-            counts[task] += 1
-        t1 = time.perf_counter()
-        data = demos_to_transitions(demos)
-        fit = policy.fit(data, cfg.finetune_steps, lr=cfg.lr, batch_size=cfg.batch_size)
-        alphas = policy.fit_alpha(data) if use_prior and cfg.alpha_steps > 0 else {}
+        data, weights = finetune_data(demos, replay, cfg.replay_fraction)
+        fit = policy.fit(data, cfg.finetune_steps, lr=cfg.lr, batch_size=cfg.batch_size, row_weights=weights)
+        if member is not None:
+            member.fit(data, cfg.finetune_steps, lr=cfg.lr, batch_size=cfg.batch_size, row_weights=weights)
+        alphas = policy.fit_alpha(finetune_data(demos, [], 0.0)[0]) if spec.prior and cfg.alpha_steps > 0 else {}
         if selection_copy is not None and cfg.selection_copy == "holdout":
             holdout = [d for d, w in zip(demos, warm) if not w]
             if holdout:
-                selection_copy.fit(demos_to_transitions(holdout), cfg.finetune_steps, lr=cfg.lr,
+                selection_copy.fit(finetune_data(holdout, [], 0.0)[0], cfg.finetune_steps, lr=cfg.lr,
                                    batch_size=cfg.batch_size)
         timing["finetune"] += time.perf_counter() - t1
         t1 = time.perf_counter()
         success = pool.evaluate(pt.act_fn(policy), cfg.eval_episodes, seed=seed)
         timing["evaluate"] += time.perf_counter() - t1
-        rows.append({"round": rnd, "selected": list(sel.tasks), "warm_start": bool(sel.warm_start),
-                     "scores": {k: float(v) for k, v in sel.scores.items()}, "counts": dict(counts),
-                     "phi_sq_norm": sel.info.get("mean_sq_norm_phi"),
+        rows.append({"round": rnd, "selected": picks, "warm_start": round_warm,
+                     "scores": {k: float(v) for k, v in round_scores.items()}, "counts": dict(counts),
+                     "phi_sq_norm": round_info.get("mean_sq_norm_phi"),
                      "alpha": {k: float(alphas[k]) for k in cfg.tasks if k in alphas}, "success": success,
                      "loss_last": fit.final_loss})
     return {"allocation": allocation, "seed": seed, "method": method, "rounds": rows, "timing_s": timing,
             "time_s": time.perf_counter() - t0}
+
+
+def finetune_data(demos: Sequence[Any], replay: Sequence[Any], fraction: float
+                  ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """Transitions of a fine-tuning round and their minibatch weights: the replayed pre-training demonstrations
+    (first) get ``fraction`` of every minibatch, the fine-tuning demonstrations the rest; no replay = uniform (None).
+    """
+    from amf_ros.envs.metaworld_rollouts import demos_to_transitions
+
+    if not replay or fraction <= 0:
+        return demos_to_transitions(list(demos)), None
+    data = demos_to_transitions([*replay, *demos])
+    n_replay = len(demos_to_transitions(list(replay))["task"])
+    n_new = len(data["task"]) - n_replay
+    weights = np.concatenate([np.full(n_replay, fraction / n_replay), np.full(n_new, (1.0 - fraction) / n_new)])
+    return data, weights
+
+
+def method_score_fn(spec: Method, policy: Any, selection_copy: Any, member: Any, demos: Sequence[Any],
+                    warm: Sequence[bool], cfg: MetaworldBenchConfig, seed: int) -> Any:
+    """The ScoreFn of a scored method once every task has a demonstration: AMF's criterion on its selection copy,
+    or the peer rule on the recorded demonstrations (core/acquisition.py: peer_score_fn, as task_selector)."""
+    from amf_ros.core.acquisition import peer_score_fn
+    from amf_ros.envs.metaworld_rollouts import demos_to_transitions
+
+    if spec.selector == "amf":
+        return amf_score_fn(policy if cfg.selection_copy == "current" else selection_copy, demos, warm, cfg)
+    episodes = [demos_to_transitions([d]) for d in demos]
+    return peer_score_fn(spec.selector, policy, episodes, cfg.tasks, frames=cfg.frames_per_demo, seed=seed,
+                         members=[policy, member] if member is not None else ())
 
 
 def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: MetaworldBenchConfig) -> Any:
@@ -309,7 +397,7 @@ def run(cfg: MetaworldBenchConfig, jobs: int = 1, work_dir: str | os.PathLike | 
 
 def summarize_runs(cfg: MetaworldBenchConfig, raw: dict[str, Any]) -> list[dict[str, Any]]:
     """One results "setting" per allocation: overall success per method (round 0 = pre-trained) and extras."""
-    from amf_ros.bench.results import summarize
+    from amf_ros.bench.results import demos_to_reach, summarize
 
     rounds = list(range(cfg.rounds + 1))
     settings = []
@@ -317,7 +405,7 @@ def summarize_runs(cfg: MetaworldBenchConfig, raw: dict[str, Any]) -> list[dict[
         pre = {p["seed"]: p for p in raw["pretrain"] if p["allocation"] == alloc}
         pre_counts = allocation_counts(cfg.tasks, alloc, cfg.pretrain_demos)
         seen = [t for t in cfg.tasks if pre_counts[t] > 0]
-        methods, per_task, counts, alphas, pre_task_success, log_ = {}, {}, {}, {}, {}, {}
+        methods, per_task, counts, alphas, pre_task_success, log_, reach = {}, {}, {}, {}, {}, {}, {}
         for m in cfg.methods:
             runs = sorted((r for r in raw["runs"] if r["allocation"] == alloc and r["method"] == m),
                           key=lambda r: r["seed"])
@@ -329,7 +417,8 @@ def summarize_runs(cfg: MetaworldBenchConfig, raw: dict[str, Any]) -> list[dict[
             cnt = np.array([[[0] * len(cfg.tasks)] + [[row["counts"][t] for t in cfg.tasks] for row in r["rounds"]]
                             for r in runs], dtype=float)
             counts[m] = {t: summarize(rounds, cnt[:, :, i]) for i, t in enumerate(cfg.tasks)}
-            if METHODS[m][1]:
+            reach[m] = demos_to_reach(succ.mean(axis=2), cnt.sum(axis=2), cfg.success_threshold)
+            if METHODS[m].prior:
                 al = np.array([[[0.0] * len(cfg.tasks)] + [[row["alpha"].get(t, np.nan) for t in cfg.tasks]
                                                            for row in r["rounds"]] for r in runs])
                 alphas[m] = {t: summarize(rounds[1:], al[:, 1:, i]) for i, t in enumerate(cfg.tasks)}
@@ -339,6 +428,7 @@ def summarize_runs(cfg: MetaworldBenchConfig, raw: dict[str, Any]) -> list[dict[
         settings.append({"name": alloc, "methods": methods, "pretrain_counts": pre_counts,
                          "pretrained_tasks": seen, "per_task_success": per_task, "demo_counts": counts,
                          "alpha": alphas, "pretrained_task_success": pre_task_success, "selections": log_,
+                         "demos_to_reach": reach,
                          "job_time_s": {"pretrain": [p["time_s"] for p in pre.values()],
                                         **{m: [r["time_s"] for r in raw["runs"] if r["allocation"] == alloc
                                                and r["method"] == m] for m in cfg.methods}}})
@@ -381,7 +471,10 @@ def plot_all(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], out: Pat
         paths.append(save_figure(fig, out / f"fig12_per_task_{st['name']}.png"))
         plt.close(fig)
 
-    with_alpha = [m for m in cfg.methods if METHODS[m][1]]
+    if all("demos_to_reach" in st for st in settings):  # results.json files older than this figure lack it
+        paths.append(plot_demos_to_reach(settings, cfg.methods, out / "demos_to_reach.png"))
+
+    with_alpha = [m for m in cfg.methods if METHODS[m].prior]
     if with_alpha:
         fig, axes = plt.subplots(len(settings), len(with_alpha), figsize=(3.6 * len(with_alpha),
                                                                          3.0 * len(settings)), squeeze=False)
@@ -407,9 +500,48 @@ def table(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]]) -> str:
             o, p = st["methods"][m], st["pretrained_task_success"][m]
             counts = "/".join(f"{st['demo_counts'][m][t]['mean'][-1]:.1f}" for t in cfg.tasks)
             rows.append([st["name"], m, o["mean"][0], o["mean"][-1], f"[{o['ci_low'][-1]:.2f}, {o['ci_high'][-1]:.2f}]",
-                         p["mean"][0], p["mean"][-1], counts])
+                         p["mean"][0], p["mean"][-1], counts, reach_text(st.get("demos_to_reach", {}).get(m))])
     return format_table(["pre-training", "method", "success r0", "success final", "90% CI",
-                         "pretrained-tasks r0", "pretrained-tasks final", "demos " + "/".join(cfg.tasks)], rows)
+                         "pretrained-tasks r0", "pretrained-tasks final", "demos " + "/".join(cfg.tasks),
+                         f"demos to {cfg.success_threshold:g}"], rows)
+
+
+def reach_text(reach: dict[str, Any] | None) -> str:
+    """"12 (4/5 seeds)": demonstrations to the threshold on the mean curve, and how many seeds got there."""
+    if not reach:
+        return "-"
+    head = f"{reach['mean_curve']:.0f}" if reach["mean_curve"] is not None else f">{reach['budget']:.0f}"
+    return f"{head} ({reach['reached']}/{len(reach['per_seed'])} seeds)"
+
+
+def plot_demos_to_reach(settings: list[dict[str, Any]], methods: Sequence[str], path: Path) -> Path:
+    """Bars: demonstrations to reach the threshold on the mean curve per method (hatched at the budget when never
+    reached), dots: each seed (seeds that never got there sit at the budget, hollow)."""
+    import matplotlib.pyplot as plt
+
+    from amf_ros.bench.results import save_figure
+
+    fig, axes = plt.subplots(1, len(settings), figsize=(max(4.0, 0.9 * len(methods)) * len(settings), 3.4),
+                             squeeze=False)
+    for ax, st in zip(axes[0], settings):
+        reach = st["demos_to_reach"]
+        for i, m in enumerate(methods):
+            r = reach[m]
+            top = r["mean_curve"] if r["mean_curve"] is not None else r["budget"]
+            ax.bar(i, top, color=f"C{i % 10}", alpha=0.5, hatch=None if r["mean_curve"] is not None else "//")
+            jitter = np.linspace(-0.2, 0.2, len(r["per_seed"])) if len(r["per_seed"]) > 1 else [0.0]
+            for dx, v in zip(jitter, r["per_seed"]):
+                ax.plot(i + dx, r["budget"] if v is None else v, "o", color=f"C{i % 10}", ms=4,
+                        mfc="none" if v is None else f"C{i % 10}")
+        ax.set_xticks(range(len(methods)), list(methods), rotation=30, ha="right")
+        thr = next(iter(reach.values()))["threshold"] if reach else 0.0
+        ax.set_ylabel(f"demonstrations to success {thr:g}")
+        ax.set_title(f"{st['name']} pre-training (hatched: not reached)")
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    out = save_figure(fig, path)
+    plt.close(fig)
+    return out
 
 
 BENCH_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -457,6 +589,10 @@ def _main(argv: Sequence[str], suite: str) -> int:
     parser.add_argument("--eval-episodes", type=int, default=None, help="evaluation episodes per task and round")
     parser.add_argument("--selection-copy", choices=("frozen", "holdout", "current"), default=None,
                         help="AMF's selection copy (default: from the config, frozen)")
+    parser.add_argument("--demos-per-round", type=int, default=None, help="batch size B of every round")
+    parser.add_argument("--replay-fraction", type=float, default=None,
+                        help="share of each fine-tuning minibatch from the pre-training demonstrations (uq_vla: 0.5)")
+    parser.add_argument("--tasks", nargs="+", default=None, help="task keys of the suite (default: its four)")
     parser.add_argument("--work-dir", default=None, help="where pre-trained checkpoints live during the run")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--engine", choices=("process", "ray"), default=None,
@@ -480,7 +616,8 @@ def _main(argv: Sequence[str], suite: str) -> int:
         return 0
     cfg = bench_config(suite, args.config, seeds=args.seeds, rounds=args.rounds, methods=args.methods,
                        allocations=args.allocations, eval_episodes=args.eval_episodes,
-                       selection_copy=args.selection_copy)
+                       selection_copy=args.selection_copy, demos_per_round=args.demos_per_round,
+                       replay_fraction=args.replay_fraction, tasks=args.tasks)
     jobs = args.jobs or os.cpu_count() or 1
     t0 = time.perf_counter()
     raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress, engine=args.engine or "",

@@ -176,6 +176,18 @@ def set_normalizers(policy: Any, demo_states: np.ndarray, explore_states: np.nda
     policy.cache.clear()
 
 
+def pretraining_demos(config: PretrainConfig, envs: dict[str, Any] | None = None) -> list[Any]:
+    """The allocation's scripted pre-training demonstrations (deterministic in the config: fine-tuning with replay
+    re-collects exactly the demonstrations the checkpoint was pre-trained on). ``envs``: task -> environment."""
+    from amf_ros.envs.metaworld_rollouts import collect_demos
+
+    counts = allocation_counts(config.tasks, config.allocation, config.demos)
+    if envs is None:
+        suite = get_suite(config.suite)
+        envs = {s.key: suite.make_env(s) for s in suite.load_tasks(config.tasks) if counts.get(s.key)}
+    return collect_demos(envs, {k: v for k, v in counts.items() if v}, seed=config.seed, noise_std=config.noise_std)
+
+
 def pretrain(config: PretrainConfig, specs: Sequence[Any] | None = None, freeze_prior: bool = True
              ) -> PretrainResult:
     """Collect the allocation's scripted demonstrations and pre-train a fresh policy on them (deterministic).
@@ -183,15 +195,14 @@ def pretrain(config: PretrainConfig, specs: Sequence[Any] | None = None, freeze_
     With ``freeze_prior`` the pre-trained head is also kept as the frozen prior of the adaptive prior, so that
     fine-tuning from the checkpoint (bench, ROS policy_server) can fit alpha(c).
     """
-    from amf_ros.envs.metaworld_rollouts import collect_demos, demos_to_transitions, exploration_states
+    from amf_ros.envs.metaworld_rollouts import demos_to_transitions, exploration_states
 
     suite = get_suite(config.suite)
     specs = list(specs) if specs is not None else suite.load_tasks(config.tasks)
     counts = allocation_counts(config.tasks, config.allocation, config.demos)
     t0 = time.perf_counter()
     envs = {s.key: suite.make_env(s) for s in specs if counts.get(s.key)}
-    demos = collect_demos(envs, {k: v for k, v in counts.items() if v}, seed=config.seed,
-                          noise_std=config.noise_std)
+    demos = pretraining_demos(config, envs)
     collect_s = time.perf_counter() - t0
     failed = sum(not d.success for d in demos)
     if failed:

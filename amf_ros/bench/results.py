@@ -87,6 +87,30 @@ def summarize(rounds: Sequence[int], per_seed: np.ndarray, level: float = 0.9) -
             "ci_high": hi.tolist(), "per_seed": np.asarray(per_seed, dtype=float).tolist()}
 
 
+def demos_to_reach(success: np.ndarray, demos: np.ndarray, threshold: float) -> dict[str, Any]:
+    """Demonstrations needed to reach a success rate (SAVE's and the AMF paper's headline form).
+
+    Args:
+        success: (S, R+1) success per seed and round (round 0 = before fine-tuning).
+        demos: (S, R+1) fine-tuning demonstrations collected by each round.
+    Returns:
+        ``per_seed``: the demonstrations at each seed's first round with success >= threshold (None: never);
+        ``reached``: how many seeds got there; ``mean_curve``: the same on the seed-mean curve (None: never);
+        ``budget``: the most demonstrations any seed had.
+    """
+    success, demos = np.asarray(success, dtype=float), np.asarray(demos, dtype=float)
+    if success.shape != demos.shape or success.ndim != 2:
+        raise ValueError(f"success and demos must both be (seeds, rounds), got {success.shape} and {demos.shape}")
+
+    def first(curve: np.ndarray, d: np.ndarray) -> float | None:
+        hit = np.flatnonzero(curve >= threshold)
+        return float(d[hit[0]]) if hit.size else None
+
+    per_seed = [first(s, d) for s, d in zip(success, demos)]
+    return {"threshold": float(threshold), "per_seed": per_seed, "reached": sum(v is not None for v in per_seed),
+            "mean_curve": first(success.mean(0), demos.mean(0)), "budget": float(demos.max()) if demos.size else 0.0}
+
+
 def config_dict(config: Any) -> dict[str, Any]:
     """A dataclass config as a JSON-able dict (for the "config" field)."""
     return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
@@ -116,13 +140,16 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], floatfmt
 
 
 def plot_methods(ax: Any, methods: Mapping[str, Mapping[str, Sequence[float]]], ylabel: str = "",
-                 title: str = "") -> None:
-    """Mean curve and shaded CI band per method on a matplotlib axis (the paper's Fig. 2/3 style)."""
+                 title: str = "", x: Mapping[str, Sequence[float]] | None = None, xlabel: str = "round") -> None:
+    """Mean curve and shaded CI band per method on a matplotlib axis (the paper's Fig. 2/3 style).
+
+    ``x``: per method, the x value of each round (e.g. demonstrations so far); default the rounds.
+    """
     for name, m in methods.items():
-        rounds = np.asarray(m["rounds"])
+        rounds = np.asarray(m["rounds"] if x is None else x[name])
         line, = ax.plot(rounds, m["mean"], label=name)
         ax.fill_between(rounds, m["ci_low"], m["ci_high"], alpha=0.2, color=line.get_color())
-    ax.set_xlabel("round")
+    ax.set_xlabel(xlabel)
     if ylabel:
         ax.set_ylabel(ylabel)
     if title:

@@ -219,3 +219,51 @@ def diversity_score_fn(embed: Any, candidates: Mapping[str, Transitions],
     if covered is not None and _rows(covered) > 0:
         y = np.asarray(emb(covered), dtype=np.float64)
     return CoverageScores(points, y)
+
+
+PEER_RULES = (*ENSEMBLE_METRICS, "dropout", "diversity")
+"""Rules whose scores :func:`peer_score_fn` builds from recorded episodes."""
+
+
+def _concat(parts: Sequence[Transitions]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+
+
+def recorded_candidates(episodes: Sequence[Transitions], tasks: Sequence[str], frames: int
+                        ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """Candidate states of every task from recorded episodes, and diversity's covered set.
+
+    Returns ({task: ``frames`` evenly spaced steps of each of its episodes}, the first step of every episode).
+    Tasks without an episode are left out (the peer selectors warm-start them first).
+    """
+    if not episodes:
+        raise ValueError("the peer rules score tasks on recorded episodes; there are none")
+    per_task: dict[str, list[dict[str, np.ndarray]]] = {}
+    firsts = []
+    for ep in episodes:
+        n = len(ep["task"])
+        idx = np.unique(np.linspace(0, n - 1, min(n, frames)).round().astype(int))
+        per_task.setdefault(str(np.asarray(ep["task"])[0]), []).append({k: np.asarray(v)[idx] for k, v in ep.items()})
+        firsts.append({k: np.asarray(v)[:1] for k, v in ep.items()})
+    return {t: _concat(per_task[t]) for t in tasks if t in per_task}, _concat(firsts)
+
+
+def peer_score_fn(rule: str, policy: Any, episodes: Sequence[Transitions], tasks: Sequence[str], *,
+                  frames: int = 16, seed: int = 0, members: Sequence[Any] = ()) -> Any:
+    """The ScoreFn of peer rule ``rule`` (:data:`PEER_RULES`) on recorded episodes: one home for task_selector and
+    ``amf bench metaworld``.
+
+    Args:
+        policy: the fine-tuned policy (dropout, diversity; members[0] of the ensemble rules when ``members`` is
+            empty is an error).
+        episodes: recorded episodes (transitions dicts, one task each); candidates per :func:`recorded_candidates`.
+        members: the ensemble of the disagreement rules (>= 2 policies sharing trunk and task encoder).
+    """
+    if rule not in PEER_RULES:
+        raise ValueError(f"unknown peer rule {rule!r}; choose from {PEER_RULES}")
+    candidates, covered = recorded_candidates(episodes, tasks, frames)
+    if rule in ENSEMBLE_METRICS:
+        return ensemble_score_fn(members, candidates, metric=rule, seed=seed)
+    if rule == "dropout":
+        return dropout_score_fn(policy, candidates, seed=seed)
+    return diversity_score_fn(policy, candidates, covered)

@@ -195,8 +195,11 @@ class TaskConditionedPolicy:
     # ------------------------------------------------------------------ training
     def fit(self, transitions: Transitions, steps: int, *, batch_size: int | None = None, lr: float | None = None,
             seed: int | None = None, progress: bool = False, callback: StepCallback | None = None,
-            train_trunk: bool = False, cached: bool = True) -> FitResult:
+            train_trunk: bool = False, cached: bool = True, row_weights: np.ndarray | None = None) -> FitResult:
         """Train the head (and, with ``train_trunk``, the image trunk) for ``steps`` AdamW steps.
+
+        ``row_weights``: (N,) minibatch sampling weight of each transition (e.g. replayed pre-training rows at a fixed
+        share); None = uniform.
 
         ``cached=False`` runs the frozen trunk on every minibatch instead of using the per-frame cache (same result,
         slower: the reference side of ``amf bench perf-finetune``).
@@ -232,7 +235,7 @@ class TaskConditionedPolicy:
                     feats = self.trunk.encode_frames({k: v[idx] for k, v in frames.items()})
                 return torch.cat([feats, tasks[idx]], dim=1)
         result = train_head(self.head, batch_embeddings, chunks, mask, steps, cfg, extra_params=extra,
-                            progress=progress, callback=callback)
+                            progress=progress, callback=callback, row_weights=row_weights)
         if extra:
             self.trunk.eval()
             self.cache.clear()

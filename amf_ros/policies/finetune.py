@@ -68,10 +68,19 @@ class FitResult:
         return float(np.mean(tail))
 
 
+def sampling_probabilities(row_weights: np.ndarray, n: int) -> np.ndarray:
+    """(n,) minibatch probabilities from non-negative row weights; a clear error for a wrong shape or all zeros."""
+    w = np.asarray(row_weights, dtype=np.float64)
+    if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+        raise ValueError(f"row_weights must be {n} finite weights >= 0, not all 0; got shape {w.shape}")
+    return w / w.sum()
+
+
 def train_head(head: nn.Module, batch_embeddings: Callable[[np.ndarray], torch.Tensor], chunks: torch.Tensor,
                mask: torch.Tensor | None, steps: int, config: TrainConfig, *,
                extra_params: Iterable[nn.Parameter] = (), progress: bool = False,
-               callback: StepCallback | None = None, desc: str = "fine-tune") -> FitResult:
+               callback: StepCallback | None = None, desc: str = "fine-tune",
+               row_weights: np.ndarray | None = None) -> FitResult:
     """Train ``head`` (and ``extra_params``) for ``steps`` AdamW steps on minibatches of N examples.
 
     Args:
@@ -85,6 +94,9 @@ def train_head(head: nn.Module, batch_embeddings: Callable[[np.ndarray], torch.T
         progress: show a tqdm bar.
         callback: called after every step with (step, loss); returning False cancels.
         desc: label of the progress bar.
+        row_weights: (N,) >= 0 sampling probability of each example in a minibatch (normalised here), e.g. a
+            fixed share of replayed pre-training rows (uq_vla's 50/50 replay); None = uniform (the default draws,
+            unchanged).
     """
     from tqdm.auto import tqdm
 
@@ -95,6 +107,7 @@ def train_head(head: nn.Module, batch_embeddings: Callable[[np.ndarray], torch.T
         raise ValueError("no training examples")
     if mask is not None and mask.shape != chunks.shape:
         raise ValueError(f"mask shape {tuple(mask.shape)} != chunks shape {tuple(chunks.shape)}")
+    probs = None if row_weights is None else sampling_probabilities(row_weights, n)
     params = [p for p in head.parameters() if p.requires_grad] + list(extra_params)
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     rng = np.random.default_rng(config.seed)
@@ -107,7 +120,10 @@ def train_head(head: nn.Module, batch_embeddings: Callable[[np.ndarray], torch.T
         torch.manual_seed(config.seed)
         bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
         for step in bar:
-            idx = rng.integers(0, n, size=config.batch_size)  # with replacement
+            if probs is None:
+                idx = rng.integers(0, n, size=config.batch_size)  # with replacement
+            else:
+                idx = rng.choice(n, size=config.batch_size, p=probs)
             emb = batch_embeddings(idx)
             m = None if mask is None else mask[idx]
             loss = head.loss(emb, chunks[idx], m, generator=gen)

@@ -258,17 +258,9 @@ class TaskSelection:
                              "uniform, round_robin and rebalancing are served (docs/amf-core.md)")
         if state.policy is None:
             raise ValueError(f"selector {self.selector_name!r} needs a policy: no checkpoint is loaded yet")
-        per_task: dict[str, list] = {}
-        firsts = []
-        for _, ep in self.cache.episodes():
-            n = len(ep["task"])
-            idx = np.unique(np.linspace(0, n - 1, min(n, self.frames_per_episode)).round().astype(int))
-            per_task.setdefault(str(ep["task"][0]), []).append({k: np.asarray(v)[idx] for k, v in ep.items()})
-            firsts.append({k: np.asarray(v)[:1] for k, v in ep.items()})
-        candidates = {t: datasets.concat(per_task[t]) for t in cands if t in per_task}
-        if self.selector_name == "dropout":
-            return acquisition.dropout_score_fn(state.policy, candidates, seed=self.seed)
-        return acquisition.diversity_score_fn(state.policy, candidates, datasets.concat(firsts))
+        episodes = [ep for _, ep in self.cache.episodes()]
+        return acquisition.peer_score_fn(self.selector_name, state.policy, episodes, cands,
+                                         frames=self.frames_per_episode, seed=self.seed)
 
     def _amf_score_fn(self, state: _PolicyState) -> Any:
         """ScoreFn of AMF-NN (core/amf_nn.py) on ``state``'s policy, filling ``state``'s embedding cache."""

@@ -92,7 +92,10 @@ def test_summary_follows_the_results_contract_and_plots(tmp_path: Path) -> None:
     assert json.loads(path.read_text())["settings"][1]["name"] == "uniform"
     pngs = plot_all(cfg, settings, tmp_path)
     assert {p.name for p in pngs} == {"fig3_success.png", "fig12_per_task_mismatched.png",
-                                      "fig12_per_task_uniform.png", "fig11_alpha.png"}
+                                      "fig12_per_task_uniform.png", "fig11_alpha.png", "demos_to_reach.png"}
+    for m in cfg.methods:  # 4 rounds of 1 demo each from 0.5: the threshold 0.9 is never reached
+        reach = mis["demos_to_reach"][m]
+        assert reach["reached"] == 0 and reach["mean_curve"] is None and reach["budget"] == 4
     assert all(p.stat().st_size > 10_000 for p in pngs)
     text = table(cfg, settings)
     assert "uniform+prior" in text and "mismatched" in text
@@ -103,5 +106,19 @@ def test_config_file_matches_the_code_defaults() -> None:
 
     path = Path(__file__).resolve().parents[2] / "config" / "bench" / "metaworld.yaml"
     assert dataclasses.asdict(load_config(MetaworldBenchConfig, path)) == dataclasses.asdict(MetaworldBenchConfig())
-    for name in ("metaworld_smoke.yaml", "metaworld_paper.yaml", "metaworld_ablation_selection_copy.yaml"):
+    for name in ("metaworld_smoke.yaml", "metaworld_paper.yaml", "metaworld_ablation_selection_copy.yaml",
+                 "metaworld_peers.yaml", "metaworld_ablation_uncertainty.yaml", "metaworld_batch.yaml"):
         load_config(MetaworldBenchConfig, path.parent / name)  # valid keys and values
+
+
+def test_demos_to_reach_counts_demonstrations_at_the_first_crossing() -> None:
+    from amf_ros.bench.results import demos_to_reach
+
+    success = np.array([[0.5, 0.8, 0.9, 0.85, 0.95],   # crosses at round 2 (10 demos), dips after: first crossing
+                        [0.5, 0.6, 0.7, 0.8, 0.87]])   # never
+    demos = np.array([[0, 5, 10, 15, 20]] * 2, dtype=float)
+    r = demos_to_reach(success, demos, 0.9)
+    assert r["per_seed"] == [10.0, None] and r["reached"] == 1 and r["budget"] == 20.0
+    assert r["mean_curve"] == 20.0  # the mean curve (0.5, 0.7, 0.8, 0.825, 0.91) crosses at the last round
+    with pytest.raises(ValueError, match="seeds, rounds"):
+        demos_to_reach(success, demos[:, :3], 0.9)
