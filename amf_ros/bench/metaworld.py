@@ -492,7 +492,7 @@ def plot_all(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], out: Pat
 
 def table(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]]) -> str:
     """Final-round success (overall and on pre-trained tasks) and final demo counts, per allocation and method."""
-    from amf_ros.bench.results import format_table
+    from amf_ros.bench.results import format_table, reach_text
 
     rows = []
     for st in settings:
@@ -504,14 +504,6 @@ def table(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]]) -> str:
     return format_table(["pre-training", "method", "success r0", "success final", "90% CI",
                          "pretrained-tasks r0", "pretrained-tasks final", "demos " + "/".join(cfg.tasks),
                          f"demos to {cfg.success_threshold:g}"], rows)
-
-
-def reach_text(reach: dict[str, Any] | None) -> str:
-    """"12 (4/5 seeds)": demonstrations to the threshold on the mean curve, and how many seeds got there."""
-    if not reach:
-        return "-"
-    head = f"{reach['mean_curve']:.0f}" if reach["mean_curve"] is not None else f">{reach['budget']:.0f}"
-    return f"{head} ({reach['reached']}/{len(reach['per_seed'])} seeds)"
 
 
 def plot_demos_to_reach(settings: list[dict[str, Any]], methods: Sequence[str], path: Path) -> Path:

@@ -111,6 +111,15 @@ def demos_to_reach(success: np.ndarray, demos: np.ndarray, threshold: float) -> 
             "mean_curve": first(success.mean(0), demos.mean(0)), "budget": float(demos.max()) if demos.size else 0.0}
 
 
+def reach_text(reach: Mapping[str, Any] | None) -> str:
+    """"12 (4/5 seeds)": demonstrations to the threshold on the mean curve (">25" if never), and how many seeds
+    got there."""
+    if not reach:
+        return "-"
+    head = f"{reach['mean_curve']:.0f}" if reach["mean_curve"] is not None else f">{reach['budget']:.0f}"
+    return f"{head} ({reach['reached']}/{len(reach['per_seed'])} seeds)"
+
+
 def config_dict(config: Any) -> dict[str, Any]:
     """A dataclass config as a JSON-able dict (for the "config" field)."""
     return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)

@@ -1,0 +1,166 @@
+"""`amf bench compare`: several `amf bench metaworld|widowx` results on one axis of demonstrations.
+
+Why: runs with different batch sizes B (1 demonstration per round vs 5), with and without replay, or on another task
+set are separate results.json files whose rounds mean different things; what a user compares is success against the
+number of demonstrations collected, and the demonstrations needed to reach a success rate (SAVE's and the AMF
+paper's headline form). Every curve is one (results file, pre-training allocation, method).
+
+Run: ``amf bench compare A/results.json B/results.json [--labels a b] [--methods amf] [--out DIR]``; writes
+compare.json, success_vs_demos.png and demos_to_reach.png, and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from amf_ros.bench.results import bootstrap_ci, demos_to_reach, format_table, reach_text, save_figure
+
+
+def curves(doc: dict[str, Any], label: str, methods: Sequence[str] | None = None,
+           threshold: float | None = None) -> list[dict[str, Any]]:
+    """One entry per (allocation, method) of a metaworld/widowx results document: success per seed and round, the
+    demonstrations collected by each round, and the demonstrations to reach ``threshold`` (default: the run's)."""
+    cfg = doc.get("config", {})
+    thr = float(threshold if threshold is not None else cfg.get("success_threshold", 0.9))
+    out = []
+    for st in doc["settings"]:
+        for m, entry in st["methods"].items():
+            if methods and m not in methods:
+                continue
+            success = np.asarray(entry["per_seed"], dtype=float)  # (S, R+1)
+            demos = np.sum([np.asarray(c["per_seed"], dtype=float) for c in st["demo_counts"][m].values()], axis=0)
+            out.append({"label": label, "setting": st["name"], "method": m, "tasks": cfg.get("tasks"),
+                        "demos_per_round": cfg.get("demos_per_round", 1),
+                        "replay_fraction": cfg.get("replay_fraction", 0.0),
+                        "demos": demos.mean(0).tolist(), "success_per_seed": success.tolist(),
+                        "mean": entry["mean"], "ci_low": entry["ci_low"], "ci_high": entry["ci_high"],
+                        "demos_to_reach": demos_to_reach(success, demos, thr)})
+    return out
+
+
+def at_demos(curve: dict[str, Any], n: float) -> tuple[float, float, float] | None:
+    """(mean, ci_low, ci_high) of a curve's success at exactly ``n`` demonstrations, None if it has no such round."""
+    hit = [i for i, d in enumerate(curve["demos"]) if abs(d - n) < 1e-9]
+    if not hit:
+        return None
+    per_seed = np.asarray(curve["success_per_seed"])[:, hit[0]]
+    mean, lo, hi = bootstrap_ci(per_seed[:, None])
+    return float(mean[0]), float(lo[0]), float(hi[0])
+
+
+def shared_demos(entries: Sequence[dict[str, Any]]) -> list[float]:
+    """Demonstration counts (> 0) at which every curve has a round: where "equal total demonstrations" holds."""
+    common = None
+    for e in entries:
+        xs = {round(d, 9) for d in e["demos"] if d > 0}
+        common = xs if common is None else common & xs
+    return sorted(common or [])
+
+
+def compare(paths: Sequence[str | Path], labels: Sequence[str] | None = None, methods: Sequence[str] | None = None,
+            threshold: float | None = None) -> dict[str, Any]:
+    """The comparison document of several results.json files (see the module docstring)."""
+    if labels is not None and len(labels) != len(paths):
+        raise ValueError(f"{len(labels)} labels for {len(paths)} results files")
+    entries: list[dict[str, Any]] = []
+    for i, p in enumerate(paths):
+        path = Path(p)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read results file {str(path)!r}: {exc}") from exc
+        if "settings" not in doc:
+            raise ValueError(f"{path} is not a metaworld/widowx results.json (no 'settings')")
+        entries += curves(doc, labels[i] if labels else path.parent.name, methods, threshold)
+    if not entries:
+        raise ValueError(f"no curve matched methods {list(methods or [])} in {[str(p) for p in paths]}")
+    xs = shared_demos(entries)
+    return {"benchmark": "compare", "inputs": [str(p) for p in paths], "shared_demos": xs,
+            "threshold": entries[0]["demos_to_reach"]["threshold"],
+            "curves": entries, "at_shared_demos": [{"label": e["label"], "setting": e["setting"],
+                                                    "method": e["method"],
+                                                    "success": {str(x): at_demos(e, x) for x in xs}}
+                                                   for e in entries]}
+
+
+def name_of(e: dict[str, Any]) -> str:
+    return f"{e['label']}/{e['setting']}/{e['method']}"
+
+
+def table(doc: dict[str, Any], max_columns: int = 5) -> str:
+    """Per curve: B, replay, final demos and success (90% CI), success at shared demo counts, demos to reach."""
+    xs = doc["shared_demos"][-max_columns:]
+    rows = []
+    for e, at in zip(doc["curves"], doc["at_shared_demos"]):
+        cells = [f"{v[0]:.3f}" if (v := at["success"][str(x)]) else "-" for x in xs]
+        rows.append([name_of(e), e["demos_per_round"], e["replay_fraction"], f"{e['demos'][-1]:.0f}",
+                     f"{e['mean'][-1]:.3f} [{e['ci_low'][-1]:.2f}, {e['ci_high'][-1]:.2f}]", *cells,
+                     reach_text(e["demos_to_reach"])])
+    return format_table(["curve", "B", "replay", "demos", "final success [90% CI]",
+                         *[f"@{x:g} demos" for x in xs], f"demos to {doc['threshold']:g}"], rows)
+
+
+def plot(doc: dict[str, Any], out: Path) -> list[Path]:
+    """success_vs_demos.png (mean and 90% CI per curve) and demos_to_reach.png (bars + seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for e in doc["curves"]:
+        line, = ax.plot(e["demos"], e["mean"], marker="o", ms=3, label=name_of(e))
+        ax.fill_between(e["demos"], e["ci_low"], e["ci_high"], alpha=0.15, color=line.get_color())
+    ax.axhline(doc["threshold"], color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("fine-tuning demonstrations")
+    ax.set_ylabel("success rate (all tasks)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    paths = [save_figure(fig, out / "success_vs_demos.png")]
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(doc["curves"])), 3.6))
+    for i, e in enumerate(doc["curves"]):
+        r = e["demos_to_reach"]
+        ax.bar(i, r["mean_curve"] if r["mean_curve"] is not None else r["budget"], color=f"C{i % 10}", alpha=0.5,
+               hatch=None if r["mean_curve"] is not None else "//")
+        for dx, v in zip(np.linspace(-0.2, 0.2, max(2, len(r["per_seed"])))[:len(r["per_seed"])], r["per_seed"]):
+            ax.plot(i + dx, r["budget"] if v is None else v, "o", color=f"C{i % 10}", ms=4,
+                    mfc="none" if v is None else f"C{i % 10}")
+    ax.set_xticks(range(len(doc["curves"])), [name_of(e) for e in doc["curves"]], rotation=30, ha="right",
+                  fontsize=7)
+    ax.set_ylabel(f"demonstrations to success {doc['threshold']:g}")
+    ax.set_title("hatched / hollow: not reached within the budget", fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    paths.append(save_figure(fig, out / "demos_to_reach.png"))
+    plt.close(fig)
+    return paths
+
+
+def main(argv: Sequence[str]) -> int:
+    from amf_ros.atomic import atomic_write_json
+
+    parser = argparse.ArgumentParser(prog="amf bench compare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="+", help="results.json files of amf bench metaworld / widowx")
+    parser.add_argument("--labels", nargs="+", default=None, help="one label per file (default: its folder name)")
+    parser.add_argument("--methods", nargs="+", default=None, help="only these methods")
+    parser.add_argument("--threshold", type=float, default=None, help="success rate to reach (default: the run's)")
+    parser.add_argument("--out", default="results/compare", help="output folder")
+    args = parser.parse_args(list(argv))
+    try:
+        doc = compare(args.results, args.labels, args.methods, args.threshold)
+    except ValueError as exc:
+        parser.error(str(exc))
+    out = Path(args.out)
+    path = atomic_write_json(out / "compare.json", doc)
+    plots = plot(doc, out)
+    print(table(doc))
+    print(f"wrote {path}, {', '.join(p.name for p in plots)}")
+    return 0
