@@ -471,6 +471,7 @@ def plot_all(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], out: Pat
         paths.append(save_figure(fig, out / f"fig12_per_task_{st['name']}.png"))
         plt.close(fig)
 
+    paths.append(plot_demos_per_task(cfg, settings, out / "demos_per_task.png"))
     if all("demos_to_reach" in st for st in settings):  # results.json files older than this figure lack it
         paths.append(plot_demos_to_reach(settings, cfg.methods, out / "demos_to_reach.png"))
 
@@ -504,6 +505,34 @@ def table(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]]) -> str:
     return format_table(["pre-training", "method", "success r0", "success final", "90% CI",
                          "pretrained-tasks r0", "pretrained-tasks final", "demos " + "/".join(cfg.tasks),
                          f"demos to {cfg.success_threshold:g}"], rows)
+
+
+def plot_demos_per_task(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], path: Path) -> Path:
+    """Stacked bars: the final fine-tuning demonstrations per task of each method (mean over seeds); the tasks that
+    pre-training covered are hatched, so where a method spent its budget is visible at a glance."""
+    import matplotlib.pyplot as plt
+
+    from amf_ros.bench.results import save_figure
+
+    fig, axes = plt.subplots(1, len(settings), figsize=(max(4.0, 0.8 * len(cfg.methods)) * len(settings), 3.6),
+                             squeeze=False)
+    for ax, st in zip(axes[0], settings):
+        bottom = np.zeros(len(cfg.methods))
+        for i, t in enumerate(cfg.tasks):
+            h = np.array([st["demo_counts"][m][t]["mean"][-1] for m in cfg.methods])
+            ax.bar(range(len(cfg.methods)), h, bottom=bottom, color=f"C{i % 10}",
+                   hatch="//" if st["pretrain_counts"].get(t) else None,
+                   label=f"{t} (pre-train {st['pretrain_counts'].get(t, 0)})")
+            bottom += h
+        ax.set_xticks(range(len(cfg.methods)), list(cfg.methods), rotation=30, ha="right")
+        ax.set_ylabel("fine-tuning demonstrations (final)")
+        ax.set_title(f"{st['name']} pre-training")
+        ax.grid(alpha=0.3, axis="y")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    out = save_figure(fig, path)
+    plt.close(fig)
+    return out
 
 
 def plot_demos_to_reach(settings: list[dict[str, Any]], methods: Sequence[str], path: Path) -> Path:

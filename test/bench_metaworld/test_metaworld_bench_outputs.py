@@ -92,7 +92,8 @@ def test_summary_follows_the_results_contract_and_plots(tmp_path: Path) -> None:
     assert json.loads(path.read_text())["settings"][1]["name"] == "uniform"
     pngs = plot_all(cfg, settings, tmp_path)
     assert {p.name for p in pngs} == {"fig3_success.png", "fig12_per_task_mismatched.png",
-                                      "fig12_per_task_uniform.png", "fig11_alpha.png", "demos_to_reach.png"}
+                                      "fig12_per_task_uniform.png", "fig11_alpha.png", "demos_to_reach.png",
+                                      "demos_per_task.png"}
     for m in cfg.methods:  # 4 rounds of 1 demo each from 0.5: the threshold 0.9 is never reached
         reach = mis["demos_to_reach"][m]
         assert reach["reached"] == 0 and reach["mean_curve"] is None and reach["budget"] == 4
