@@ -232,7 +232,14 @@ def kernel_criterion(kernel: Kernel, X_data: np.ndarray, X_candidates: Sequence[
 
 
 class _PosteriorScoreFn:
-    """ScoreFn over a cached data posterior; chosen tasks are conditioned on their heaviest hallucinated demo."""
+    """ScoreFn over a cached data posterior; chosen tasks are conditioned on their heaviest hallucinated demo.
+
+    The first pick (nothing chosen) is :func:`posterior_criterion`. Later greedy picks of a batch work on the cached
+    posterior covariance Sigma_U among the targets and the candidates' hallucinated rows
+    (:class:`~amf_ros.core.incremental.HallucinationCovariance`, built once from the data posterior): each pick is a
+    rank-m downdate of Sigma_U, instead of copying the data posterior, adding the picks and re-whitening everything.
+    Same scores up to float round-off.
+    """
 
     def __init__(self, post: KernelPosterior | FeaturePosterior, candidate_of: Callable[[str], Any],
                  target_x: np.ndarray, target_weights: np.ndarray | None, form: str,
@@ -241,6 +248,8 @@ class _PosteriorScoreFn:
         self.target_x, self.target_weights = target_x, target_weights
         self.last_info: dict = {"form": form, **(info or {})}
         self._cache: dict[str, tuple[Any, Any]] = {}
+        self._tasks: list[str] = []  # candidate order of the cached Sigma_U
+        self._picks: Any = None  # incremental.PickCache over Sigma_U given the data
 
     def _entry(self, task: str) -> tuple[Any, Any]:
         if task not in self._cache:
@@ -248,21 +257,27 @@ class _PosteriorScoreFn:
             self._cache[task] = out if isinstance(out, tuple) else (out, None)
         return self._cache[task]
 
-    def __call__(self, candidates: list[str], chosen: list[str]) -> np.ndarray:
-        post = self.post
-        if chosen:
-            import copy
-
-            post = copy.copy(post)
-            for task in chosen:
-                entry, weights = self._entry(task)
-                dim = self.target_x.shape[1]
-                alts = _alternatives(entry, weights, dim, task)
-                post.add(max(alts, key=lambda a: a[1])[0])
-        entries = [self._entry(c) for c in candidates]
+    def _entries(self, tasks: list[str]) -> tuple[list[Any], list[Any] | None]:
+        entries = [self._entry(c) for c in tasks]
         weights = [w for _, w in entries] if any(w is not None for _, w in entries) else None
-        return posterior_criterion(post, self.target_x, self.target_weights, [e for e, _ in entries],
-                                   weights, self.form)
+        return [e for e, _ in entries], weights
+
+    def __call__(self, candidates: list[str], chosen: list[str]) -> np.ndarray:
+        if not chosen:
+            entries, weights = self._entries(candidates)
+            return posterior_criterion(self.post, self.target_x, self.target_weights, entries, weights, self.form)
+        from amf_ros.core.incremental import PickCache, make_layout, posterior_hallucination_covariance
+
+        known = set(self._tasks)
+        if self._picks is None or any(t not in known for t in [*candidates, *chosen]):
+            self._tasks = list(dict.fromkeys([*self._tasks, *candidates, *chosen]))
+            entries, weights = self._entries(self._tasks)
+            layout = make_layout(self.target_x, self.target_weights, entries, weights,
+                                 getattr(self.post, "dim", None))
+            self._picks = PickCache(posterior_hallucination_covariance(self.post, layout, self.form))
+        where = {t: i for i, t in enumerate(self._tasks)}
+        scores = self._picks.state([where[t] for t in chosen]).scores()
+        return scores[[where[c] for c in candidates]]
 
 
 def feature_score_fn(data_phi: np.ndarray, candidate_phi_of: Callable[[str], Any], target_phi: np.ndarray,

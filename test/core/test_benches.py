@@ -68,15 +68,25 @@ def test_integrator_methods_share_pretraining_and_are_seeded():
 
 def test_selector_scaling_contract_small(tmp_path):
     cfg = _write(tmp_path, demos=[10, 20], feature_dim=64, steps_per_demo=10, max_data_rows=40, seeds=3,
-                 reference_up_to=20)
+                 episode_repeats=2, batch_repeats=2, reference_up_to=20)
     out = tmp_path / "ss"
     assert selector_scaling.main(["--out", str(out), "--config", cfg]) == 0
     res = json.loads((out / "results.json").read_text())
-    assert res["demos"] == [10, 20] and len(res["p50_s"]) == len(res["p90_s"]) == len(res["peak_mb"]) == 2
-    assert all(p90 >= p50 > 0 for p50, p90 in zip(res["p50_s"], res["p90_s"]))
-    assert res["states_per_demo"] == [4, 2] and res["data_rows"] == [40, 40]
-    ref = {r["demos"]: r for r in res["reference"]}
-    assert -1.0 <= ref[20]["spearman"] <= 1.0 and ref[10]["max_rel_diff"] >= 0.0
+    assert res["demos"] == [10, 20] and set(res["engines"]) == {"exact", "subsampled"}
+    exact, sub = res["engines"]["exact"], res["engines"]["subsampled"]
+    for e in (exact, sub):
+        for key in ("call_p50_s", "call_p99_s", "batch_p50_s", "episode_p50_s", "build_s", "state_mb",
+                    "peak_build_mb", "peak_call_mb", "peak_episode_mb", "spearman", "same_argmin", "max_rel_diff"):
+            assert len(e[key]) == 2, key
+        assert all(p99 >= p50 > 0 for p50, p99 in zip(e["call_p50_s"], e["call_p99_s"]))
+        assert all(len(b) == 5 for b in e["batch"])  # B = 5 greedy picks
+        assert all(-1.0 <= r <= 1.0 for r in e["spearman"])
+    assert exact["states_per_demo"] == [10, 10] and exact["data_rows"] == [100, 200]
+    assert sub["states_per_demo"] == [4, 2] and sub["data_rows"] == [40, 40]
+    # the exact engine is the brute force up to round-off
+    assert max(exact["max_rel_diff"]) < 1e-9 and all(exact["same_argmin"]) and min(exact["spearman"]) > 0.999
+    assert [m["space"] for m in res["cost_model"]] == exact["space"]
+    assert set(res["methods"]) == {"exact", "subsampled"} and (out / "selector_scaling.png").exists()
 
 
 def test_criterion_map_small(tmp_path):
