@@ -27,11 +27,15 @@ from typing import Any, Sequence
 
 from amf_ros.bringup import graph
 from amf_ros.bringup.params import schema
+from amf_ros.core.acquisition import ENSEMBLE_METRICS
 
 log = logging.getLogger("amf.run")
 
 LOOP_SELECTORS = ("amf", "uniform", "round_robin", "vfd", "action_l2", "gu", "diversity", "dropout")
 """Selectors `amf run --selector` accepts (amf_ros.core.selectors.SELECTOR_NAMES but rebalancing, as before)."""
+ENSEMBLE_MEMBERS = 2
+"""policy_server's ``ensemble_members`` for the selectors scored by ensemble disagreement (ENSEMBLE_METRICS: vfd,
+action_l2, gu): a second head fine-tuned every round, as ``amf bench metaworld``."""
 DEMO_SEED_OFFSET = 10_000  # demonstration scenes: 10_000 + round; evaluation scenes: EVAL_SEED_OFFSET + episode
 EVAL_SEED_OFFSET = 1_000_000
 
@@ -45,8 +49,9 @@ class LoopConfig:
     arm: str = "metaworld"
     """The embedded simulation's arm: metaworld (config/sim.yaml) or widowx (config/sim_widowx.yaml)."""
     selector: str = "amf"
-    """task_selector's selector: amf | uniform | round_robin, or a peer rule (vfd | action_l2 | gu | diversity |
-    dropout: task_selector builds no score function for them yet, see amf_ros/core/peer_selectors.py)."""
+    """task_selector's selector: amf | uniform | round_robin, or a peer rule (amf_ros/core/peer_selectors.py): vfd |
+    action_l2 | gu (ensemble disagreement: policy_server then fine-tunes a second head every round, about twice the
+    fine-tuning time) | diversity | dropout. Every scored rule starts with a warm start (each task once)."""
     config: str = ""
     """Params YAML of the nodes (empty = the arm's: config/sim.yaml or config/sim_widowx.yaml, as sim.launch.py)."""
     out: str = "runs/demo"
@@ -94,10 +99,15 @@ class LoopConfig:
 
 
 def node_overrides(run_dir: Path, cfg: LoopConfig) -> dict[str, list[str]]:
-    """Per-node `-p` overrides: this run's dataset/checkpoint dirs, selector and seed (only declared names)."""
+    """Per-node `-p` overrides: this run's dataset/checkpoint dirs, selector and seed (only declared names); for
+    the ensemble rules also policy_server's ensemble_members and task_selector's selection_policy 'latest' (the
+    config's 'frozen' would keep the pre-trained checkpoint, which has no members; ``amf bench metaworld`` scores
+    the peer rules with the current fine-tuned heads too)."""
     run_dir = run_dir.resolve()
-    values = {"dataset_dir": str(run_dir / "dataset"), "checkpoint_dir": str(run_dir / "checkpoints"),
-              "selector": cfg.selector, "seed": cfg.seed}
+    values: dict[str, Any] = {"dataset_dir": str(run_dir / "dataset"), "checkpoint_dir": str(run_dir / "checkpoints"),
+                              "selector": cfg.selector, "seed": cfg.seed}
+    if cfg.selector in ENSEMBLE_METRICS:  # a second head every round, and a selector that follows the rounds
+        values.update(ensemble_members=ENSEMBLE_MEMBERS, selection_policy="latest")
     out: dict[str, list[str]] = {}
     for node in graph.SIM_NODES:
         declared = {p.name for p in schema(node)}

@@ -7,8 +7,11 @@ with the diffusion head: docs/ros-system.md). In its own process it shares nothi
 
 The hand-off stays on disk: the parent writes the training transitions to an ``.npz`` file, the child trains a
 copy of the acting checkpoint and saves the new ``round_NNNN`` directory atomically (policies/checkpoint.py), and
-the parent loads it. Messages back (a ``multiprocessing`` queue): ``("feedback", step, total, loss)`` while
-training, then exactly one of ``("done", result dict)``, ``("cancelled", text)`` or ``("error", text)``.
+the parent loads it. With ensemble members (``FineTuneJob.members``, policy_server's ``ensemble_members``), the child
+then trains each extra member on the same data from its own previous weights with its own seed, and saves the round
+with its members in one atomic rename (policies/checkpoint_dirs.py, ``save_with_members``). Messages back (a
+``multiprocessing`` queue): ``("feedback", step, total, loss)`` while training (the members' steps continue the
+count), then exactly one of ``("done", result dict)``, ``("cancelled", text)`` or ``("error", text)``.
 Cancellation: an Event the child checks after every gradient step (nothing is saved when it is set).
 
 Every wait of the parent is bounded: :meth:`FineTuneWorker.run` polls the queue with a short timeout, checks
@@ -32,6 +35,10 @@ log = logging.getLogger(__name__)
 POLL_S = 0.1
 """How often the waiting parent looks at the queue, cancellation and the child (bounds cancel/shutdown latency)."""
 
+MEMBER_SEED_OFFSET = 7919
+"""Ensemble member k is fine-tuned with the job's seed + k * this (as ``amf bench metaworld``'s
+ENSEMBLE_SEED_OFFSET: same data, different minibatches and noise)."""
+
 
 @dataclass(frozen=True)
 class FineTuneJob:
@@ -44,6 +51,10 @@ class FineTuneJob:
         steps, batch_size, lr, seed: training settings; alpha_steps: adaptive-prior fit steps (0 = none).
         loader: ``"module:function"`` loading ``checkpoint`` (path -> policy).
         torch_threads: torch intra-op threads of the worker (0 = torch's default).
+        members: the checkpoint each extra ensemble member k = 1, 2, ... continues from (``members[k-1]``); each
+            is fine-tuned after the acting copy on the same transitions with seed ``seed + k * MEMBER_SEED_OFFSET``
+            (no adaptive-prior fit: the disagreement rules read the heads) and saved to
+            ``<out_dir>/members/member_k``. Empty = no ensemble (one checkpoint, as before).
     """
 
     checkpoint: str
@@ -56,48 +67,63 @@ class FineTuneJob:
     seed: int
     loader: str = "amf_ros.runtime.policy_server:load_policy"
     torch_threads: int = 1
+    members: tuple[str, ...] = ()
 
 
 class FineTuneCancelled(Exception):
     """The job was cancelled; nothing was saved."""
 
 
-def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) -> dict[str, Any]:
-    """Run one job inside the worker; returns the result dict (raises FineTuneCancelled when cancelled)."""
-    import numpy as np
-
+def _load(job: FineTuneJob, checkpoint: str, cache: dict[str, Any]) -> Any:
+    """Load ``checkpoint`` with the job's loader, sharing the language model between loads and jobs."""
     from amf_ros._optional import load_object
 
     loader = load_object(job.loader, "fine-tune checkpoint loader")
     encoder = cache.get("encoder")  # share the language model between jobs (loading MiniLM takes seconds)
     try:
-        student = loader(job.checkpoint, task_encoder=encoder) if encoder is not None else loader(job.checkpoint)
+        policy = loader(checkpoint, task_encoder=encoder) if encoder is not None else loader(checkpoint)
     except TypeError:  # a loader without task_encoder (e.g. the Octo head loader)
-        student = loader(job.checkpoint)
-    cache["encoder"] = getattr(student, "encoder", None)
+        policy = loader(checkpoint)
+    cache["encoder"] = getattr(policy, "encoder", None)
+    return policy
+
+
+def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) -> dict[str, Any]:
+    """Run one job inside the worker; returns the result dict (raises FineTuneCancelled when cancelled)."""
+    import numpy as np
+
+    student = _load(job, job.checkpoint, cache)
     with np.load(job.transitions, allow_pickle=False) as npz:
         transitions = {k: npz[k] for k in npz.files}
-    every = max(1, min(50, job.steps // 20))  # feedback about 20 times, at least every 50 steps
-    diverged: list[tuple[int, float]] = []
+    every = max(1, min(50, job.steps // 20))  # feedback about 20 times per model, at least every 50 steps
+    total = job.steps * (1 + len(job.members))  # feedback counts the members' steps too
 
-    def on_step(step: int, loss: float) -> bool:
-        if not math.isfinite(loss):  # stop at once: every later step would only spread the NaN/inf
-            diverged.append((int(step), float(loss)))
-            return False
-        if step % every == 0 or step == job.steps:
-            events.put(("feedback", int(step), int(job.steps), float(loss)))
-        return not cancel.is_set()
+    def fit(policy: Any, seed: int, offset: int, what: str) -> Any:
+        """Fit one model (its steps are reported as ``offset + step``), stopping at a non-finite loss or a cancel."""
+        diverged: list[tuple[int, float]] = []
+
+        def on_step(step: int, loss: float) -> bool:
+            if not math.isfinite(loss):  # stop at once: every later step would only spread the NaN/inf
+                diverged.append((int(step), float(loss)))
+                return False
+            if step % every == 0 or step == job.steps:
+                events.put(("feedback", int(offset + step), int(total), float(loss)))
+            return not cancel.is_set()
+
+        result = policy.fit(transitions, job.steps, batch_size=job.batch_size, lr=job.lr, seed=seed,
+                            callback=on_step)
+        if diverged:
+            step, loss = diverged[0]
+            raise FloatingPointError(f"the fine-tune loss{what} became {loss} at step {step} of {job.steps}; nothing "
+                                     "saved, the acting checkpoint stays (lower fine_tune_lr, or look for non-finite "
+                                     "values in the recorded episodes)")
+        if getattr(result, "cancelled", False) or cancel.is_set():
+            raise FineTuneCancelled(f"fine-tune cancelled after {offset + result.steps} of {total} steps (nothing "
+                                    "saved)")
+        return result
 
     t0 = time.monotonic()
-    result = student.fit(transitions, job.steps, batch_size=job.batch_size, lr=job.lr, seed=job.seed,
-                         callback=on_step)
-    if diverged:
-        step, loss = diverged[0]
-        raise FloatingPointError(f"the fine-tune loss became {loss} at step {step} of {job.steps}; nothing saved, "
-                                 "the acting checkpoint stays (lower fine_tune_lr, or look for non-finite values in "
-                                 "the recorded episodes)")
-    if getattr(result, "cancelled", False) or cancel.is_set():
-        raise FineTuneCancelled(f"fine-tune cancelled after {result.steps} of {job.steps} steps (nothing saved)")
+    result = fit(student, job.seed, 0, "")
     if job.alpha_steps > 0 and getattr(student, "prior", None) is not None:
         student.fit_alpha(transitions, steps=job.alpha_steps, seed=job.seed)
     if cancel.is_set():
@@ -107,9 +133,24 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
     if bad:
         raise FloatingPointError(f"the adaptive-prior fit gave non-finite alpha(c) {bad}; nothing saved, the acting "
                                  "checkpoint stays")
-    path = student.save(job.out_dir)
+    members, member_losses = [], []
+    for k, start in enumerate(job.members, start=1):
+        member = _load(job, start, cache)
+        fitted = fit(member, job.seed + k * MEMBER_SEED_OFFSET, k * job.steps, f" of ensemble member {k}")
+        members.append(member)
+        member_losses.append(float(fitted.final_loss))
+    if cancel.is_set():
+        raise FineTuneCancelled("fine-tune cancelled before saving (nothing saved)")
+    if members:
+        from amf_ros.policies.checkpoint_dirs import member_checkpoints, save_with_members
+
+        path = save_with_members(job.out_dir, student.save, [m.save for m in members])
+        member_paths = [str(p) for p in member_checkpoints(path)]
+    else:
+        path, member_paths = student.save(job.out_dir), []
     return {"checkpoint": str(path), "final_loss": float(result.final_loss), "losses": list(map(float, result.losses)),
-            "alphas": alphas, "train_time_s": time.monotonic() - t0}
+            "alphas": alphas, "train_time_s": time.monotonic() - t0, "members": member_paths,
+            "member_final_losses": member_losses}
 
 
 def _worker_main(jobs: Any, events: Any, cancel: Any, torch_threads: int) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 
 from amf_ros.data import transitions as datasets
 from amf_ros.data.tasks import check_task_keys
-from amf_ros.policies.checkpoint_dirs import (load_newest_good, newest_checkpoint, no_checkpoint_error,
+from amf_ros.policies.checkpoint_dirs import (load_newest_good, member_dir, newest_checkpoint, no_checkpoint_error,
                                              resolve_checkpoint, round_of)
 from amf_ros.runtime.fine_tune_worker import FineTuneCancelled, FineTuneJob, FineTuneWorker, write_transitions
 
@@ -77,6 +77,8 @@ class FineTuneResult:
     final_loss: float
     losses: list[float] = field(default_factory=list)
     wall_time_s: float = 0.0
+    members: list[Path] = field(default_factory=list)
+    """The round's extra ensemble members (``<checkpoint>/members/member_K``; empty without an ensemble)."""
 
 
 class Cancelled(Exception):
@@ -121,6 +123,10 @@ class PolicyRuntime:
         after_save: called with each new checkpoint directory before it becomes the acting one (Octo: marker).
         torch_threads: torch threads of the worker process.
         worker: the fine-tune worker (default: a new :class:`FineTuneWorker`).
+        ensemble_members: heads fine-tuned every round (1 = the acting one only); each extra member k continues
+            from ``<acting checkpoint>/members/member_k`` (the acting checkpoint itself when it has no such member,
+            e.g. round 1), on the same data with another seed, and is saved inside the new round (see
+            policies/checkpoint_dirs.py). Fine-tuning takes about ``ensemble_members`` times as long.
     """
 
     def __init__(self, policy: Any, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
@@ -129,7 +135,10 @@ class PolicyRuntime:
                  transitions_fn: Callable[[list[str], Callable[[], bool]], datasets.Transitions | None]
                  | None = None,
                  after_save: Callable[[Path], None] | None = None, torch_threads: int = 1,
-                 worker: FineTuneWorker | None = None) -> None:
+                 worker: FineTuneWorker | None = None, ensemble_members: int = 1) -> None:
+        if ensemble_members < 1:
+            raise ValueError(f"ensemble_members must be >= 1 (1 = no ensemble), got {ensemble_members=}")
+        self.ensemble_members = int(ensemble_members)
         self._policy = policy
         self.loader = loader
         self.transitions_fn = transitions_fn
@@ -168,9 +177,11 @@ class PolicyRuntime:
         Args:
             steps: gradient steps (0 = default).
             tasks: restrict the data to these task keys (empty = all episodes).
-            feedback: called with (step, total_steps, loss) as training progresses.
+            feedback: called with (step, total_steps, loss) as training progresses (total_steps = steps x
+                ``ensemble_members``: the members' steps follow the acting head's).
             cancelled: polled while waiting; True -> the worker stops, :class:`Cancelled` is raised (nothing saved).
-            timeout_s: the job's bound (the worker is stopped and the goal fails after it).
+            timeout_s: the job's bound per trained head (x ``ensemble_members``; the worker is stopped and the goal
+                fails after it, nothing saved).
         Raises:
             ValueError: no data, unknown task, or a fine-tune already running.
             Cancelled: cancelled or shutting down; RuntimeError: the worker failed or died.
@@ -207,9 +218,11 @@ class PolicyRuntime:
         data = write_transitions(transitions, self.checkpoint_dir / f".fine_tune_{os.getpid()}.npz")
         job = FineTuneJob(checkpoint=str(self.checkpoint), transitions=str(data), out_dir=str(out), steps=steps,
                           batch_size=self.batch_size, lr=self.lr, alpha_steps=self.alpha_steps,
-                          seed=self.seed + 1000 * (self.round + 1), loader=self.loader)
+                          seed=self.seed + 1000 * (self.round + 1), loader=self.loader,
+                          members=self.member_starts())
         try:
-            res = self.worker.run(job, feedback=feedback, cancelled=cancelled, timeout_s=timeout_s)
+            res = self.worker.run(job, feedback=feedback, cancelled=cancelled,
+                                  timeout_s=timeout_s * self.ensemble_members)
         except FineTuneCancelled as exc:
             raise Cancelled(str(exc)) from exc
         finally:
@@ -228,7 +241,17 @@ class PolicyRuntime:
         alphas = res["alphas"]
         return FineTuneResult(checkpoint=path, round=new_round, tasks=list(alphas), alphas=list(alphas.values()),
                               final_loss=float(res["final_loss"]), losses=list(res["losses"]),
-                              wall_time_s=time.monotonic() - t0)
+                              wall_time_s=time.monotonic() - t0, members=[Path(m) for m in res.get("members", [])])
+
+    def member_starts(self) -> tuple[str, ...]:
+        """The checkpoint each extra ensemble member of the next round continues from: its own previous weights
+        (``<acting checkpoint>/members/member_k``), else the acting checkpoint (round 1, or an ensemble turned on
+        later). Empty when ``ensemble_members`` is 1."""
+        starts = []
+        for k in range(1, self.ensemble_members):
+            own = member_dir(self.checkpoint, k)
+            starts.append(str(own if own.is_dir() else self.checkpoint))
+        return tuple(starts)
 
 
     def adopt(self, path: str | Path) -> bool:
@@ -304,7 +327,8 @@ class PolicyServer:
             self.runtime = PolicyRuntime(policy, path, p.checkpoint_dir, p.dataset_dir,
                                          steps=p.fine_tune_steps, batch_size=p.fine_tune_batch_size,
                                          lr=p.fine_tune_lr, alpha_steps=p.alpha_steps, seed=p.seed,
-                                         action_space=p.action_space, torch_threads=p.torch_threads)
+                                         action_space=p.action_space, torch_threads=p.torch_threads,
+                                         ensemble_members=p.ensemble_members)
         self.observations = Latest()
         self.status = Latest() if p.task_status_topic else None
         self._image: np.ndarray | None = None

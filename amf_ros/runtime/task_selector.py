@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from amf_ros.core.acquisition import ENSEMBLE_METRICS
 from amf_ros.data import transitions as datasets
 from amf_ros.data.tasks import check_task_keys
 
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 
 PEER_SCORED = ("vfd", "action_l2", "gu", "dropout", "diversity")
 """Selectors whose scores come from the policy on recorded states (amf_ros/core/peer_selectors.py)."""
+
+ENSEMBLE_SCORED = ENSEMBLE_METRICS
+"""Peer rules that score with the ensemble members of the loaded checkpoint (policy_server's ``ensemble_members``)."""
 
 
 @dataclass
@@ -152,12 +156,12 @@ class TaskSelection:
         self._state = _PolicyState(None, {}, "", None)
 
     def set_policy(self, policy: Any, checkpoint: str | Path = "",
-                   pretrain_counts: Mapping[str, int] | None = None) -> None:
+                   pretrain_counts: Mapping[str, int] | None = None, members: Sequence[Any] = ()) -> None:
         """Swap in a (re)loaded policy with a fresh embedding cache; the next request uses it (a running one keeps
-        the pair it started with)."""
+        the pair it started with). ``members``: the checkpoint's extra ensemble members (vfd, action_l2, gu)."""
         with self._lock:
             counts = dict(pretrain_counts) if pretrain_counts is not None else self._state.pretrain_counts
-            self._state = _PolicyState(policy, {}, str(checkpoint), counts)
+            self._state = _PolicyState(policy, {}, str(checkpoint), counts, tuple(members))
 
     @property
     def policy(self) -> Any:
@@ -248,19 +252,26 @@ class TaskSelection:
     def _peer_score_fn(self, state: _PolicyState, cands: list[str]) -> Any:
         """ScoreFn of a peer rule (core/acquisition.py) on the recorded demonstrations: each task's candidate states
         are ``frames_per_episode`` evenly spaced steps of each of its episodes; diversity's covered set is the first
-        step of every episode. The ensemble rules (vfd, action_l2, gu) need a second fine-tuned head, which
-        policy_server does not train yet: refused with that reason."""
+        step of every episode. The ensemble rules (vfd, action_l2, gu) use the loaded policy as member 0 and the
+        checkpoint's extra members (written by policy_server with ``ensemble_members`` >= 2); a checkpoint without
+        members is refused with that reason."""
         from amf_ros.core import acquisition
 
-        if self.selector_name not in ("dropout", "diversity"):
-            raise ValueError(f"selector {self.selector_name!r} needs an ensemble of two independently fine-tuned "
-                             "heads; policy_server fine-tunes one per round, so over ROS only amf, dropout, diversity, "
-                             "uniform, round_robin and rebalancing are served (docs/amf-core.md)")
         if state.policy is None:
             raise ValueError(f"selector {self.selector_name!r} needs a policy: no checkpoint is loaded yet")
+        members: list[Any] = []
+        if self.selector_name in ENSEMBLE_SCORED:
+            if not state.members:
+                raise ValueError(
+                    f"selector {self.selector_name!r} needs an ensemble of independently fine-tuned heads, and "
+                    f"checkpoint {state.checkpoint or '(none)'} has no ensemble members (<checkpoint>/members/"
+                    "member_K): set policy_server's parameter ensemble_members to 2 or more (`amf run --selector "
+                    f"{self.selector_name}` does) and fine-tune a round (task_selector picks it up with "
+                    "selection_policy 'latest')")
+            members = [state.policy, *state.members]
         episodes = [ep for _, ep in self.cache.episodes()]
         return acquisition.peer_score_fn(self.selector_name, state.policy, episodes, cands,
-                                         frames=self.frames_per_episode, seed=self.seed)
+                                         frames=self.frames_per_episode, seed=self.seed, members=members)
 
     def _amf_score_fn(self, state: _PolicyState) -> Any:
         """ScoreFn of AMF-NN (core/amf_nn.py) on ``state``'s policy, filling ``state``'s embedding cache."""
@@ -282,12 +293,14 @@ class TaskSelection:
 
 @dataclass(frozen=True)
 class _PolicyState:
-    """What one request reads: the policy copy, ITS embedding cache {(episode id, frames): phi}, and its origin."""
+    """What one request reads: the policy copy, ITS embedding cache {(episode id, frames): phi}, its origin, and
+    the checkpoint's extra ensemble members (loaded only for the ensemble rules)."""
 
     policy: Any
     phi: dict
     checkpoint: str
     pretrain_counts: dict[str, int] | None
+    members: tuple = ()
 
 
 class TaskSelectorRuntime:
@@ -300,7 +313,9 @@ class TaskSelectorRuntime:
       (``"frozen"``, the benchmark's frozen selection copy). Loading takes seconds: call it from a thread other
       than the one answering :meth:`next_task` (the node: its own callback group), which keeps answering with
       the previous copy meanwhile;
-    * the checkpoint's pre-training counts (``pretrain.json``) go to the selector when ``pretrain_counts`` is set.
+    * the checkpoint's pre-training counts (``pretrain.json``) go to the selector when ``pretrain_counts`` is set;
+    * selectors vfd, action_l2, gu: the checkpoint's ensemble members (``<checkpoint>/members/member_K``, written by
+      policy_server with ``ensemble_members`` >= 2) are loaded with it and swapped in together.
 
     Args:
         p: the node's parameters (amf_ros/bringup/params/task_selector.py).
@@ -316,7 +331,7 @@ class TaskSelectorRuntime:
             from amf_ros.runtime.octo_serving import OctoSelection
 
             self.octo = OctoSelection(p, task_set(p.tasks_file, None, p.tasks))
-        policy, checkpoint = self._initial_policy()
+        policy, checkpoint, members = self._initial_policy()
         instructions = task_set(p.tasks_file, policy, p.tasks)
         if self.octo is not None:
             self.octo.cache.instructions.update(getattr(policy, "instructions", None) or {})
@@ -327,7 +342,7 @@ class TaskSelectorRuntime:
             episode_loader=self.octo.episode_loader() if self.octo is not None else None,
             max_batch_size=p.max_batch_size)
         if policy is not None:
-            self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint))
+            self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint), members)
         self.reloads = 0
         self.assignments = PendingAssignments(p.assignment_timeout_s)
 
@@ -354,27 +369,46 @@ class TaskSelectorRuntime:
         """A robot saved an episode of ``task``: its assignment is done (True if it had one)."""
         return self.assignments.recorded(robot, task)
 
-    def _initial_policy(self) -> tuple[Any, str]:
-        """The newest checkpoint, or (None, "") when there is none."""
+    def _initial_policy(self) -> tuple[Any, str, list[Any]]:
+        """The newest checkpoint and its ensemble members, or (None, "", []) when there is none."""
         from amf_ros.policies.checkpoint_dirs import load_newest_good, no_checkpoint_error, resolve_checkpoint
-        from amf_ros.runtime import policy_server as policy_runtime
 
         if self.octo is not None:
             head = self.octo.newest_head()
-            return (self.octo.load(head), str(head.resolve())) if head is not None else (None, "")
+            if head is None:
+                return None, "", []
+            policy, members = self._load(head)
+            return policy, str(head.resolve()), members
         if self.p.checkpoint:  # given explicitly: that one, or the error
             path = resolve_checkpoint(self.p.checkpoint, self.p.checkpoint_dir)
-            return policy_runtime.load_policy(path), str(path.resolve())
+            policy, members = self._load(path)
+            return policy, str(path.resolve()), members
         try:
-            found = load_newest_good(self.p.checkpoint_dir, policy_runtime.load_policy, self.notes.append)
+            found = load_newest_good(self.p.checkpoint_dir, self._load, self.notes.append)
             if found is None:
                 raise no_checkpoint_error(self.p.checkpoint_dir)
-            policy, path = found
-            return policy, str(path.resolve())
+            (policy, members), path = found
+            return policy, str(path.resolve()), members
         except ValueError as exc:
-            if self.p.selector == "amf":
-                self.notes.append(f"no policy yet ({exc}); AMF scores need one after the warm start")
-            return None, ""
+            if self.p.selector == "amf" or self.p.selector in PEER_SCORED:
+                self.notes.append(f"no policy yet ({exc}); {self.p.selector} scores need one after the warm start")
+            return None, "", []
+
+    def _load(self, path: str | Path, encoder: Any = None) -> tuple[Any, list[Any]]:
+        """(policy, its ensemble members) of checkpoint ``path``; the members (``<path>/members/member_K``) only
+        for the ensemble rules (vfd, action_l2, gu), else []. ``encoder``: a loaded language model to share."""
+        from amf_ros.policies.checkpoint_dirs import member_checkpoints
+        from amf_ros.runtime import policy_server as policy_runtime
+
+        paths = member_checkpoints(path) if self.p.selector in ENSEMBLE_SCORED else []
+        if self.octo is not None:
+            from amf_ros.policies.octo.policy import load_octo_policy
+
+            # the Octo-checkpoint marker is on the round, not on its members
+            return self.octo.load(path), [load_octo_policy(m) for m in paths]
+        policy = policy_runtime.load_policy(path, task_encoder=encoder)
+        shared = getattr(policy, "encoder", None)
+        return policy, [policy_runtime.load_policy(m, task_encoder=shared) for m in paths]
 
     def _pretrain_counts(self, checkpoint: str) -> dict[str, int] | None:
         """Pre-training demonstrations per task from ``<checkpoint>/pretrain.json`` (written by `amf pretrain`)."""
@@ -388,15 +422,13 @@ class TaskSelectorRuntime:
         Raises:
             Exception: whatever loading the checkpoint raised (the previous copy stays in use).
         """
-        from amf_ros.runtime import policy_server as policy_runtime
-
         if path == self.selection.checkpoint:
             return False, f"checkpoint {path} is already loaded"
         if self.p.selection_policy == "frozen" and self.selection.policy is not None:
             return False, f"checkpoint {path} announced; selection_policy=frozen keeps {self.selection.checkpoint}"
         current = self.selection.policy  # share its language model instead of loading another copy
-        policy = (self.octo.load(path) if self.octo is not None else
-                  policy_runtime.load_policy(path, task_encoder=getattr(current, "encoder", None)))
-        self.selection.set_policy(policy, path, self._pretrain_counts(path))
+        policy, members = self._load(path, encoder=getattr(current, "encoder", None))
+        self.selection.set_policy(policy, path, self._pretrain_counts(path), members)
         self.reloads += 1
-        return True, f"reloaded policy from {path}"
+        with_members = f" and its {len(members)} ensemble member(s)" if members else ""
+        return True, f"reloaded policy from {path}{with_members}"

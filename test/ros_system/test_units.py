@@ -113,6 +113,10 @@ def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
     over = node_overrides(tmp_path, LoopConfig(selector="uniform", seed=3))
     assert f"dataset_dir:={tmp_path.resolve() / 'dataset'}" in over["policy_server"]
     assert "selector:=uniform" in over["task_selector"] and "selector:=uniform" not in over["policy_server"]
+    assert not any("ensemble_members" in a or "selection_policy" in a for a in sum(over.values(), []))
+    over = node_overrides(tmp_path, LoopConfig(selector="vfd"))  # the ensemble rules: a second head every round
+    assert "ensemble_members:=2" in over["policy_server"] and "selection_policy:=latest" in over["task_selector"]
+    assert "ensemble_members:=2" not in over["task_selector"]
 
 
 def test_amf_run_evaluation_retries_a_failed_run_once_and_records_it() -> None:

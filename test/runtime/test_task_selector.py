@@ -282,7 +282,8 @@ def test_a_pending_assignment_steers_the_next_robot_away_unless_selection_is_ind
 @pytest.mark.parametrize("selector", ["dropout", "diversity"])
 def test_peer_rules_are_served_after_their_warm_start(tmp_path, selector):
     """Over ROS the peer rules first demonstrate every task once (their states come from recorded episodes), then
-    score every candidate with the policy; the ensemble rules are refused with the reason."""
+    score every candidate with the policy; the ensemble rules are refused on a checkpoint without ensemble members,
+    saying which parameter writes them (test_ensemble_members.py serves them)."""
     _write_store(tmp_path / "data", TASKS[:2])
     rt = TaskSelectorRuntime(_params(tmp_path, selector=selector))
     first = rt.next_task()
@@ -293,5 +294,5 @@ def test_peer_rules_are_served_after_their_warm_start(tmp_path, selector):
     d = rt.next_task(batch_size=2)
     assert not d.warm_start and len(d.selected_tasks) == 2 and all(np.isfinite(d.scores))
     vfd = TaskSelectorRuntime(_params(tmp_path, selector="vfd"))
-    with pytest.raises(ValueError, match="ensemble of two independently fine-tuned heads"):
+    with pytest.raises(ValueError, match="has no ensemble members .* parameter ensemble_members to 2 or more"):
         vfd.next_task()

@@ -51,6 +51,15 @@ class PolicyServerParams(OctoTrunkParams):
         range=(0, 100000),
     )
     seed: int = param(0, "Random seed of fine-tuning and action sampling.", range=(0, 2147483647))
+    ensemble_members: int = param(
+        1,
+        "Action heads fine-tuned every round, for task_selector's ensemble disagreement rules (vfd, action_l2, gu): "
+        "1 = the acting one only; N > 1 also fine-tunes N-1 extra members, each from its own previous-round "
+        "weights (round 1: the acting checkpoint) on the same data with another seed, saved inside the round "
+        "(round_NNNN/members/member_K, written with the round in one atomic rename). Fine-tuning takes about N "
+        "times as long. Not temporal ensembling (ensemble_horizon).",
+        range=(1, 16),
+    )
     ensemble_horizon: int = param(
         4,
         "Action chunks averaged by temporal ensembling (Octo/SimplerEnv: 4; 1 = execute the first action of "

@@ -17,10 +17,12 @@ class TaskSelectorParams(OctoTrunkParams):
     workspace: str = workspace_param()
     selector: str = param(
         "amf",
-        "Task selector (amf_ros.core.selectors.make_selector name). The peer rules (vfd, action_l2, gu: SAVE's "
-        "ensemble disagreement; diversity: k-center greedy; dropout: MC-dropout prior entropy) need score "
-        "functions (amf_ros.core.acquisition) that this node does not build yet: they answer ok=false once "
-        "they need scores.",
+        "Task selector (amf_ros.core.selectors.make_selector name). The peer rules (amf_ros.core.peer_selectors) "
+        "start with a warm start (each task once), then score every task on states of its recorded episodes: "
+        "diversity (k-center greedy) and dropout (MC-dropout prior entropy) with the loaded policy; vfd, action_l2 "
+        "and gu (SAVE's ensemble disagreement) with the loaded checkpoint's ensemble members, which policy_server "
+        "writes with ensemble_members >= 2 (a checkpoint without them: ok=false saying so; use selection_policy "
+        "'latest').",
         choices=SELECTOR_NAMES,
     )
     tasks: tuple[str, ...] = param(

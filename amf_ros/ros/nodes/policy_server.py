@@ -167,6 +167,8 @@ class PolicyServerNode(Node):
         self.announce()
         _finish(goal_handle.succeed)
         msg = f"round {res.round}: {len(res.losses)} steps in {res.wall_time_s:.1f} s, loss {res.final_loss:.4f}"
+        if res.members:
+            msg += f" (+ {len(res.members)} ensemble member(s) in {res.checkpoint.name}/members)"
         self.get_logger().info(f"fine_tune {msg} -> {res.checkpoint}")
         return FineTune.Result(ok=True, message=msg, checkpoint=str(res.checkpoint.resolve()), tasks=res.tasks,
                                alphas=res.alphas, final_loss=res.final_loss)
