@@ -153,10 +153,12 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
             "member_final_losses": member_losses}
 
 
-def _worker_main(jobs: Any, events: Any, cancel: Any, torch_threads: int) -> None:
+def _worker_main(jobs: Any, events: Any, cancel: Any, torch_threads: int, niceness: int = 0) -> None:
     """The child: take jobs until a None arrives (or the parent dies: the queue read times out and we check)."""
     import os
 
+    if niceness > 0:  # background training yields the CPU to the control loop and the other nodes
+        os.nice(int(niceness))
     if torch_threads > 0:
         import torch
 
@@ -186,10 +188,13 @@ class FineTuneWorker:
     Args:
         torch_threads: torch intra-op threads of the worker process.
         start_timeout_s: how long the first job may wait for the worker to import torch and the policy code.
+        niceness: added to the worker process's niceness (0 = unchanged), so training yields the CPU.
     """
 
-    def __init__(self, torch_threads: int = 1, start_timeout_s: float = 120.0) -> None:
-        self.torch_threads = int(torch_threads)
+    def __init__(self, torch_threads: int = 1, start_timeout_s: float = 120.0, niceness: int = 0) -> None:
+        if not 0 <= int(niceness) <= 19:
+            raise ValueError(f"niceness must be in [0, 19], got {niceness}")
+        self.torch_threads, self.niceness = int(torch_threads), int(niceness)
         self.start_timeout_s = float(start_timeout_s)
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
@@ -203,7 +208,8 @@ class FineTuneWorker:
             return
         self._jobs, self._events = self._ctx.Queue(), self._ctx.Queue()
         self._proc = self._ctx.Process(target=_worker_main, name="amf_fine_tune",
-                                       args=(self._jobs, self._events, self._cancel, self.torch_threads),
+                                       args=(self._jobs, self._events, self._cancel, self.torch_threads,
+                                             self.niceness),
                                        daemon=True)
         self._proc.start()
         log.info("fine-tune worker process started (pid %d)", self._proc.pid)

@@ -307,7 +307,8 @@ class OctoServing:
             batch_size=p.fine_tune_batch_size, lr=p.fine_tune_lr, alpha_steps=p.alpha_steps,
             seed=p.seed, action_space="eef7", loader=OCTO_LOADER, torch_threads=p.torch_threads,
             transitions_fn=lambda tasks, cancelled: self.cache.transitions(tasks, cancelled=cancelled),
-            after_save=lambda d: write_marker(d, octo_ckpt, key), ensemble_members=p.ensemble_members)
+            after_save=lambda d: write_marker(d, octo_ckpt, key), ensemble_members=p.ensemble_members,
+            niceness=p.fine_tune_niceness)
 
     def warm_up(self) -> float:
         """Act once on a black frame (JAX compiles the trunk on its first call: seconds, not a control period);

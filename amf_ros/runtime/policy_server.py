@@ -122,6 +122,7 @@ class PolicyRuntime:
             store's states and actions; Octo: cached trunk embeddings, see octo_serving.EmbeddingCache).
         after_save: called with each new checkpoint directory before it becomes the acting one (Octo: marker).
         torch_threads: torch threads of the worker process.
+        niceness: scheduling niceness of the worker process (background training yields the CPU).
         worker: the fine-tune worker (default: a new :class:`FineTuneWorker`).
         ensemble_members: heads fine-tuned every round (1 = the acting one only); each extra member k continues
             from ``<acting checkpoint>/members/member_k`` (the acting checkpoint itself when it has no such member,
@@ -135,7 +136,7 @@ class PolicyRuntime:
                  transitions_fn: Callable[[list[str], Callable[[], bool]], datasets.Transitions | None]
                  | None = None,
                  after_save: Callable[[Path], None] | None = None, torch_threads: int = 1,
-                 worker: FineTuneWorker | None = None, ensemble_members: int = 1) -> None:
+                 worker: FineTuneWorker | None = None, ensemble_members: int = 1, niceness: int = 0) -> None:
         if ensemble_members < 1:
             raise ValueError(f"ensemble_members must be >= 1 (1 = no ensemble), got {ensemble_members=}")
         self.ensemble_members = int(ensemble_members)
@@ -150,7 +151,8 @@ class PolicyRuntime:
         self.dataset_dir = Path(dataset_dir)
         self.steps, self.batch_size, self.lr = int(steps), int(batch_size), float(lr)
         self.alpha_steps, self.seed = int(alpha_steps), int(seed)
-        self.worker = worker if worker is not None else FineTuneWorker(torch_threads=torch_threads)
+        self.worker = worker if worker is not None else FineTuneWorker(torch_threads=torch_threads,
+                                                                       niceness=niceness)
         self._lock = threading.Lock()
         self._busy = threading.Lock()  # held while a fine-tune runs
 
@@ -328,7 +330,7 @@ class PolicyServer:
                                          steps=p.fine_tune_steps, batch_size=p.fine_tune_batch_size,
                                          lr=p.fine_tune_lr, alpha_steps=p.alpha_steps, seed=p.seed,
                                          action_space=p.action_space, torch_threads=p.torch_threads,
-                                         ensemble_members=p.ensemble_members)
+                                         ensemble_members=p.ensemble_members, niceness=p.fine_tune_niceness)
         self.observations = Latest()
         self.status = Latest() if p.task_status_topic else None
         self._image: np.ndarray | None = None

@@ -183,3 +183,26 @@ def test_a_round_with_members_appears_whole_or_not_at_all(tmp_path) -> None:
                                                                                     ("member_2", "m2")]
     assert [p.name for p in tmp_path.iterdir()] == ["round_0003"] and round_checkpoints(tmp_path) == [out]
     assert member_checkpoints(tmp_path / "nothing") == []
+
+
+def test_the_worker_process_runs_at_the_configured_niceness() -> None:
+    """Background training yields the CPU: the worker runs `niceness` above the node (capped at 19 by the OS)."""
+    import os
+    import time
+
+    import pytest
+
+    from amf_ros.runtime.fine_tune_worker import FineTuneWorker
+
+    with pytest.raises(ValueError, match="niceness"):
+        FineTuneWorker(niceness=20)
+    worker = FineTuneWorker(niceness=5)
+    try:
+        worker._ensure_started()
+        want = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
+        deadline = time.monotonic() + 60.0  # the spawned child sets it once it has imported the module
+        while os.getpriority(os.PRIO_PROCESS, worker.pid) != want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.getpriority(os.PRIO_PROCESS, worker.pid) == want
+    finally:
+        worker.close()

@@ -141,6 +141,13 @@ class PolicyServerParams(OctoTrunkParams):
         "machine from oversubscribing the CPU.",
         range=(0, 256),
     )
+    fine_tune_niceness: int = param(
+        10,
+        "Scheduling niceness added to the fine-tune worker process (0-19; 0 = same priority as the node): on a "
+        "machine with few cores a background fine-tune must not starve the control loop, sim_bridge or the "
+        "recorder of CPU (the control loop ends a goal when observations go stale).",
+        range=(0, 19),
+    )
     # --- backend octo ---------------------------------------------------------------------------
     backend: str = param(
         "native",
