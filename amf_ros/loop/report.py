@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -64,6 +65,18 @@ def print_round(row: Mapping[str, Any], tasks: Sequence[str]) -> None:
           + f"\nmean success {np.nanmean(list(ev.values())):.3f}", flush=True)
 
 
+def nan_to_null(obj: Any) -> Any:
+    """A copy of JSON-able ``obj`` with NaN/inf floats as None: "not evaluated" (``--eval-episodes 0``) is null in
+    results.json (JSON has no NaN)."""
+    if isinstance(obj, float):
+        return obj if np.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: nan_to_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [nan_to_null(v) for v in obj]
+    return obj
+
+
 def write_outputs(results: dict, run_dir: Path) -> None:
     """results.json, a summary table file and the plot (success per task and mean vs round; demo counts)."""
     import matplotlib
@@ -74,10 +87,12 @@ def write_outputs(results: dict, run_dir: Path) -> None:
     tasks = results["tasks"]
     rounds = [r["round"] for r in results["rounds"]]
     succ = np.array([[r["evaluation"]["success"][t] for t in tasks] for r in results["rounds"]])  # (R, T)
-    results["summary"] = {"mean_success": np.nanmean(succ, axis=1).tolist(),
-                          "final_success": dict(zip(tasks, succ[-1].tolist())),
+    with np.errstate(all="ignore"), warnings.catch_warnings():  # --eval-episodes 0: nothing evaluated, all NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(succ, axis=1)
+    results["summary"] = {"mean_success": mean.tolist(), "final_success": dict(zip(tasks, succ[-1].tolist())),
                           "chosen": [r["task"] for r in results["rounds"][1:]]}
-    atomic_write_json(run_dir / "results.json", results)
+    atomic_write_json(run_dir / "results.json", nan_to_null(results))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for j, t in enumerate(tasks):
         ax1.plot(rounds, succ[:, j], marker="o", alpha=0.5, label=t)

@@ -150,6 +150,23 @@ def test_amf_run_evaluation_retries_a_failed_run_once_and_records_it() -> None:
         evaluate(Client(fail_first=2), ["a"], LoopConfig(eval_episodes=1))
 
 
+def test_amf_run_outputs_without_evaluation_write_null_not_nan(tmp_path: Path) -> None:
+    """--eval-episodes 0: nothing is evaluated; results.json says null (JSON has no NaN) instead of crashing."""
+    import json
+
+    from amf_ros.loop.report import write_outputs
+
+    nan = float("nan")
+    rounds = [{"round": r, "task": None if r == 0 else "reach", "evaluation": {"success": {"reach": nan, "push": nan}}}
+              for r in range(3)]
+    results = {"tasks": ["reach", "push"], "rounds": rounds, "config": {"eval_episodes": 0, "selector": "vfd"}}
+    write_outputs(results, tmp_path)
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["summary"]["mean_success"] == [None, None, None]
+    assert doc["rounds"][2]["evaluation"]["success"] == {"reach": None, "push": None}
+    assert (tmp_path / "amf_run.png").is_file()
+
+
 def test_supervise_respawns_a_crashed_node_and_leaves_the_others_alone(tmp_path: Path) -> None:
     """The respawn policy of `amf up` (launch's respawn / respawn_delay / respawn_max_retries): a node that keeps
     crashing is restarted after the delay up to the retry limit, then left down; a node with respawn off stays down
