@@ -96,7 +96,7 @@ def write_outputs(results: dict, run_dir: Path) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for j, t in enumerate(tasks):
         ax1.plot(rounds, succ[:, j], marker="o", alpha=0.5, label=t)
-    ax1.plot(rounds, np.nanmean(succ, axis=1), color="k", linewidth=2.5, label="mean")
+    ax1.plot(rounds, mean, color="k", linewidth=2.5, label="mean")
     ax1.set_xlabel("round")
     ax1.set_ylabel(f"success ({results['config']['eval_episodes']} eval episode(s) per task)")
     ax1.set_title(f"amf run: selector {results['config']['selector']}")
