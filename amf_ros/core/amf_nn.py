@@ -108,7 +108,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
                     form: str = "log_variance", condition_on_data: bool = True, frames_per_episode: int = 16,
                     max_points: int | None = DEFAULT_MAX_POINTS,
                     cache: MutableMapping[tuple[Hashable, int], np.ndarray] | None = None,
-                    keys: Sequence[Hashable] | None = None) -> ScoreFn:
+                    keys: Sequence[Hashable] | None = None,
+                    criterion_cache: MutableMapping[str, Any] | None = None) -> ScoreFn:
     """The AMF-NN ScoreFn of the selector (see the module docstring for what enters it, with the paper's equations).
 
     Args:
@@ -125,6 +126,11 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         frames_per_episode: evenly spaced steps per episode; max_points: cap on their total (None = no cap).
         cache: ``{(key, frames): (F, P) phi}`` reused across calls; valid for ONE policy (the caller drops it when
             the policy changes). keys: per episode, its cache key (required with ``cache``).
+        criterion_cache: an empty dict the caller keeps for ONE policy, like ``cache`` (needs ``keys``): the exact
+            incremental criterion (core/incremental.py) lives there between calls, so a call after new episodes
+            only conditions on those (a rank-m update) instead of rebuilding the posterior from every data row;
+            rebuilt when the validation set, the frames or the model settings change. Scores equal the uncached
+            ones up to float round-off.
     Returns:
         ScoreFn; ``last_info`` holds ``effective_sample_size`` and ``mean_sq_norm_phi`` per target task.
     Raises:
@@ -175,6 +181,54 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
 
     ess = {t: float(len(idx)) for t, idx in per_task.items()}  # 0/1 importance weights: episodes per task
     norms = {t: float(np.mean([np.square(phi[i]).sum(1).mean() for i in idx])) for t, idx in per_task.items()}
+    info = {"effective_sample_size": ess, "mean_sq_norm_phi": norms, "frames_per_episode": frames}
+    if criterion_cache is not None:
+        if keys is None:
+            raise ValueError("a criterion_cache needs one key per episode (keys)")
+        signature = (frames, tuple(keys[i] for i in targets), tuple(target_tasks), float(noise_var),
+                     float(prior_var), form)
+        data_keys = [keys[i] for i in use if i not in in_val]
+        return _cached_criterion(criterion_cache, signature, data_keys, rest, candidate, target_tasks, target_phi,
+                                 weights, noise_var, prior_var, form, info)
     return feature_score_fn(data_phi, candidate, target_phi, weights, noise_var=noise_var, prior_var=prior_var,
                             form=form, info={"effective_sample_size": ess, "mean_sq_norm_phi": norms,
                                              "frames_per_episode": frames})
+
+
+def _cached_criterion(store: MutableMapping[str, Any], signature: tuple, data_keys: list[Hashable],
+                      data_rows: list[np.ndarray], candidate: Callable[[str], Any], tasks: list[str],
+                      target_phi: np.ndarray, weights: np.ndarray, noise_var: float, prior_var: float, form: str,
+                      info: dict) -> ScoreFn:
+    """The ScoreFn of the exact incremental criterion kept in ``store`` (see ``criterion_cache``): extended by the
+    episodes not conditioned on yet when the data only grew, else rebuilt. One lock per store serialises updates
+    and scoring (task_selector may serve requests concurrently)."""
+    import threading
+
+    from amf_ros.core.incremental import IncrementalFeatureCriterion
+
+    lock = store.setdefault("lock", threading.Lock())
+    with lock:
+        entry = store.get("entry")
+        done = len(entry["data_keys"]) if entry is not None else 0
+        if entry is not None and entry["signature"] == signature and entry["data_keys"] == data_keys[:done]:
+            if len(data_keys) > done:
+                entry["engine"].add_data(np.concatenate(data_rows[done:]))
+                entry["data_keys"] = list(data_keys)
+            how = "updated" if len(data_keys) > done else "reused"
+        else:
+            alts = [candidate(t) for t in tasks]
+            data = np.concatenate(data_rows) if data_rows else np.zeros((0, target_phi.shape[1]))
+            engine = IncrementalFeatureCriterion(data, [a for a, _ in alts], target_phi, weights, noise_var=noise_var,
+                                                 prior_var=prior_var, form=form,
+                                                 candidate_weights=[w for _, w in alts])
+            entry = store["entry"] = {"signature": signature, "data_keys": list(data_keys), "engine": engine,
+                                      "fn": engine.score_fn(tasks)}
+            how = "built"
+    fn = entry["fn"]
+
+    def score(candidates: list[str], chosen: list[str]) -> np.ndarray:
+        with lock:
+            return fn(candidates, chosen)
+
+    score.last_info = {"form": form, **info, "criterion": how}  # type: ignore[attr-defined]
+    return score

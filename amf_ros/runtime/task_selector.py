@@ -117,7 +117,8 @@ class TaskSelection:
         seed: RNG seed (selector tie breaks / random draws).
         form, noise_var, prior_var: AMF criterion settings (App. E).
         frames_per_episode: steps of each episode used as data/target points.
-        max_points: cap on the total number of data points (fewer frames per episode in large stores).
+        max_points: cap on the total number of data points (fewer frames per episode in large stores); 0 = none
+            (the default: the criterion is kept between requests and conditions on each new episode once).
         targets: "warm" = the first episode of each task is the validation set (targets and hallucinated
             demonstrations), "all" = every episode; condition_on_data: condition the posterior on the other episodes.
         action_space: which recorded action labels the embeddings ("metaworld" = native, "eef7" = wire action).
@@ -127,7 +128,7 @@ class TaskSelection:
 
     def __init__(self, selector: str, instructions: Mapping[str, str], dataset_dir: str | Path, seed: int = 0,
                  form: str = "log_variance", noise_var: float = 1.0, prior_var: float = 1.0,
-                 frames_per_episode: int = 16, max_points: int = 1024, action_space: str = "metaworld",
+                 frames_per_episode: int = 16, max_points: int = 0, action_space: str = "metaworld",
                  targets: str = "warm", condition_on_data: bool = True, episode_loader: Any = None,
                  max_batch_size: int = 16) -> None:
         from amf_ros.core.selectors import make_selector
@@ -287,8 +288,8 @@ class TaskSelection:
         val = list(range(len(episodes))) if self.targets == "all" else warm_start_validation(task_of)
         return amf_nn_score_fn(state.policy, [ep for _, ep in episodes], val, noise_var=self.noise_var,
                                prior_var=self.prior_var, form=self.form, condition_on_data=self.condition_on_data,
-                               frames_per_episode=self.frames_per_episode, max_points=self.max_points,
-                               cache=state.phi, keys=[eid for eid, _ in episodes])
+                               frames_per_episode=self.frames_per_episode, max_points=self.max_points or None,
+                               cache=state.phi, keys=[eid for eid, _ in episodes], criterion_cache=state.criterion)
 
 
 @dataclass(frozen=True)
@@ -301,6 +302,7 @@ class _PolicyState:
     checkpoint: str
     pretrain_counts: dict[str, int] | None
     members: tuple = ()
+    criterion: dict = field(default_factory=dict)  # the exact incremental criterion of this policy (core/amf_nn.py)
 
 
 class TaskSelectorRuntime:

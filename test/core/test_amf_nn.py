@@ -151,3 +151,33 @@ def test_errors():
         amf_nn_score_fn(embed, eps, [0, 1])(["a", "c"], [])
     with pytest.raises(ValueError, match="one key per episode"):
         amf_nn_score_fn(embed, eps, [0, 1], cache={})
+
+
+def test_criterion_cache_is_exact_and_conditions_only_on_new_episodes(policy_and_episodes):
+    """task_selector's criterion_cache: the same scores as the uncached criterion (float64 round-off of the rank-m
+    updates, rtol 1e-9 on scores of order 10), updated in place when episodes are added, rebuilt when the
+    validation set changes."""
+    policy, episodes = policy_and_episodes
+    tasks = TASKS
+    keys = [f"ep{i}" for i in range(len(episodes))]
+    val = warm_start_validation([str(ep["task"][0]) for ep in episodes])
+    phi: dict = {}
+    store: dict = {}
+    picks = [["push"], ["push", "drawer-open"]]
+
+    def both(n: int, validation: list[int]):
+        kw = dict(tasks=tasks, noise_var=1.0, frames_per_episode=8, max_points=None, cache=phi, keys=keys[:n])
+        cached = amf_nn_score_fn(policy, episodes[:n], validation, criterion_cache=store, **kw)
+        fresh = amf_nn_score_fn(policy, episodes[:n], validation, **kw)
+        for chosen in ([], *picks):
+            np.testing.assert_allclose(cached(tasks, chosen), fresh(tasks, chosen), rtol=1e-9, atol=0)
+        return cached.last_info["criterion"]
+
+    assert both(5, val) == "built"
+    engine = store["entry"]["engine"]
+    assert both(5, val) == "reused"
+    assert both(7, val) == "updated" and store["entry"]["engine"] is engine  # two more episodes, same engine
+    assert store["entry"]["data_keys"] == ["ep4", "ep5", "ep6"]
+    assert both(7, list(range(7))) == "built"  # every episode a target now: another criterion
+    with pytest.raises(ValueError, match="keys"):
+        amf_nn_score_fn(policy, episodes, val, criterion_cache={})

@@ -84,10 +84,12 @@ class TaskSelectorParams(OctoTrunkParams):
         range=(1, 100000),
     )
     max_points: int = param(
-        1024,
-        "Cap on the total number of data points of the criterion: with many episodes, fewer evenly spaced "
-        "frames per episode are used (at least 1), bounding next_task's latency.",
-        range=(1, 1000000),
+        0,
+        "Cap on the total number of data points of the criterion (0 = none, exact): with many episodes, fewer "
+        "evenly spaced frames per episode are used (at least 1). Without a cap the criterion is kept between "
+        "requests and each new episode is conditioned on once (a rank-m update, core/incremental.py), so a "
+        "request costs milliseconds at any store size; a new selection policy rebuilds it.",
+        range=(0, 1000000),
     )
     selection_policy: str = param(
         "latest",
