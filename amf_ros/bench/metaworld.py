@@ -357,9 +357,9 @@ def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: M
 
 
 def _single_thread() -> None:
-    import torch
+    from amf_ros.bench.engine import single_threaded_job
 
-    torch.set_num_threads(1)
+    single_threaded_job()
 
 
 # ----------------------------------------------------------------------------------------------- experiment
