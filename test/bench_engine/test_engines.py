@@ -46,9 +46,13 @@ def test_ray_and_the_process_pool_give_identical_results(tmp_path):
     pytest.importorskip("torch")
     from amf_ros.bench.metaworld import bench_config, run
 
-    cfg = bench_config("widowx", CONFIGS / "widowx_smoke.yaml", methods=["amf", "uniform"])
+    # 3 rounds of 2 tasks: the third is scored by AMF's criterion (BLAS-heavy; 2 threads in a pool worker against 1
+    # in a Ray worker made those scores differ at 1e-13 before every job ran with one BLAS thread)
+    cfg = bench_config("widowx", CONFIGS / "widowx_smoke.yaml", methods=["amf", "uniform"], rounds=3)
     pool = run(cfg, jobs=2, work_dir=tmp_path, progress=False, engine="process")
     ray_ = run(cfg, jobs=2, work_dir=tmp_path, progress=False, engine="ray")
     assert (pool["engine"], ray_["engine"]) == ("process", "ray")
     assert _strip(pool) == _strip(ray_)
     assert [r["method"] for r in ray_["runs"]] == ["amf", "uniform"]
+    scored = ray_["runs"][0]["rounds"][-1]
+    assert not scored["warm_start"] and len(set(scored["scores"].values())) > 1  # criterion scores were compared
