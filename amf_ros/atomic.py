@@ -22,6 +22,26 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def replace_dir(filled: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Put the complete directory ``filled`` (a sibling of ``path``) at ``path`` in one rename: fsync it, move an
+    old ``path`` aside, rename, fsync the parent, remove the old one. Readers see the old directory or the new one,
+    never half of one. The caller removes ``filled`` if this raises."""
+    import shutil
+    import uuid
+
+    filled, path = Path(filled), Path(path)
+    fsync_dir(filled)
+    old = None
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.replace(path, old)
+    os.replace(filled, path)
+    fsync_dir(path.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
 def process_umask() -> int:
     """The process umask, read without changing it (os.umask would race with other threads)."""
     try:

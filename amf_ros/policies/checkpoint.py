@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from amf_ros.atomic import default_mode, fsync_dir
+from amf_ros.atomic import default_mode, replace_dir
 
 FORMAT = "amf_ros.checkpoint/1"
 WEIGHTS = "weights.safetensors"
@@ -65,15 +65,7 @@ def save_checkpoint(path: str | os.PathLike, tensors: Mapping[str, torch.Tensor 
         os.chmod(tmp, default_mode(directory=True))
         _write_file(tmp / WEIGHTS, blob)
         _write_file(tmp / META, text.encode("utf-8"))
-        fsync_dir(tmp)
-        old = None
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}-{tmp.name[-12:]}"
-            os.replace(path, old)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from amf_ros.atomic import fsync_dir
+from amf_ros.atomic import fsync_dir, replace_dir
 
 T = TypeVar("T")
 
@@ -129,15 +129,7 @@ def save_with_members(out: str | Path, save: Callable[[Path], object],
             save_member(member_dir(staging, k))
         if save_members:
             fsync_dir(staging / MEMBERS_DIR)
-        fsync_dir(staging)
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            os.replace(out, old)
-        os.replace(staging, out)
-        fsync_dir(out.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
