@@ -11,26 +11,13 @@ import numpy as np
 import pytest
 
 from ros_system_util import REPO
+from synthetic_store import write_synthetic_episodes
 
 pytest.importorskip("torch")
 pytest.importorskip("metaworld")
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 TASKS = ("reach", "push")
-
-
-def _store(root, tasks) -> None:
-    """Two synthetic Metaworld episodes per task (39-D states, in-range native actions as EefDeltaActions)."""
-    from amf_ros.data.store import EpisodeStore
-    from amf_ros.envs.metaworld_suite import native_to_eef7
-
-    store, rng = EpisodeStore(root), np.random.default_rng(0)
-    for task in [*tasks, *tasks]:
-        t0 = time.time_ns()
-        store.write_episode(task, f"do {task}", [
-            {"observation": {"state": rng.normal(size=39).astype(np.float32)},
-             "action": np.asarray(native_to_eef7(rng.uniform(-0.9, 0.9, 4)), np.float32),
-             "stamp_ns": t0 + k * 100_000_000} for k in range(20)], robot="synthetic", control_rate_hz=10.0)
 
 
 @pytest.mark.parametrize("selector,ok", [("dropout", True), ("diversity", True), ("vfd", False)])
@@ -41,7 +28,7 @@ def test_peer_selector_answers_next_task(ros_env, rclpy_context, tmp_path, selec
     from amf_ros.ros.client import AMFClient
 
     ckpt = tiny_checkpoint(tmp_path / "ckpt", TASKS)
-    _store(tmp_path / "dataset", TASKS)
+    write_synthetic_episodes(tmp_path / "dataset", TASKS)
     ns = f"peer_{selector}"
     spec = NodeSpec("task_selector", "task_selector", str(REPO / "config" / "sim.yaml"), namespace=ns,
                     overrides={"selector": selector, "checkpoint": str(ckpt), "dataset_dir": str(tmp_path / "dataset"),
@@ -84,7 +71,7 @@ def test_ensemble_rules_answer_after_a_fine_tune_round_with_members(ros_env, rcl
     from amf_ros.ros.client import AMFClient
 
     ckpt = tiny_checkpoint(tmp_path / "ckpt", TASKS, head="diffusion")  # vfd needs diffusion heads
-    _store(tmp_path / "dataset", TASKS)
+    write_synthetic_episodes(tmp_path / "dataset", TASKS)
     ns, config = "peer_ensemble", str(REPO / "config" / "sim.yaml")
     dirs = {"dataset_dir": str(tmp_path / "dataset"), "checkpoint_dir": str(tmp_path / "checkpoints")}
     selector = {"tasks": list(TASKS), "tasks_file": "", "selection_policy": "latest", **dirs}  # sim.yaml: frozen

@@ -7,7 +7,6 @@ and scores with them, and refuses a checkpoint without members saying which para
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,22 +20,9 @@ from amf_ros.policies.checkpoint import load_checkpoint  # noqa: E402
 from amf_ros.policies.checkpoint_dirs import member_checkpoints, member_dir, round_checkpoints  # noqa: E402
 from amf_ros.runtime.policy_server import PolicyRuntime, load_policy  # noqa: E402
 from amf_ros.runtime.task_selector import TaskSelectorRuntime  # noqa: E402
+from synthetic_store import write_synthetic_episodes  # noqa: E402
 
 TASKS = ("reach", "push")
-
-
-def _store(root: Path) -> None:
-    """Two synthetic Metaworld episodes per task (39-D states, in-range native actions as EefDeltaActions)."""
-    from amf_ros.data.store import EpisodeStore
-    from amf_ros.envs.metaworld_suite import native_to_eef7
-
-    store, rng = EpisodeStore(root), np.random.default_rng(0)
-    for task in [*TASKS, *TASKS]:
-        t0 = time.time_ns()
-        store.write_episode(task, f"do {task}", [
-            {"observation": {"state": rng.normal(size=39).astype(np.float32)},
-             "action": np.asarray(native_to_eef7(rng.uniform(-0.9, 0.9, 4)), np.float32),
-             "stamp_ns": t0 + k * 100_000_000} for k in range(20)], robot="synthetic", control_rate_hz=10.0)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +33,7 @@ def rounds(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("ensemble")
     pre = tiny_checkpoint(root / "pretrained", TASKS, head="diffusion")
-    _store(root / "dataset")
+    write_synthetic_episodes(root / "dataset", TASKS)
     kw = dict(steps=8, batch_size=16, alpha_steps=2, torch_threads=1)
     rt = PolicyRuntime(load_policy(pre), pre, root / "ckpts", root / "dataset", ensemble_members=2, **kw)
     jobs, run = [], rt.worker.run
