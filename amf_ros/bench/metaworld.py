@@ -78,9 +78,6 @@ METHODS: dict[str, Method] = {
 RNG_STREAMS: tuple[str, ...] = ("amf", "rebalancing", "uniform", "action_l2", "diversity", "dropout", "gu", "vfd")
 """Selection random stream per selector (fixed order: the first three keep the draws of earlier results)."""
 
-ENSEMBLE_SEED_OFFSET = 7919
-"""The second ensemble member is fine-tuned with seeds offset by this (same checkpoint, different minibatches and
-noise: the two independently fine-tuned heads of the disagreement rules)."""
 
 
 @dataclass
@@ -233,6 +230,7 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
     from amf_ros.core.acquisition import ENSEMBLE_METRICS, PEER_RULES
     from amf_ros.core.selectors import make_selector
     from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo
+    from amf_ros.runtime.fine_tune_worker import MEMBER_SEED_OFFSET
 
     _single_thread()
     t0 = time.perf_counter()
@@ -249,7 +247,9 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
     member = None  # the second head of the disagreement rules
     if spec.selector in ENSEMBLE_METRICS:
         member = load_for_method(ckpt, False, cfg)
-        member.config = dataclasses.replace(member.config, seed=member.config.seed + ENSEMBLE_SEED_OFFSET)
+        # the second head of the disagreement rules: same checkpoint and data, other minibatches and noise (as
+        # policy_server's ensemble member 1)
+        member.config = dataclasses.replace(member.config, seed=member.config.seed + MEMBER_SEED_OFFSET)
     scored = spec.selector == "amf" or spec.selector in PEER_RULES
     selector = make_selector(spec.selector, tasks=cfg.tasks, **({"warm_start": True} if scored else {}))
     pre_counts = allocation_counts(cfg.tasks, allocation, cfg.pretrain_demos)

@@ -36,8 +36,8 @@ POLL_S = 0.1
 """How often the waiting parent looks at the queue, cancellation and the child (bounds cancel/shutdown latency)."""
 
 MEMBER_SEED_OFFSET = 7919
-"""Ensemble member k is fine-tuned with the job's seed + k * this (as ``amf bench metaworld``'s
-ENSEMBLE_SEED_OFFSET: same data, different minibatches and noise)."""
+"""Ensemble member k is fine-tuned with the job's seed + k * this (same data, different minibatches and noise;
+``amf bench metaworld``'s second head uses it too)."""
 
 
 @dataclass(frozen=True)
@@ -74,16 +74,21 @@ class FineTuneCancelled(Exception):
     """The job was cancelled; nothing was saved."""
 
 
-def _load(job: FineTuneJob, checkpoint: str, cache: dict[str, Any]) -> Any:
-    """Load ``checkpoint`` with the job's loader, sharing the language model between loads and jobs."""
+def load_sharing_encoder(loader: str, path: str | Any, encoder: Any, what: str = "checkpoint loader") -> Any:
+    """Load checkpoint ``path`` with ``loader`` ("module:function"), passing an already loaded language model
+    (loading MiniLM takes seconds) to a loader that takes one; the Octo head loader takes no ``task_encoder``."""
     from amf_ros._optional import load_object
 
-    loader = load_object(job.loader, "fine-tune checkpoint loader")
-    encoder = cache.get("encoder")  # share the language model between jobs (loading MiniLM takes seconds)
+    load = load_object(loader, what)
     try:
-        policy = loader(checkpoint, task_encoder=encoder) if encoder is not None else loader(checkpoint)
-    except TypeError:  # a loader without task_encoder (e.g. the Octo head loader)
-        policy = loader(checkpoint)
+        return load(path, task_encoder=encoder) if encoder is not None else load(path)
+    except TypeError:  # a loader without task_encoder
+        return load(path)
+
+
+def _load(job: FineTuneJob, checkpoint: str, cache: dict[str, Any]) -> Any:
+    """Load ``checkpoint`` with the job's loader, sharing the language model between loads and jobs."""
+    policy = load_sharing_encoder(job.loader, checkpoint, cache.get("encoder"), "fine-tune checkpoint loader")
     cache["encoder"] = getattr(policy, "encoder", None)
     return policy
 

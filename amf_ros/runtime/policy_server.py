@@ -32,7 +32,8 @@ from amf_ros.data import transitions as datasets
 from amf_ros.data.tasks import check_task_keys
 from amf_ros.policies.checkpoint_dirs import (load_newest_good, member_dir, newest_checkpoint, no_checkpoint_error,
                                              resolve_checkpoint, round_of)
-from amf_ros.runtime.fine_tune_worker import FineTuneCancelled, FineTuneJob, FineTuneWorker, write_transitions
+from amf_ros.runtime.fine_tune_worker import (FineTuneCancelled, FineTuneJob, FineTuneWorker, load_sharing_encoder,
+                                              write_transitions)
 
 log = logging.getLogger(__name__)
 
@@ -198,8 +199,6 @@ class PolicyRuntime:
 
     def _fine_tune(self, steps: int, tasks: list[str], feedback: Callable[[int, int, float], None] | None,
                    cancelled: Callable[[], bool], timeout_s: float) -> FineTuneResult:
-        from amf_ros._optional import load_object
-
         t0 = time.monotonic()
         if self.transitions_fn is not None:
             transitions = self.transitions_fn(tasks, cancelled)
@@ -232,12 +231,7 @@ class PolicyRuntime:
         path = Path(res["checkpoint"])
         if self.after_save is not None:
             self.after_save(path)
-        loader = load_object(self.loader, "checkpoint loader")
-        encoder = getattr(acting, "encoder", None)
-        try:  # share the loaded language model (the package's loader); the Octo head loader takes no encoder
-            student = loader(path, task_encoder=encoder) if encoder is not None else loader(path)
-        except TypeError:
-            student = loader(path)
+        student = load_sharing_encoder(self.loader, path, getattr(acting, "encoder", None))
         with self._lock:
             self._policy, self.checkpoint, self.round = student, path, new_round
         alphas = res["alphas"]
@@ -255,22 +249,14 @@ class PolicyRuntime:
             starts.append(str(own if own.is_dir() else self.checkpoint))
         return tuple(starts)
 
-
     def adopt(self, path: str | Path) -> bool:
         """Make a checkpoint written by another policy_server (a fleet's trainer) the acting one, if it is a later
         round than the acting one; a running run_policy goal keeps the policy it started with. Returns True if
         adopted. Raises whatever loading raised (the acting policy stays)."""
-        from amf_ros._optional import load_object
-
         path = Path(path)
         if path.resolve() == self.checkpoint.resolve() or round_of(path) <= self.round:
             return False
-        loader = load_object(self.loader, "checkpoint loader")
-        encoder = getattr(self.policy, "encoder", None)
-        try:
-            policy = loader(path, task_encoder=encoder) if encoder is not None else loader(path)
-        except TypeError:
-            policy = loader(path)
+        policy = load_sharing_encoder(self.loader, path, getattr(self.policy, "encoder", None))
         with self._lock:
             self._policy, self.checkpoint, self.round = policy, path, round_of(path)
         return True

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from amf_ros.core.acquisition import ENSEMBLE_METRICS
+from amf_ros.core.acquisition import ENSEMBLE_METRICS, PEER_RULES
 from amf_ros.data import transitions as datasets
 from amf_ros.data.tasks import check_task_keys
 
@@ -31,11 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PEER_SCORED = ("vfd", "action_l2", "gu", "dropout", "diversity")
-"""Selectors whose scores come from the policy on recorded states (amf_ros/core/peer_selectors.py)."""
-
-ENSEMBLE_SCORED = ENSEMBLE_METRICS
-"""Peer rules that score with the ensemble members of the loaded checkpoint (policy_server's ``ensemble_members``)."""
 
 
 @dataclass
@@ -140,7 +135,7 @@ class TaskSelection:
         # the peer rules score a task on states of its recorded demonstrations: over ROS every rule starts with a
         # warm start (each task once), as AMF does (uq_vla's own rules need no warm start: it draws candidate states
         # from a pool the node does not have)
-        extra = {"warm_start": True} if selector in PEER_SCORED else {}
+        extra = {"warm_start": True} if selector in PEER_RULES else {}
         self.selector = make_selector(selector, tasks=list(instructions), **extra)
         self.instructions = dict(instructions)
         self.dataset_dir = Path(dataset_dir)
@@ -217,7 +212,7 @@ class TaskSelection:
         if self.selector_name == "amf" and not unseen:
             base = self._amf_score_fn(state)  # during warm start the selector needs no scores
             score_fn = base if not pending else (lambda c, chosen: base(c, [*pending, *chosen]))
-        elif self.selector_name in PEER_SCORED and not unseen:
+        elif self.selector_name in PEER_RULES and not unseen:
             score_fn = self._peer_score_fn(state, cands)
         selection = self.selector.select(cands, with_pending, self.rng, batch_size=batch_size, score_fn=score_fn,
                                          pretrain_counts=state.pretrain_counts)
@@ -261,7 +256,7 @@ class TaskSelection:
         if state.policy is None:
             raise ValueError(f"selector {self.selector_name!r} needs a policy: no checkpoint is loaded yet")
         members: list[Any] = []
-        if self.selector_name in ENSEMBLE_SCORED:
+        if self.selector_name in ENSEMBLE_METRICS:
             if not state.members:
                 raise ValueError(
                     f"selector {self.selector_name!r} needs an ensemble of independently fine-tuned heads, and "
@@ -392,7 +387,7 @@ class TaskSelectorRuntime:
             (policy, members), path = found
             return policy, str(path.resolve()), members
         except ValueError as exc:
-            if self.p.selector == "amf" or self.p.selector in PEER_SCORED:
+            if self.p.selector == "amf" or self.p.selector in PEER_RULES:
                 self.notes.append(f"no policy yet ({exc}); {self.p.selector} scores need one after the warm start")
             return None, "", []
 
@@ -402,7 +397,7 @@ class TaskSelectorRuntime:
         from amf_ros.policies.checkpoint_dirs import member_checkpoints
         from amf_ros.runtime import policy_server as policy_runtime
 
-        paths = member_checkpoints(path) if self.p.selector in ENSEMBLE_SCORED else []
+        paths = member_checkpoints(path) if self.p.selector in ENSEMBLE_METRICS else []
         if self.octo is not None:
             from amf_ros.policies.octo.policy import load_octo_policy
 
