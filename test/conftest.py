@@ -1,7 +1,7 @@
 """Session fixtures shared by every ROS test folder.
 
 Why here: rclpy has one global context per process, and its domain id is fixed when it is initialised. Every
-folder that talks to nodes (test/ros_system, test/ros_robot, test/octo_serving) must therefore share ONE session
+test that talks to nodes (test/dds, test/ros) must therefore share ONE session
 domain and ONE context when pytest runs them together.
 """
 
@@ -16,7 +16,8 @@ from typing import Any, Iterator
 
 import pytest
 
-# --import-mode=importlib: make test/support importable. Not test/ itself: test/octo would then shadow the real `octo`.
+# --import-mode=importlib: make the shared helpers in test/support importable (`from ros_testing import ...`). Not
+# test/ itself: its folders (core, data, ...) would become importable namespace packages of those names.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 # Nodes resolve relative data folders under the workspace (amf_ros.paths): never the user's ~/.ros/amf in tests.
 os.environ.setdefault("AMF_WORKSPACE", tempfile.mkdtemp(prefix="amf_test_workspace_"))

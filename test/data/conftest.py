@@ -1,17 +1,24 @@
-"""pytest setup for the data tests: puts test/data on sys.path so tests can import data_helpers."""
+"""Fixtures of the data tests (the helpers live in test/support/data_helpers.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+from data_helpers import RATES, record_lerobot_store, synthetic_steps
 
-from data_helpers import synthetic_steps  # noqa: E402
+from amf_ros.data.lerobot import LeRobotExportConfig, export_lerobot
 
 
 @pytest.fixture
 def steps10() -> list[dict]:
     return synthetic_steps(10)
+
+
+@pytest.fixture(scope="module", params=sorted(RATES))
+def exported(request, tmp_path_factory):
+    """(rate, store, export result) of a recorded store exported to LeRobot v3, once per rate."""
+    rate = request.param
+    root = tmp_path_factory.mktemp(f"lerobot_{rate}hz")
+    store = record_lerobot_store(root / "store", rate, RATES[rate])
+    res = export_lerobot(store, root / "export", LeRobotExportConfig())
+    return rate, store, res

@@ -25,6 +25,7 @@ import pytest
 from amf_ros.data.store import WRITER_GONE, EpisodeStore, StoreConfig, StoreWriteError
 
 from data_helpers import synthetic_steps
+from testpaths import SUPPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +50,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.2])
 def test_sigkill_mid_episode(tmp_path, delay_s):
-    code = CHILD.format(helpers=str(Path(__file__).parent), root=str(tmp_path))
+    code = CHILD.format(helpers=str(SUPPORT), root=str(tmp_path))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
     try:

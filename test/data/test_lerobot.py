@@ -14,7 +14,7 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from data_helpers import camera_episode_steps, psnr
+from data_helpers import EPISODES, MIN_PSNR_DB, RATES, TASKS, camera_episode_steps, psnr
 
 from amf_ros.data.codec import iter_video_frames
 from amf_ros.data.lerobot import (
@@ -26,32 +26,6 @@ from amf_ros.data.lerobot import (
     task_key_of,
 )
 from amf_ros.data.store import EpisodeStore, StoreConfig
-
-EPISODES = 20
-RATES = {5: 8, 30: 15}  # recording rate (Hz) -> steps per episode
-TASKS = ("reach", "push")
-MIN_PSNR_DB = 30.0  # constant-quality AV1 at crf 30 keeps these frames at 34-41 dB; 30 dB is lossy video's
-# usual "no visible loss" floor, so a frame below it is a wrong frame (off by one, other episode), not codec noise
-
-
-def _record(root, rate: int, n: int) -> EpisodeStore:
-    store = EpisodeStore(root, StoreConfig(image_codec="png"))
-    for e in range(EPISODES):
-        task = TASKS[e % 2]
-        store.write_episode(task, f"{task} the object", camera_episode_steps(n, rate, seed=e),
-                            success=None if e == 3 else e % 3 != 0, control_rate_hz=rate, robot="widowx",
-                            state_names=["x", "y", "z", "grip", "t"], extra={"streams": {"note": e}})
-    return store
-
-
-@pytest.fixture(scope="module", params=sorted(RATES))
-def exported(request, tmp_path_factory):
-    rate = request.param
-    root = tmp_path_factory.mktemp(f"lerobot_{rate}hz")
-    store = _record(root / "store", rate, RATES[rate])
-    res = export_lerobot(store, root / "export", LeRobotExportConfig())
-    return rate, store, res
-
 
 def test_names_map_both_ways():
     for key, feature in [("action", "action"), ("observation/state", "observation.state"),

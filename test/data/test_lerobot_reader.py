@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from data_helpers import psnr
-from test_lerobot import EPISODES, MIN_PSNR_DB, RATES, exported  # noqa: F401  (the module fixture)
+from data_helpers import EPISODES, MIN_PSNR_DB, RATES, psnr
 
 lerobot_dataset = pytest.importorskip("lerobot.datasets.lerobot_dataset")
 
 
 @pytest.mark.parametrize("backend", ["pyav", None])  # None: lerobot's default (torchcodec where it loads)
-def test_lerobot_dataset_reads_every_frame_of_the_export(exported, backend):  # noqa: F811
+def test_lerobot_dataset_reads_every_frame_of_the_export(exported, backend):
     rate, store, res = exported
     n = RATES[rate]
     ds = lerobot_dataset.LeRobotDataset(f"local/{res.path.name}", root=res.path, video_backend=backend)

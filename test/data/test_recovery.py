@@ -21,6 +21,7 @@ from amf_ros.data import writer as writer_mod
 from amf_ros.data.store import WRITER_ALIVE, WRITER_GONE, WRITER_UNKNOWN, EpisodeStore, StoreConfig, StoreWriteError
 
 from data_helpers import synthetic_steps
+from testpaths import SUPPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -110,7 +111,7 @@ CHILD_KILLED_AT_RENAME = textwrap.dedent("""
 
 
 def test_writer_killed_between_chunk_write_and_rename_loses_nothing_written(tmp_path):
-    code = CHILD_KILLED_AT_RENAME.format(helpers=str(Path(__file__).parent), root=str(tmp_path))
+    code = CHILD_KILLED_AT_RENAME.format(helpers=str(SUPPORT), root=str(tmp_path))
     proc = subprocess.run([sys.executable, "-c", code], env=ENV, timeout=60, capture_output=True, text=True,
                           check=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr

@@ -5,10 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from ros_testing import (  # noqa: E402,F401  (re-exported)
+from ros_testing import (  # noqa: F401  (re-exported)
     INSTALL_LIB, call, pick_domain_id, require_ros, wait_for, wait_future)
 
-from amf_ros.bench.tiny_checkpoint import tiny_checkpoint as make_checkpoint  # noqa: E402,F401  (re-exported)
+from amf_ros.bench.tiny_checkpoint import tiny_checkpoint as make_checkpoint  # noqa: F401  (re-exported)
 
 REPO = Path(__file__).resolve().parents[2]

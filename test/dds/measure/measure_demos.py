@@ -27,7 +27,7 @@ def main() -> int:
     """Record one demonstration per task and print a line per task."""
     os.environ["ROS_DOMAIN_ID"] = str(random.randint(60, 99))
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    sys.path.insert(0, str(HERE.parent))
+    sys.path.insert(0, str(HERE.parents[1] / "support"))
     import rclpy
     import yaml
     from robot_testutil import call, spinning_node, wait_for

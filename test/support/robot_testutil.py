@@ -9,8 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from ros_testing import call, spinning_node, wait_for  # noqa: E402,F401  (re-exported)
+from ros_testing import call, spinning_node, wait_for  # noqa: F401  (re-exported)
 
 
 def stamp_msg(ns: int) -> Any:

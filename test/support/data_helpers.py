@@ -72,3 +72,24 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     """Peak signal-to-noise ratio of two uint8 images (dB; inf if equal)."""
     mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
     return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+
+
+# The LeRobot export tests (test/data/test_lerobot.py, test_lerobot_reader.py): one recorded store per rate.
+EPISODES = 20
+RATES = {5: 8, 30: 15}  # recording rate (Hz) -> steps per episode
+TASKS = ("reach", "push")
+MIN_PSNR_DB = 30.0  # constant-quality AV1 at crf 30 keeps these frames at 34-41 dB; 30 dB is lossy video's
+# usual "no visible loss" floor, so a frame below it is a wrong frame (off by one, other episode), not codec noise
+
+
+def record_lerobot_store(root, rate: int, n: int) -> EpisodeStore:
+    """A PNG-coded store of EPISODES episodes of n steps at ``rate`` Hz, alternating TASKS."""
+    from amf_ros.data.store import EpisodeStore, StoreConfig
+
+    store = EpisodeStore(root, StoreConfig(image_codec="png"))
+    for e in range(EPISODES):
+        task = TASKS[e % 2]
+        store.write_episode(task, f"{task} the object", camera_episode_steps(n, rate, seed=e),
+                            success=None if e == 3 else e % 3 != 0, control_rate_hz=rate, robot="widowx",
+                            state_names=["x", "y", "z", "grip", "t"], extra={"streams": {"note": e}})
+    return store

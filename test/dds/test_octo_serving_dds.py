@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_octo import fake_checkpoint
-from test_octo_backend import TASKS, _episodes
+from testpaths import SUPPORT
+from octo_episodes import TASKS
+from octo_episodes import octo_episodes as _episodes
 
 pytestmark = [pytest.mark.ros]  # ~12 s (two node processes)
 
 RATE_HZ = 10.0
-HERE = Path(__file__).resolve().parent
 
 
 def _yaml(run: Path, ckpt: Path) -> Path:
@@ -57,7 +58,7 @@ def octo_graph(ros_env, rclpy_context, tmp_path_factory):
     params = _yaml(run, ckpt)
     log = run / "trunk_calls.log"
     env = {**ros_env, "AMF_FAKE_OCTO_LOG": str(log),
-           "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "octo"), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])}
     specs = [NodeSpec("policy_server", "policy_server", str(params)),
              NodeSpec("task_selector", "task_selector", str(params))]
     procs = NodeProcesses(specs, log_dir=run / "logs", env=env).start()

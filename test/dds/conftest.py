@@ -1,21 +1,18 @@
-"""Fixtures for the robot-side ROS tests (demo_recorder, sim_bridge, scripted_teleop).
+"""Process-level DDS tests: every node runs as its own OS process over real DDS on loopback.
 
-Every node runs as its own OS process over real DDS on loopback, in a ROS_DOMAIN_ID picked for this test
-session; the in-test client node lives in the same domain. Node processes are always stopped in teardown
+The ROS_DOMAIN_ID is picked for this test session (ros_env, rclpy_context and client_node are session-wide:
+test/conftest.py); the in-test client node lives in the same domain. Helpers: test/support/robot_testutil.py,
+test/support/ros_system_util.py. Node processes are always stopped in teardown
 (SIGINT, then SIGKILL).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 import yaml
-
-# Let the test modules import the helpers next to this file (pytest runs with --import-mode=importlib).
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # ros_env, rclpy_session and client_node are session-wide: test/conftest.py.
 

@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[2] / "amf_ros"
+from testpaths import REPO
+
+PKG = REPO / "amf_ros"
 ROS_ONLY = ("rclpy", "rcl_interfaces", "launch", "launch_ros")
 
 
@@ -44,11 +46,10 @@ def test_the_ast_check_would_catch_an_import(tmp_path: Path) -> None:
 
 def test_runtime_tests_pass_without_rclpy() -> None:
     """Run test/runtime in a fresh interpreter in which `import rclpy` fails, as on a machine without ROS."""
-    here = Path(__file__).resolve()
     code = ("import sys; sys.modules.update({m: None for m in %r}); import pytest; "
             "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-k', 'not without_rclpy', %r]))"
-            % (ROS_ONLY, str(here.parent)))
-    res = subprocess.run([sys.executable, "-c", code], cwd=here.parents[2], capture_output=True, text=True,
+            % (ROS_ONLY, str(REPO / "test" / "runtime")))
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=600, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert " passed" in res.stdout and "error" not in res.stdout.splitlines()[-1]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from testpaths import REPO
 
 pytestmark = pytest.mark.slow
 

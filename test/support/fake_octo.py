@@ -11,17 +11,13 @@ so a test in another process can tell whether the trunk ran.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
+from octo_testlib import make_checkpoint, synthetic_octo_params
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "octo"))
-
-from octo_testlib import make_checkpoint, synthetic_octo_params  # noqa: E402
-
-from amf_ros.policies.octo.checkpoint import read_checkpoint  # noqa: E402
-from amf_ros.policies.octo.trunk import OctoTrunk, pad_key_of  # noqa: E402
+from amf_ros.policies.octo.checkpoint import read_checkpoint
+from amf_ros.policies.octo.trunk import OctoTrunk, pad_key_of
 
 E = 384
 

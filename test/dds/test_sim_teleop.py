@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from testpaths import STANDIN
 from robot_testutil import call, make_action, stamp_ns, wait_action_path, wait_for
 
 pytestmark = pytest.mark.ros
@@ -218,7 +219,7 @@ def test_sim_bridge_hosts_simpler_backend_with_camera(start_nodes, client_node):
 
     from amf_ros.envs.simpler import STATE_NAMES
 
-    standin = Path(__file__).resolve().parents[1] / "octo" / "standin"
+    standin = STANDIN
     if not (standin / "simpler_env" / "__init__.py").is_file():
         pytest.fail(f"the simpler_env stand-in is missing at {standin}")
     path = os.pathsep.join([str(standin), os.environ.get("PYTHONPATH", "")])
@@ -295,7 +296,7 @@ def test_sim_bridge_without_vulkan_exits_with_one_line_saying_what_is_needed(ros
 
     from amf_ros.bringup.graph import find_executable
 
-    standin = Path(__file__).resolve().parents[1] / "octo" / "standin"
+    standin = STANDIN
     params = tmp_path / "p.yaml"
     params.write_text(yaml.safe_dump({"/**/sim_bridge": {"ros__parameters": {
         "backend": "simpler", "initial_task": "carrot_on_plate", "render": False}}}))

@@ -9,7 +9,7 @@ import pytest
 
 from amf_ros._optional import HAS_SIMPLER
 
-STANDIN = Path(__file__).resolve().parent / "standin"
+from testpaths import STANDIN
 
 
 @pytest.fixture

@@ -1,8 +1,0 @@
-"""Make test/octo/octo_testlib.py importable (pytest runs with --import-mode=importlib)."""
-
-import sys
-from pathlib import Path
-
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
