@@ -8,9 +8,10 @@ arguments after its name) and returns an exit code.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+
+from amf_ros._optional import load_object
 
 # `amf bench NAME ...`: each writes results.json + a table (+ plots) under --out.
 BENCHMARKS: dict[str, tuple[str, str]] = {
@@ -35,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("amf_ros.loop.run:main", "the main job: the whole AMF loop on the embedded simulation over ROS 2"),
     "up": ("amf_ros.bringup.up:main", "start the nodes of a config YAML as processes (no `ros2 launch` needed)"),
     "stop": ("amf_ros.ros.stop:main", "stop the arm(s) now: drop the actions sent so far, end run_policy / demos"),
-    "pretrain": ("amf_ros.bench.pretrain:main", "pre-train a policy on scripted demonstrations (metaworld, widowx)"),
+    "pretrain": ("amf_ros.training.pretrain:main", "pre-train a policy on scripted demonstrations (metaworld, widowx)"),
     "inspect": ("amf_ros.data.cli:inspect_main", "summarise and validate an episode dataset"),
     "export": ("amf_ros.data.cli:export_main", "export episodes (rlds, lerobot)"),
     "import": ("amf_ros.data.cli:import_main", "import episodes (bag: rosbag2 sqlite3/MCAP; lerobot: LeRobot v3)"),
@@ -43,14 +44,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _load(target: str) -> Callable[[Sequence[str]], int]:
-    module_name, func_name = target.split(":")
+    """The sub-command function of ``target`` (``module:function``); a module left out of this installation
+    exits with a one-line message, any other import error propagates with its cause."""
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            raise SystemExit(f"amf: {module_name} is not part of this installation ({exc})") from exc
+        return load_object(target, "command")
+    except ValueError as exc:
+        missing = exc.__cause__
+        module_name = target.partition(":")[0]
+        if isinstance(missing, ModuleNotFoundError) and missing.name and module_name.startswith(missing.name):
+            raise SystemExit(f"amf: {module_name} is not part of this installation ({missing})") from exc
         raise
-    return getattr(module, func_name)
 
 
 def _listing(table: dict[str, tuple[str, str]]) -> str:

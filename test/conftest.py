@@ -22,16 +22,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 # Nodes resolve relative data folders under the workspace (amf_ros.paths): never the user's ~/.ros/amf in tests.
 os.environ.setdefault("AMF_WORKSPACE", tempfile.mkdtemp(prefix="amf_test_workspace_"))
 
-from ros_testing import pick_domain_id, require_ros, spinning_node  # noqa: E402
+from ros_testing import require_ros, spinning_node  # noqa: E402
+
+from amf_ros.bringup.ros_env import free_domain_id, isolated_ros_env  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def ros_env() -> dict[str, str]:
     """Environment of node processes and of the in-test rclpy context: a domain of our own, loopback only."""
     require_ros()
-    domain = os.environ.get("AMF_TEST_DOMAIN_ID") or str(pick_domain_id())
-    env = {"ROS_DOMAIN_ID": domain, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "PYTHONUNBUFFERED": "1"}
-    os.environ.update(env)  # the in-test rclpy context uses the same domain
+    # the in-test rclpy context uses the same domain (isolated_ros_env sets os.environ)
+    env = {**isolated_ros_env(os.environ.get("AMF_TEST_DOMAIN_ID") or free_domain_id()), "PYTHONUNBUFFERED": "1"}
+    os.environ["PYTHONUNBUFFERED"] = "1"
     os.environ.pop("RMW_IMPLEMENTATION", None)
     return env
 

@@ -18,7 +18,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.bench.results import bootstrap_ci, demos_to_reach, format_table, reach_text, save_figure
+from amf_ros.bench.results import bootstrap_ci, demos_to_reach, reach_text
+from amf_ros.outputs import format_table, save_figure
 
 
 def curves(doc: dict[str, Any], label: str, methods: Sequence[str] | None = None,

@@ -50,7 +50,8 @@ def start_console_graph(run_dir: Path, env: Mapping[str, str], tasks: Sequence[s
     from amf_ros.bench.tiny_checkpoint import tiny_widowx_checkpoint
     from amf_ros.bringup import graph
     from amf_ros.bringup.processes import NodeProcesses
-    from amf_ros.loop.run import LoopConfig, node_overrides
+    from amf_ros.loop.nodes import node_overrides
+    from amf_ros.loop.run import LoopConfig
 
     run_dir = Path(run_dir)
     ckpt = tiny_widowx_checkpoint(run_dir / "pretrained", tuple(tasks))

@@ -46,17 +46,22 @@ import dataclasses
 import hashlib
 import logging
 import os
-import random
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
-from amf_ros.bench.results import format_table, load_config, write_results
+from amf_ros.bench.results import write_results
+from amf_ros.bringup.ros_env import isolated_ros_env
+from amf_ros.config_file import load_config
+from amf_ros.outputs import format_table
+
+if TYPE_CHECKING:
+    from amf_ros.ros.client import AMFClient
 
 log = logging.getLogger("amf.bench.console_load")
 
@@ -239,7 +244,7 @@ class SimSteps:
     """The simulator's own count of applied actions: the latest TaskStatus on /amf/sim/status (steps since the
     reset numbered ``resets``), received by the benchmark's client."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: AMFClient) -> None:
         from amf_ros.data.ros_convert import stamp_ns
         from amf_ros.msg import TaskStatus
         from amf_ros.ros import qos
@@ -261,7 +266,7 @@ class SimSteps:
         return self.latest  # type: ignore[return-value]
 
 
-def _episode(client: Any, sim: SimSteps, task: str, seed: int) -> dict[str, Any]:
+def _episode(client: AMFClient, sim: SimSteps, task: str, seed: int) -> dict[str, Any]:
     """One scripted demonstration of (task, seed), read back from the store, with the simulator's and the operator's
     own counts of the actions of the episode."""
     from amf_ros.data.schema import OBS_PREFIX, STAMP_PREFIX, STATE
@@ -302,7 +307,7 @@ def _episode(client: Any, sim: SimSteps, task: str, seed: int) -> dict[str, Any]
             "_arrays": {k: ep.steps[k].copy() for k in ("action", STATE)}}  # for compare(), not saved
 
 
-def _run_policy(client: Any, task: str, seed: int, steps: int) -> dict[str, Any]:
+def _run_policy(client: AMFClient, task: str, seed: int, steps: int) -> dict[str, Any]:
     """One run_policy goal on a fixed scene; the server's control periods and the action periods seen here."""
     client.reset(task, seed)
     n0 = len(client.seen.actions)
@@ -322,7 +327,7 @@ def _cpu_snapshot(procs: Any, browser: BrowserClients | None) -> dict[str, float
     return snap
 
 
-def run_phase(cfg: ConsoleLoadConfig, index: int, clients: int, client: Any, sim: SimSteps, procs: Any,
+def run_phase(cfg: ConsoleLoadConfig, index: int, clients: int, client: AMFClient, sim: SimSteps, procs: Any,
               url: str) -> dict[str, Any]:
     """One phase: ``clients`` browser windows (0 = none) while the schedule runs for ``cfg.phase_s`` s."""
     name = f"phase {index + 1}: {clients} clients" if clients else f"phase {index + 1}: no client"
@@ -350,7 +355,7 @@ def run_phase(cfg: ConsoleLoadConfig, index: int, clients: int, client: Any, sim
                     log.info("  run_policy %s: %d steps, period median %.1f ms, max %.1f ms%s", task, g["steps"],
                              g["median_period_s"] * 1e3, g["max_period_s"] * 1e3,
                              "" if g["ok"] else f"; FAILED: {g['message']}")
-            except Exception as exc:  # noqa: BLE001 - recorded with the phase; the schedule goes on
+            except Exception as exc:
                 errors.append({"item": kind, "task": task, "seed": seed, "error": f"{type(exc).__name__}: {exc}"})
                 log.error("  %s %s seed %d failed: %s", kind, task, seed, errors[-1]["error"])
         after = _cpu_snapshot(procs, browser)
@@ -466,9 +471,7 @@ def run(cfg: ConsoleLoadConfig, out: Path) -> dict[str, Any]:
     from amf_ros.ros.client import session
 
     t0 = time.monotonic()
-    os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    env = {"ROS_DOMAIN_ID": os.environ["ROS_DOMAIN_ID"], "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+    env = isolated_ros_env()
     with tempfile.TemporaryDirectory(prefix="amf_console_load_") as tmp:
         work = Path(tmp)
         # round_robin: the console re-asks next_task after every saved episode; AMF's cost would grow with the store

@@ -20,11 +20,15 @@ from typing import Sequence
 
 import numpy as np
 
+from amf_ros._optional import has
 from amf_ros.atomic import atomic_write_json
-from amf_ros.bench.integrator import IntegratorSetup, _single_threaded_blas, evaluate
-from amf_ros.bench.results import add_common_args, config_dict, format_table, load_config, save_figure
+from amf_ros.bench.integrator import IntegratorSetup, evaluate
+from amf_ros.bench.results import add_common_args, config_dict
+from amf_ros.config_file import load_config
 from amf_ros.envs.integrator import Integrator2D
+from amf_ros.outputs import format_table, save_figure
 from amf_ros.policies.gp import GPPolicy, GPScoreFn
+from amf_ros.threads import limited_threads
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +88,8 @@ def run(cfg: CriterionMapConfig, progress: bool = True) -> dict:
     from tqdm import tqdm
 
     t0 = time.perf_counter()
-    with _single_threaded_blas():  # small matrices: one BLAS thread is much faster on a shared machine
+    # small matrices: one BLAS thread is much faster on a shared machine (when threadpoolctl can set it)
+    with limited_threads(1, torch=False, blas=has("threadpoolctl")):
         runs = [run_seed(cfg, s) for s in tqdm(range(cfg.seeds), desc="criterion-map", disable=not progress)]
     angles = 2.0 * np.pi * np.arange(cfg.num_candidates) / cfg.num_candidates
     mean = lambda key: np.mean([r[key] for r in runs], axis=0)  # noqa: E731

@@ -3,8 +3,8 @@
 Why Ray: a benchmark grid is a list of independent, deterministic jobs (pre-train one seed, run one method); the
 Metaworld grid takes 37 min on 2 cores and the grids of issue 15 take hours, so a user with a cluster runs the same
 list on an existing distributed engine instead of this package's pool. Every engine returns the results in
-submission order and each job sets its own seeds and one torch thread, so the same seeds give bit-identical
-results.json whichever engine ran them (a test checks it).
+submission order and each job sets its own seeds and one torch and one BLAS thread (amf_ros.threads), so the same
+seeds give bit-identical results.json whichever engine ran them (a test checks it).
 
 Engines: ``serial`` (jobs = 1), ``process`` (spawned worker processes, no dependency), ``ray`` (``ray.init()``
 local by default with ``jobs`` CPUs, or ``address`` = "auto" / "ray://host:10001" for a cluster; each job asks for
@@ -20,26 +20,11 @@ import logging
 import os
 from typing import Any, Callable, Sequence
 
+from amf_ros.threads import SINGLE_THREAD_ENV
+
 log = logging.getLogger(__name__)
 
 ENGINES = ("serial", "process", "ray")
-
-JOB_THREADS_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-"""Environment of Ray's job workers: one thread per job, as :func:`single_threaded_job` sets in every engine."""
-
-
-def single_threaded_job() -> None:
-    """One torch thread and one BLAS thread for the rest of this process, called at the start of every job.
-
-    Why: the summation order of a multi-threaded BLAS depends on its thread count, and a pool worker inherits the
-    machine's default (2 here) while a Ray worker gets ``JOB_THREADS_ENV``: AMF's scores then differed at 1e-13
-    between the engines. With one thread everywhere the same seeds give bit-identical records on every engine.
-    """
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(1)
-    threadpool_limits(limits=1)  # process-wide until the process ends (not a context: the job is the process's work)
 
 
 def default_engine() -> str:
@@ -81,7 +66,7 @@ class Engine:
                 # the jobs import this package from the driver's environment (same machine, or installed on every
                 # node of a cluster); Ray's own log lines stay out of the benchmark's output
                 ray.init(log_to_driver=False, include_dashboard=False, logging_level=logging.WARNING,
-                         runtime_env={"env_vars": dict(JOB_THREADS_ENV)}, **kwargs)
+                         runtime_env={"env_vars": dict(SINGLE_THREAD_ENV)}, **kwargs)
                 self._ray_started = True
             log.info("Ray: %s CPUs available", ray.available_resources().get("CPU", "?"))
         return self

@@ -24,15 +24,21 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from amf_ros.atomic import atomic_write_text
-from amf_ros.bench.results import format_table, write_results
+from amf_ros.bench.results import write_results
 from amf_ros.bringup.lifetime import alive
+from amf_ros.bringup.ros_env import isolated_ros_env
 from amf_ros.data.ros_convert import time_ns
+from amf_ros.outputs import format_table
 from amf_ros.paths import resolve_config
+
+if TYPE_CHECKING:
+    from amf_ros.action import RunPolicy
+    from amf_ros.ros.client import AMFClient, PendingResult
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +81,12 @@ class LiveGraph:
     """The embedded simulation's nodes as processes (the sim plan and config/sim.yaml, a tiny policy) plus a client,
     a record of every TaskStatus the arm publishes and of every action on the action topic."""
 
-    def __init__(self, work: Path, env: dict[str, str], client: Any) -> None:
+    def __init__(self, work: Path, env: dict[str, str], client: AMFClient) -> None:
         from amf_ros.bench.tiny_checkpoint import tiny_checkpoint
         from amf_ros.bringup import graph as plan
         from amf_ros.bringup.processes import NodeProcesses
-        from amf_ros.loop.run import LoopConfig, node_overrides
+        from amf_ros.loop.nodes import node_overrides
+        from amf_ros.loop.run import LoopConfig
         from amf_ros.msg import TaskStatus
         from amf_ros.ros import qos
 
@@ -123,8 +130,8 @@ class LiveGraph:
         """Actions seen on the action topic after monotonic time ``t``."""
         return sum(1 for at, _ in list(self.client.seen.actions) if at > t)
 
-    def start_goal(self, task: str, steps: int = 400) -> Any:
-        """A run_policy goal that has already sent 5 actions; returns its result future."""
+    def start_goal(self, task: str, steps: int = 400) -> PendingResult[RunPolicy.Result]:
+        """A run_policy goal that has already sent 5 actions; returns its pending result."""
         fb: list = []
         self.client.reset(task, seed=random.randint(0, 10_000))
         future = self.client.send_run_policy(task, max_steps=steps, feedback=fb.append)
@@ -238,7 +245,7 @@ def probe_frozen_simulator(g: LiveGraph, slack_s: float, freeze_s: float) -> lis
     try:
         g.client.wait_for(lambda: g.procs.log_tail("sim_bridge", 10**7).count("stop from ") > stops, 10,
                           "the ended goal's stop at the arm")
-    except Exception:  # noqa: BLE001 - reported in the row below
+    except Exception:
         pass
     caught_up = time.monotonic() - t_cont
     time.sleep(3.0)  # one more heartbeat period of Fast DDS (3 s): a goal sent earlier could lose its actions
@@ -384,7 +391,7 @@ def probe_recorder_killed(g: LiveGraph) -> list[Probe]:
     line = "EndEpisode(" + ep.episode_id + ") failed: no answer"
     try:
         g.client.wait_for(lambda: line in g.procs.log_tail("scripted_teleop", 50_000), bound + 10, "the teleop")
-    except Exception:  # noqa: BLE001 - reported as a failed row
+    except Exception:
         pass
     ended = time.monotonic() - t_kill
     teleop_ok = line in g.procs.log_tail("scripted_teleop", 50_000)
@@ -517,7 +524,7 @@ def _amf_up_once(work: Path, env: dict[str, str], sig_name: str, slack_s: float,
     return rows
 
 
-def _records_again(client: Any, timeout_s: float = 120.0) -> str:
+def _records_again(client: AMFClient, timeout_s: float = 120.0) -> str:
     """Why the respawned recorder does not record an episode ("" = it does; the scripted operator ends it). The
     first request to it may be lost while discovery catches up, so it is retried."""
     from amf_ros.ros.client import ROSCallError
@@ -546,19 +553,12 @@ def _children(pid: int) -> dict[str, int]:
 
 
 # -- the benchmark ----------------------------------------------------------------------------------------------
-def ros_env() -> dict[str, str]:
-    """A private DDS domain on this host only, for this process and the nodes it starts."""
-    os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    return {"ROS_DOMAIN_ID": os.environ["ROS_DOMAIN_ID"], "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
-
-
 def run(cfg: FaultConfig, out: Path) -> dict[str, Any]:
     """Every probe; returns the results dict (also written to ``out/results.json``)."""
     from amf_ros.ros.client import session
 
     t_start = time.monotonic()
-    env = ros_env()
+    env = isolated_ros_env()
     probes: list[Probe] = []
     with tempfile.TemporaryDirectory(prefix="amf_faults_") as tmp:
         work = Path(tmp)

@@ -15,11 +15,13 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from amf_ros.bench.results import bootstrap_ci, format_table, save_figure, write_results
+from amf_ros.bench.results import bootstrap_ci, write_results
+from amf_ros.outputs import format_table, save_figure
+from amf_ros.policies.fine_tuning import FINE_TUNE
 
 log = logging.getLogger("amf.bench.fleet")
 
@@ -39,7 +41,7 @@ class FleetBenchConfig:
     eval_episodes: int = 2
     eval_max_steps: int = 40
     """Step limit of an evaluation episode (the scripted expert needs ~17 steps; the task's limit is 60)."""
-    fine_tune_steps: int = 300
+    fine_tune_steps: int = FINE_TUNE.steps
     settings: tuple[str, ...] = tuple(SETTINGS)
 
 

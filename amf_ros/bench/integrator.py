@@ -21,12 +21,15 @@ from typing import Sequence
 
 import numpy as np
 
+from amf_ros._optional import has
 from amf_ros.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
-from amf_ros.bench.results import (add_common_args, config_dict, format_table, load_config, plot_methods,
-                                   save_figure, summarize, write_results)
+from amf_ros.bench.results import add_common_args, config_dict, plot_methods, summarize, write_results
+from amf_ros.config_file import load_config
 from amf_ros.core.selectors import make_selector
 from amf_ros.envs.integrator import Integrator2D, IntegratorConfig, Trajectory
+from amf_ros.outputs import format_table, save_figure
 from amf_ros.policies.gp import GPPolicy, GPPolicyConfig, GPScoreFn
+from amf_ros.threads import limited_threads
 
 logger = logging.getLogger(__name__)
 
@@ -172,23 +175,11 @@ def run_method(cfg: IntegratorBenchConfig, allocation: int, seed: int, method: s
             "time_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
-def _single_threaded_blas():
-    """Context limiting BLAS to one thread: the matrices here are small (<= ~300 rows), and multi-threaded
-    OpenBLAS on a shared 2-core machine was measured ~9x slower (spin-waiting) than one thread per process."""
-    import contextlib
-
-    from amf_ros._optional import has
-
-    if has("threadpoolctl"):
-        from threadpoolctl import threadpool_limits
-
-        return threadpool_limits(limits=1)
-    return contextlib.nullcontext()
-
-
 def _job(args: tuple[IntegratorBenchConfig, int, int]) -> tuple[int, int, dict[str, dict]]:
     cfg, allocation, seed = args
-    with _single_threaded_blas():
+    # small matrices (<= ~300 rows): multi-threaded OpenBLAS on a shared 2-core machine was measured ~9x slower
+    # (spin-waiting) than one thread per process; without threadpoolctl the BLAS keeps its own threads
+    with limited_threads(1, torch=False, blas=has("threadpoolctl")):
         return allocation, seed, {m: run_method(cfg, allocation, seed, m) for m in cfg.methods}
 
 

@@ -4,7 +4,7 @@ EefDeltaAction). One engine for both; the suite (:mod:`amf_ros.envs.suites`) sup
 noise and action normalisation, and :data:`BENCH_DEFAULTS` the budget each command starts from.
 
 For each pre-training allocation (mismatched: demonstrations on half of the tasks; uniform) and seed, a policy is
-pre-trained once (:mod:`amf_ros.bench.pretrain`); then every method runs ``rounds`` rounds of Algorithm 1:
+pre-trained once (:mod:`amf_ros.training.pretrain`); then every method runs ``rounds`` rounds of Algorithm 1:
 select ``demos_per_round`` tasks, collect scripted demonstrations, fine-tune on all fine-tuning demonstrations so
 far (continuing from the previous round's weights), refit alpha(c) for methods with the adaptive prior, and
 evaluate success per task. Methods:
@@ -41,8 +41,10 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from amf_ros.bench.pretrain import ALLOCATIONS, PretrainConfig, allocation_counts
-from amf_ros.envs.suites import SUITES, get_suite
+from amf_ros.envs.suites import get_suite
+from amf_ros.policies.fine_tuning import FINE_TUNE
+from amf_ros.threads import limit_threads
+from amf_ros.training.pretrain import ALLOCATIONS, PretrainConfig, allocation_counts
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +109,11 @@ class MetaworldBenchConfig:
     """Total pre-training demonstrations ([8, 8, 0, 0] mismatched, [4, 4, 4, 4] uniform for 4 tasks)."""
     pretrain_steps: int = 1500
     """Gradient steps of pre-training."""
-    finetune_steps: int = 300
+    finetune_steps: int = FINE_TUNE.steps
     """Gradient steps per fine-tuning round (paper: 3000 on GPU)."""
-    batch_size: int = 256
+    batch_size: int = FINE_TUNE.batch_size
     """Batch size of pre-training and fine-tuning (paper: 256)."""
-    lr: float = 1e-3
+    lr: float = FINE_TUNE.lr
     """AdamW learning rate (pre-training and fine-tuning)."""
     noise_std: float | None = None
     """Noise on the executed expert actions; labels are the noise-free expert actions. None = the suite's default
@@ -121,7 +123,7 @@ class MetaworldBenchConfig:
     paper's Gaussian state-based policy; ties uniform+prior here, see docs/metaworld.md)."""
     task_encoder: str = "minilm"
     """Instruction encoder: "minilm" (all-MiniLM-L6-v2, the paper's) or "hash" (no model; tests)."""
-    alpha_steps: int = 100
+    alpha_steps: int = FINE_TUNE.alpha_steps
     """Gradient steps of the alpha(c) fit per round (methods with the adaptive prior)."""
     alpha_lr: float = 1.0
     """Learning rate of the alpha logits (paper: 1.0)."""
@@ -153,9 +155,7 @@ class MetaworldBenchConfig:
     """Environments per task stepped in lockstep during evaluation."""
 
     def __post_init__(self) -> None:
-        if self.suite not in SUITES:
-            raise ValueError(f"suite must be one of {list(SUITES)}, got {self.suite=}")
-        suite = get_suite(self.suite)
+        suite = get_suite(self.suite, training=True)  # ValueError naming the training suites
         self.tasks = list(suite.default_tasks if self.tasks is None else self.tasks)
         self.noise_std = suite.noise_std if self.noise_std is None else float(self.noise_std)
         self.allocations, self.methods = list(self.allocations), list(self.methods)
@@ -199,10 +199,13 @@ def demo_scene(seed: int, task_index: int, k: int) -> tuple[int, np.random.Gener
 
 def pretrain_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, ckpt: str) -> dict[str, Any]:
     """Pre-train one (allocation, seed), save it to ``ckpt`` and evaluate it (round 0 of every method)."""
-    from amf_ros.bench import pretrain as pt
     from amf_ros.envs.metaworld_rollouts import EvalPool
+    from amf_ros.training import pretrain as pt
 
-    _single_thread()
+    # one torch and one BLAS thread in every job, whichever engine runs it: a multi-threaded BLAS sums in an order
+    # that depends on its thread count (a pool worker inherits the machine's, a Ray worker gets SINGLE_THREAD_ENV),
+    # and AMF's scores then differed at 1e-13 between the engines; with one thread the records are bit-identical
+    limit_threads(1, blas=True)
     t0 = time.perf_counter()
     res = pt.pretrain(cfg.pretrain_config(allocation, seed))
     pt.save_pretrained(res.policy, ckpt)
@@ -214,9 +217,9 @@ def pretrain_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, ckpt: st
 
 def load_for_method(ckpt: str, use_prior: bool, cfg: MetaworldBenchConfig) -> Any:
     """The pre-trained policy of ``ckpt`` with the adaptive prior on or off and the bench's alpha settings."""
-    from amf_ros.policies.agent import TaskConditionedPolicy
+    from amf_ros.policies.loading import load_native
 
-    policy = TaskConditionedPolicy.load(ckpt)
+    policy = load_native(ckpt)
     policy.config = dataclasses.replace(policy.config, use_prior=use_prior, alpha_lr=cfg.alpha_lr,
                                         alpha_beta=cfg.alpha_beta, alpha_steps=cfg.alpha_steps)
     if use_prior and policy.prior is None:
@@ -226,13 +229,13 @@ def load_for_method(ckpt: str, use_prior: bool, cfg: MetaworldBenchConfig) -> An
 
 def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: str, ckpt: str) -> dict[str, Any]:
     """Rounds 1..R of one method from the pre-trained checkpoint; per-round success, counts, alpha, selections."""
-    from amf_ros.bench import pretrain as pt
     from amf_ros.core.acquisition import ENSEMBLE_METRICS, PEER_RULES
     from amf_ros.core.selectors import make_selector
     from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo
     from amf_ros.runtime.fine_tune_worker import MEMBER_SEED_OFFSET
+    from amf_ros.training import pretrain as pt
 
-    _single_thread()
+    limit_threads(1, blas=True)  # as in pretrain_job: bit-identical records on every engine
     t0 = time.perf_counter()
     suite = get_suite(cfg.suite)
     specs = suite.load_tasks(cfg.tasks)
@@ -328,9 +331,9 @@ def finetune_data(demos: Sequence[Any], replay: Sequence[Any], fraction: float
 def method_score_fn(spec: Method, policy: Any, selection_copy: Any, member: Any, demos: Sequence[Any],
                     warm: Sequence[bool], cfg: MetaworldBenchConfig, seed: int) -> Any:
     """The ScoreFn of a scored method once every task has a demonstration: AMF's criterion on its selection copy,
-    or the peer rule on the recorded demonstrations (core/acquisition.py: peer_score_fn, as task_selector)."""
-    from amf_ros.core.acquisition import peer_score_fn
+    or the peer rule on the recorded demonstrations (policies/peer_scores.py: peer_score_fn, as task_selector)."""
     from amf_ros.envs.metaworld_rollouts import demos_to_transitions
+    from amf_ros.policies.peer_scores import peer_score_fn
 
     if spec.selector == "amf":
         return amf_score_fn(policy if cfg.selection_copy == "current" else selection_copy, demos, warm, cfg)
@@ -354,12 +357,6 @@ def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: M
                            noise_var=cfg.noise_var, prior_var=cfg.prior_var, form=cfg.criterion_form,
                            condition_on_data=cfg.condition_on_data, frames_per_episode=cfg.frames_per_demo,
                            max_points=cfg.max_points)
-
-
-def _single_thread() -> None:
-    from amf_ros.bench.engine import single_threaded_job
-
-    single_threaded_job()
 
 
 # ----------------------------------------------------------------------------------------------- experiment
@@ -445,7 +442,8 @@ def plot_all(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], out: Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from amf_ros.bench.results import plot_methods, save_figure
+    from amf_ros.bench.results import plot_methods
+    from amf_ros.outputs import save_figure
 
     paths = []
     fig, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 3.6), squeeze=False)
@@ -493,7 +491,8 @@ def plot_all(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], out: Pat
 
 def table(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]]) -> str:
     """Final-round success (overall and on pre-trained tasks) and final demo counts, per allocation and method."""
-    from amf_ros.bench.results import format_table, reach_text
+    from amf_ros.bench.results import reach_text
+    from amf_ros.outputs import format_table
 
     rows = []
     for st in settings:
@@ -512,7 +511,7 @@ def plot_demos_per_task(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]
     pre-training covered are hatched, so where a method spent its budget is visible at a glance."""
     import matplotlib.pyplot as plt
 
-    from amf_ros.bench.results import save_figure
+    from amf_ros.outputs import save_figure
 
     fig, axes = plt.subplots(1, len(settings), figsize=(max(4.0, 0.8 * len(cfg.methods)) * len(settings), 3.6),
                              squeeze=False)
@@ -540,7 +539,7 @@ def plot_demos_to_reach(settings: list[dict[str, Any]], methods: Sequence[str], 
     reached), dots: each seed (seeds that never got there sit at the budget, hollow)."""
     import matplotlib.pyplot as plt
 
-    from amf_ros.bench.results import save_figure
+    from amf_ros.outputs import save_figure
 
     fig, axes = plt.subplots(1, len(settings), figsize=(max(4.0, 0.9 * len(methods)) * len(settings), 3.4),
                              squeeze=False)
@@ -579,7 +578,7 @@ evaluation (40 environments in one lockstep wave) is about 3/4 of a method run; 
 def bench_config(suite: str, path: str | os.PathLike | None = None, **overrides: Any) -> MetaworldBenchConfig:
     """The config of `amf bench <suite>`: :data:`BENCH_DEFAULTS` of ``suite``, the YAML ``path``, then non-None
     ``overrides``; a YAML naming another suite is refused."""
-    from amf_ros.bench.results import load_config
+    from amf_ros.config_file import load_config
 
     if suite not in BENCH_DEFAULTS:
         raise ValueError(f"unknown suite {suite!r}; choose from {list(BENCH_DEFAULTS)}")

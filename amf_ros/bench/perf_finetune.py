@@ -20,7 +20,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.bench.results import add_common_args, config_dict, format_table, load_config, summarize, write_results
+from amf_ros.bench.results import add_common_args, config_dict, summarize, write_results
+from amf_ros.config_file import load_config
+from amf_ros.outputs import format_table
 
 
 @dataclass
@@ -80,9 +82,10 @@ def _case(name: str, cfg_dict: dict[str, Any]) -> dict[str, Any]:
     from amf_ros.policies.agent import PolicyConfig, TaskConditionedPolicy
     from amf_ros.policies.diffusion_head import DiffusionActionHead, DiffusionHeadConfig
     from amf_ros.policies.finetune import TrainConfig, train_head
+    from amf_ros.threads import limit_threads
 
     cfg = PerfFinetuneConfig(**cfg_dict)
-    torch.set_num_threads(cfg.threads)
+    limit_threads(cfg.threads)
     out: dict[str, Any] = {"case": name, "rss_start_mb": _peak_mb()}
     if name == "octo_small_head":
         head = DiffusionActionHead(DiffusionHeadConfig.octo_small(action_dim=cfg.action_dim))

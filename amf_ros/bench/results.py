@@ -1,4 +1,5 @@
-"""The output contract every `amf bench` shares: common flags, bootstrap CIs, results.json, a table, plots.
+"""The output contract every `amf bench` shares: common flags, bootstrap CIs, results.json, curve plots (tables and
+saving figures: :mod:`amf_ros.outputs`).
 
 results.json = {"benchmark": str, "config": {...}, "metric": str, "wall_time_s": float,
                 "methods": {name: {"rounds": [int], "mean": [float], "ci_low": [float], "ci_high": [float],
@@ -31,30 +32,6 @@ def add_common_args(parser: argparse.ArgumentParser, *, out: str, seeds: int | N
     parser.add_argument("--config", default=None,
                         help="YAML file overriding the default config (the acceptance numbers use the default)")
     return parser
-
-
-def load_config(cls: type, path: str | os.PathLike | None, *, defaults: Mapping[str, Any] | None = None,
-                **overrides: Any) -> Any:
-    """Build dataclass ``cls`` from its defaults, then ``defaults`` (e.g. one suite's budget), a YAML file, then
-    non-None ``overrides``.
-
-    Unknown keys in the YAML raise ValueError naming them (a typo must not be silently ignored).
-    """
-    values: dict[str, Any] = dict(defaults or {})
-    if path is not None:
-        import yaml
-
-        with open(path, encoding="utf-8") as fh:
-            loaded = yaml.safe_load(fh) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: expected a mapping at the top level, got {type(loaded).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(loaded) - known)
-        if unknown:
-            raise ValueError(f"{path}: unknown config keys {unknown}; known: {sorted(known)}")
-        values.update(loaded)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return cls(**values)
 
 
 def bootstrap_ci(per_seed: np.ndarray, level: float = 0.9, n_boot: int = 2000,
@@ -135,19 +112,6 @@ def write_results(out_dir: str | os.PathLike, results: Mapping[str, Any], name: 
     return atomic_write_json(Path(out_dir) / name, dict(results))
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], floatfmt: str = ".3f") -> str:
-    """A plain fixed-width text table (no dependency), for stdout and README."""
-    def fmt(v: Any) -> str:
-        return format(v, floatfmt) if isinstance(v, (float, np.floating)) else str(v)
-
-    cells = [[fmt(v) for v in row] for row in rows]
-    widths = [max(len(str(h)), *(len(r[i]) for r in cells)) if cells else len(str(h)) for i, h in enumerate(headers)]
-    line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths))
-    sep = "  ".join("-" * w for w in widths)
-    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
-    return "\n".join([line, sep, *body])
-
-
 def plot_methods(ax: Any, methods: Mapping[str, Mapping[str, Sequence[float]]], ylabel: str = "",
                  title: str = "", x: Mapping[str, Sequence[float]] | None = None, xlabel: str = "round") -> None:
     """Mean curve and shaded CI band per method on a matplotlib axis (the paper's Fig. 2/3 style).
@@ -164,14 +128,3 @@ def plot_methods(ax: Any, methods: Mapping[str, Mapping[str, Sequence[float]]], 
     if title:
         ax.set_title(title)
     ax.grid(alpha=0.3)
-
-
-def save_figure(fig: Any, path: str | os.PathLike) -> Path:
-    """Save a matplotlib figure atomically (PNG)."""
-    import io
-
-    from amf_ros.atomic import atomic_write_bytes
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    return atomic_write_bytes(path, buf.getvalue())

@@ -21,16 +21,21 @@ import argparse
 import dataclasses
 import logging
 import os
-import random
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from amf_ros.bench.results import format_table, load_config, write_results
+from amf_ros.bench.results import write_results
+from amf_ros.bringup.ros_env import isolated_ros_env
+from amf_ros.config_file import load_config
+from amf_ros.outputs import format_table
+
+if TYPE_CHECKING:
+    from amf_ros.ros.client import AMFClient
 
 log = logging.getLogger("amf.bench.ros_latency")
 
@@ -73,9 +78,9 @@ class LatencyConfig:
 
 def _make_checkpoint(path: Path, seed: int, head: str = "diffusion") -> Path:
     """A Metaworld-sized policy (MiniLM task encoder) fitted briefly on synthetic data, with a prior."""
-    from amf_ros.bench.pretrain import DEFAULT_TASKS, make_policy
     from amf_ros.bench.tiny_checkpoint import fit_on_noise
     from amf_ros.envs.metaworld_suite import load_tasks
+    from amf_ros.training.pretrain import DEFAULT_TASKS, make_policy
 
     specs = load_tasks(keys=list(DEFAULT_TASKS))
     policy = make_policy(specs, head=head, seed=seed)
@@ -123,7 +128,7 @@ def _node(name: str, params: Path, log_dir: Path, env: dict[str, str]) -> Any:
 
 
 def time_next_task(cfg: LatencyConfig, work: Path, ckpt: Path, instructions: dict[str, str], env: dict[str, str],
-                   client: Any) -> list[dict[str, Any]]:
+                   client: AMFClient) -> list[dict[str, Any]]:
     """next_task round trips per (selector, store size)."""
     settings = []
     for n in sorted(cfg.episodes):
@@ -184,7 +189,7 @@ def _idle_cpu(pid: int, label: str, inputs: str, seconds: float = 10.0) -> dict:
             "cpu_percent_of_one_core": total, "per_thread": busy, "seconds": seconds}
 
 
-def _fine_tune_alone(client: Any, label: str, seconds: float = 15.0) -> dict:
+def _fine_tune_alone(client: AMFClient, label: str, seconds: float = 15.0) -> dict:
     """Fine-tune steps/s with no run_policy goal active (the reference for the during-control figures)."""
     fb: list = []
     pending = client.send_fine_tune(steps=10_000_000, feedback=fb.append)
@@ -198,7 +203,7 @@ def _fine_tune_alone(client: Any, label: str, seconds: float = 15.0) -> dict:
     return {"name": f"fine-tune alone [{label}]", "executor": label, "fine_tune_steps_per_s": rate}
 
 
-def _jitter_run(cfg: LatencyConfig, client: Any, label: str, executor: str, during_fine_tune: bool) -> dict:
+def _jitter_run(cfg: LatencyConfig, client: AMFClient, label: str, executor: str, during_fine_tune: bool) -> dict:
     """One run_policy goal of ``cfg.jitter_steps`` steps; periods of the actions as received here."""
     pending, fb = None, []
     if during_fine_tune:
@@ -224,7 +229,7 @@ def _jitter_run(cfg: LatencyConfig, client: Any, label: str, executor: str, duri
     return row
 
 
-def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str], client: Any) -> list[dict]:
+def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str], client: AMFClient) -> list[dict]:
     """Per executor of policy_server: idle CPU, fine-tune alone, and control periods of run_policy idle and during
     a background fine-tune (alternating, ``cfg.jitter_repeats`` pairs)."""
     from amf_ros.msg import StateVector
@@ -255,7 +260,7 @@ def time_jitter(cfg: LatencyConfig, work: Path, ckpt: Path, env: dict[str, str],
                 client.run_cli.wait_for_server(timeout_sec=120)
                 try:  # warm-up: first inference, lazy torch initialisation; also: does this executor work at all?
                     client.run_policy("faucet-open", max_steps=10, timeout=60)
-                except Exception as exc:  # noqa: BLE001 - recorded: an executor that cannot serve the action
+                except Exception as exc:
                     log.error("executor %s: warm-up goal failed: %s", executor, exc)
                     settings.append({"name": f"run_policy [{executor}]", "executor": executor,
                                      "error": f"{type(exc).__name__}: {exc}"})
@@ -287,17 +292,15 @@ def run(cfg: LatencyConfig, out: Path) -> dict[str, Any]:
     """Run both measurements; returns the results dict (also written to ``out/results.json``)."""
     import tempfile
 
+    from amf_ros.policies.loading import load_native
     from amf_ros.ros.client import session
-    from amf_ros.runtime.policy_server import load_policy
 
     t0 = time.monotonic()
-    os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    env = {"ROS_DOMAIN_ID": os.environ["ROS_DOMAIN_ID"], "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+    env = isolated_ros_env()
     with tempfile.TemporaryDirectory(prefix="amf_ros_latency_") as tmp:
         work = Path(tmp)
         ckpt = Path(cfg.checkpoint) if cfg.checkpoint else _make_checkpoint(work / "policy", cfg.seed, cfg.head)
-        instructions = dict(load_policy(ckpt).instructions)
+        instructions = dict(load_native(ckpt).instructions)
         with session("amf_bench_latency", record_actions=True) as client:
             settings = time_next_task(cfg, work, ckpt, instructions, env, client)
             settings += time_jitter(cfg, work, ckpt, env, client)

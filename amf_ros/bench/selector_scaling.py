@@ -24,7 +24,6 @@ Run: ``amf bench selector-scaling [--out DIR] [--seeds CALLS] [--demos N ...] [-
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import time
@@ -36,11 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from amf_ros.bench.results import add_common_args, config_dict, format_table, load_config, save_figure, summarize
+from amf_ros.bench.results import add_common_args, config_dict, summarize
+from amf_ros.config_file import load_config
 from amf_ros.core.criterion import feature_criterion
 from amf_ros.core.incremental import IncrementalFeatureCriterion, sample_space_limit
 from amf_ros.core.selectors import make_selector
 from amf_ros.core.subsample import keep_indices
+from amf_ros.outputs import format_table, save_figure
+from amf_ros.threads import limited_threads
 
 logger = logging.getLogger(__name__)
 
@@ -300,14 +302,9 @@ def run(cfg: SelectorScalingConfig, progress: bool = True) -> dict:
     from tqdm import tqdm
 
     t0 = time.perf_counter()
-    limit = contextlib.nullcontext()
-    if cfg.blas_threads is not None:
-        from amf_ros._optional import require
-
-        limit = require("threadpoolctl", "blas_threads").threadpool_limits(limits=cfg.blas_threads)
     per: dict[int, dict] = {}
     refs = []
-    with limit:
+    with limited_threads(cfg.blas_threads or 0, torch=False, blas=True):  # None: the BLAS default (all cores)
         for n in tqdm(cfg.demos, desc="selector-scaling", disable=not progress):
             per[n], ref = run_size(cfg, n)
             if ref is not None:

@@ -26,8 +26,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from amf_ros._optional import load_object
-from amf_ros.bench.results import (add_common_args, config_dict, format_table, load_config, save_figure,
-                                   summarize, write_results)
+from amf_ros.bench.results import add_common_args, config_dict, summarize, write_results
+from amf_ros.config_file import load_config
+from amf_ros.outputs import format_table, save_figure
 
 log = logging.getLogger(__name__)
 
@@ -195,10 +196,11 @@ def main(argv: Sequence[str]) -> int:
         config = load_config(SimplerBenchConfig, args.config, checkpoint=args.checkpoint, step=args.step,
                              policy=args.policy, tasks=tasks, tasks_file=args.tasks_file, episodes=args.episodes,
                              seeds=args.seeds, mask_mode=args.mask_mode, t5_path=args.t5_path)
-        from amf_ros.envs.simpler import SimplerSuite, load_tasks
+        from amf_ros.envs.suites import get_suite
 
-        specs = load_tasks(config.tasks_file or None, config.tasks or None)
-        suite = SimplerSuite(specs)
+        simpler = get_suite("simpler")
+        specs = simpler.load_tasks(config.tasks or None, config.tasks_file or None)
+        suite = simpler.make_backend(specs)
         suite.env(specs[0].key)  # build one env now: a missing simpler_env fails here, before the policy loads
         policy = make_policy(config)
     except (ImportError, ValueError) as exc:

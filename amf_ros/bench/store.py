@@ -32,10 +32,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.bench.results import config_dict, format_table, load_config, write_results
+from amf_ros.bench.results import config_dict, write_results
+from amf_ros.config_file import load_config
 from amf_ros.data.codec import CODECS
-from amf_ros.data.loader import load_transitions
 from amf_ros.data.store import EpisodeStore, StoreConfig
+from amf_ros.data.transitions import load_transitions
+from amf_ros.outputs import format_table
 
 
 @dataclass
@@ -172,7 +174,7 @@ def read_throughput(store: EpisodeStore, episode_id: str, cfg: StoreBenchConfig)
     t0 = time.perf_counter()
     low = load_transitions(store, episode_ids=[episode_id])
     lowdim_s = time.perf_counter() - t0
-    from amf_ros.data.loader import resize_images
+    from amf_ros.data.codec import resize_images
 
     size = cfg.train_image_size
     t0 = time.perf_counter()

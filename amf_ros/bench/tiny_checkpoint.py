@@ -14,7 +14,6 @@ from typing import Any, Sequence
 
 def tiny_checkpoint(path: Path, tasks: tuple[str, ...] = ("reach", "push"), head: str = "mlp", seed: int = 0) -> Path:
     """Write the checkpoint to ``path``; returns its directory."""
-    import numpy as np
 
     from amf_ros.envs.metaworld_suite import load_tasks
     from amf_ros.policies.agent import TaskConditionedPolicy

@@ -17,8 +17,6 @@ from typing import Sequence
 
 log = logging.getLogger("amf.run")
 
-PRETRAIN_TARGET = "amf_ros.bench.pretrain:main"
-
 
 def pretrain_args(seed: int, head: str = "diffusion", suite: str = "metaworld") -> list[str]:
     """Arguments of `amf pretrain` for the embedded simulation (mismatched allocation, the suite's defaults
@@ -34,7 +32,7 @@ def recipe_key(args: Sequence[str], suite: str = "metaworld") -> str:
     from amf_ros.envs.suites import get_suite
 
     root = Path(__file__).resolve().parents[1]
-    paths = [root / "bench" / "pretrain.py", root / "envs" / "suites.py", *(root / "policies").glob("*.py")]
+    paths = [root / "training" / "pretrain.py", root / "envs" / "suites.py", *(root / "policies").glob("*.py")]
     for rel in get_suite(suite).sources:
         path = root.parent / rel
         paths.extend(path.glob("*.py") if path.is_dir() else [path])
@@ -52,7 +50,7 @@ def ensure_pretrained(cache: Path, seed: int = 0, extra: Sequence[str] = (), hea
 
     `amf pretrain` writes its output directory atomically, so an interrupted first run leaves no cache entry.
     """
-    from amf_ros.cli import _load
+    from amf_ros.training.pretrain import main as pretrain_main
 
     args = [*pretrain_args(seed, head, suite), *extra]
     key = recipe_key(args, suite)
@@ -63,7 +61,7 @@ def ensure_pretrained(cache: Path, seed: int = 0, extra: Sequence[str] = (), hea
     cache.mkdir(parents=True, exist_ok=True)
     command = "amf pretrain " + " ".join([*args, "--out", str(final)])
     log.info("pre-training (first run only): %s", command)
-    code = _load(PRETRAIN_TARGET)([*args, "--out", str(final)])
+    code = pretrain_main([*args, "--out", str(final)])
     if code:
         raise RuntimeError(f"`{command}` failed with exit code {code}")
     return final

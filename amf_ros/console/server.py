@@ -137,7 +137,7 @@ class ConsoleServer:
             self._loop = loop
             try:
                 self.port = loop.run_until_complete(self._serve())
-            except BaseException as exc:  # noqa: BLE001 - reported to start()
+            except BaseException as exc:
                 ready["error"] = exc
                 started.set()
                 loop.close()
@@ -288,7 +288,7 @@ class ConsoleServer:
             return
         try:
             self.dispatch(cmd, reply(cmd.op))
-        except Exception as exc:  # noqa: BLE001 - a bug in one command must not close the console
+        except Exception as exc:
             self.model.log("error", f"{cmd.op} failed: {type(exc).__name__}: {exc}")
             reply(cmd.op)(False, f"{cmd.op} failed: {type(exc).__name__}: {exc}")
 
@@ -341,7 +341,7 @@ class ConsoleServer:
                 if self.frames is not None and now - self._last_camera >= due:
                     self._last_camera = now
                     self._encode_camera()
-            except Exception as exc:  # noqa: BLE001 - the page must keep updating
+            except Exception as exc:
                 self._log("error", f"console update failed: {type(exc).__name__}: {exc}")
             await asyncio.sleep(self.push_period_s)
 
@@ -352,7 +352,7 @@ class ConsoleServer:
             try:
                 rgb = self.to_rgb(frame) if self.to_rgb is not None else np.asarray(frame)
                 jpeg = encode_jpeg(rgb)
-            except Exception as exc:  # noqa: BLE001 - a bad frame is reported, the next one shown
+            except Exception as exc:
                 self.model.log("warn", f"camera {name}: cannot show a frame: {type(exc).__name__}: {exc}")
                 continue
             self.stats["camera_encoded"] += 1

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from amf_ros.core.criterion import feature_score_fn
-from amf_ros.core.selectors import ScoreFn
+from amf_ros.core.selection import ScoreFn
 
 Transitions = Mapping[str, np.ndarray]
 EmbedFn = Callable[[Transitions], np.ndarray]
@@ -75,6 +75,7 @@ def episode_features(embed: EmbedFn, episode: Transitions, frames: int, horizon:
         embed: ``transitions -> (N, P)`` loss-gradient embeddings, one row per transition, each row depending on
             its own state and its label chunk (the next ``horizon`` rows of its episode) only.
         episode: transitions of ONE episode, rows in step order.
+        frames: how many evenly spaced steps of the episode to return (F).
         horizon: H of the label chunks; None = embed the whole episode (always right, slower).
     Returns:
         the rows of the chosen steps, in the dtype ``embed`` returns (the criterion casts to float64 exactly).
@@ -120,12 +121,15 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         validation: indices into ``episodes`` of the validation set (targets and hallucinated demonstrations).
         tasks: the target tasks, mu_c uniform over them; every one needs a validation episode. None = the tasks of
             the validation episodes.
-        noise_var, prior_var: observation noise sigma^2 and weight prior of the linear-Gaussian model (App. E).
+        noise_var: observation noise sigma^2 of the linear-Gaussian model (App. E).
+        prior_var: weight prior variance of the linear-Gaussian model (App. E).
         form: "log_variance" (entropy, eq. 3) or "variance".
         condition_on_data: condition the posterior on the non-validation episodes.
-        frames_per_episode: evenly spaced steps per episode; max_points: cap on their total (None = no cap).
+        frames_per_episode: evenly spaced steps per episode.
+        max_points: cap on the total of those steps over all episodes (None = no cap).
         cache: ``{(key, frames): (F, P) phi}`` reused across calls; valid for ONE policy (the caller drops it when
-            the policy changes). keys: per episode, its cache key (required with ``cache``).
+            the policy changes).
+        keys: per episode, its cache key (required with ``cache``).
         criterion_cache: an empty dict the caller keeps for ONE policy, like ``cache`` (needs ``keys``): the exact
             incremental criterion (core/incremental.py) lives there between calls, so a call after new episodes
             only conditions on those (a rank-m update) instead of rebuilding the posterior from every data row;

@@ -26,80 +26,19 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from amf_ros.core.posterior import (FeaturePosterior, Kernel, KernelPosterior, as_float64_2d,
-                                    hallucinated_variance)
-from amf_ros.core.selectors import ScoreFn
+from amf_ros.core.criterion_terms import (
+    CHUNK_POINTS,
+    RELATIVE_VARIANCE_FLOOR,
+    alternatives_of,
+    check_form,
+    kept_targets,
+    score_terms,
+)
+from amf_ros.core.incremental import PickCache, make_layout, posterior_hallucination_covariance
+from amf_ros.core.posterior import FeaturePosterior, Kernel, KernelPosterior, as_float64_2d, hallucinated_variance
+from amf_ros.core.selection import ScoreFn
 
 logger = logging.getLogger(__name__)
-
-FORMS: tuple[str, ...] = ("log_variance", "variance")
-#: Hallucinated points whitened per pass over the data (bounds memory at (N + Q) x this many floats).
-CHUNK_POINTS = 4096
-#: Variances are floored at this fraction of the largest prior target variance before the log (no -inf).
-RELATIVE_VARIANCE_FLOOR = 1e-12
-
-Alternatives = list[tuple[np.ndarray, float]]  # [(inputs (M, d), weight omega_j), ...]
-
-
-def check_form(form: str) -> str:
-    if form not in FORMS:
-        raise ValueError(f"unknown criterion form {form!r}; choose from {list(FORMS)}")
-    return form
-
-
-def score_terms(var: np.ndarray, form: str, floor: float) -> np.ndarray:
-    """Per-target term h(v) of the criterion (see module docstring)."""
-    if form == "variance":
-        return var
-    return 0.5 * np.log(2.0 * np.pi * np.e * np.maximum(var, floor))
-
-
-def _alternatives(entry: Any, weights: Any, dim: int, name: str) -> Alternatives:
-    """Normalise one candidate's hallucinated demo(s) to [(inputs (M, dim), omega), ...]."""
-    if isinstance(entry, np.ndarray) and entry.ndim == 2:
-        blocks = [entry]
-    elif isinstance(entry, np.ndarray) and entry.ndim == 3:
-        blocks = list(entry)
-    elif isinstance(entry, (list, tuple)) and all(np.ndim(b) == 2 for b in entry):
-        blocks = [np.asarray(b) for b in entry]
-    else:
-        raise ValueError(f"{name} must be (M, {dim}), (J, M, {dim}) or a list of (M_j, {dim}) arrays, "
-                         f"got {type(entry).__name__} of shape {np.shape(entry)}")
-    if not blocks:
-        raise ValueError(f"{name} has no hallucinated demonstration")
-    blocks = [as_float64_2d(b, name, dim) for b in blocks]
-    if any(b.shape[0] == 0 for b in blocks):
-        raise ValueError(f"{name} contains an empty trajectory (0 states)")
-    if weights is None:
-        omega = np.full(len(blocks), 1.0 / len(blocks))
-    else:
-        omega = np.asarray(weights, dtype=np.float64).reshape(-1)
-        if omega.shape != (len(blocks),):
-            raise ValueError(f"weights of {name} must have shape ({len(blocks)},), got {omega.shape}")
-        if not np.all(np.isfinite(omega)) or np.any(omega < 0):
-            raise ValueError(f"weights of {name} must be finite and >= 0, got {omega}")
-        if not omega.sum() > 0:
-            raise ValueError(f"weights of {name} are all zero: the candidate would get a meaningless score 0")
-    return [(b, float(w)) for b, w in zip(blocks, omega) if w > 0]
-
-
-def _targets(x: np.ndarray, weights: np.ndarray | None, dim: int | None) -> tuple[np.ndarray, np.ndarray]:
-    x = as_float64_2d(x, "target points", dim)
-    if x.shape[0] == 0:
-        raise ValueError("no target points: the criterion needs at least one (state, target task) point")
-    if weights is None:
-        w = np.ones(x.shape[0])
-    else:
-        w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (x.shape[0],):
-            raise ValueError(f"target_weights must have shape ({x.shape[0]},), got {w.shape}")
-        if not np.all(np.isfinite(w)) or np.any(w < 0):
-            raise ValueError("target_weights must be finite and >= 0")
-        if not w.sum() > 0:
-            raise ValueError("target_weights are all zero: no target contributes to the criterion")
-    keep = w > 0
-    return x[keep], w[keep]
-
 
 def posterior_criterion(post: KernelPosterior | FeaturePosterior, target_x: np.ndarray,
                         target_weights: np.ndarray | None, candidates: Sequence[Any],
@@ -120,7 +59,7 @@ def posterior_criterion(post: KernelPosterior | FeaturePosterior, target_x: np.n
     if candidate_weights is not None and len(candidate_weights) != len(candidates):
         raise ValueError(f"candidate_weights has {len(candidate_weights)} entries for {len(candidates)} candidates")
     dim = getattr(post, "dim", None)
-    q_x, q_w = _targets(target_x, target_weights, dim)
+    q_x, q_w = kept_targets(target_x, target_weights, dim)
     dim = q_x.shape[1]
     var_q = post.var(q_x)
     floor = RELATIVE_VARIANCE_FLOOR * max(float(np.max(post.prior_diag(q_x))), np.finfo(float).tiny)
@@ -130,7 +69,7 @@ def posterior_criterion(post: KernelPosterior | FeaturePosterior, target_x: np.n
     # data (the data matrix is the big operand: reading it once per candidate dominated the run time).
     groups: list[tuple[int, np.ndarray, np.ndarray]] = []  # (candidate index, pts (J, m, d), omegas (J,))
     for ci, entry in enumerate(candidates):
-        alts = _alternatives(entry, None if candidate_weights is None else candidate_weights[ci], dim,
+        alts = alternatives_of(entry, None if candidate_weights is None else candidate_weights[ci], dim,
                              f"candidate {ci}")
         by_len: dict[int, list[tuple[np.ndarray, float]]] = {}
         for block, omega in alts:
@@ -266,8 +205,6 @@ class _PosteriorScoreFn:
         if not chosen:
             entries, weights = self._entries(candidates)
             return posterior_criterion(self.post, self.target_x, self.target_weights, entries, weights, self.form)
-        from amf_ros.core.incremental import PickCache, make_layout, posterior_hallucination_covariance
-
         known = set(self._tasks)
         if self._picks is None or any(t not in known for t in [*candidates, *chosen]):
             self._tasks = list(dict.fromkeys([*self._tasks, *candidates, *chosen]))
@@ -283,7 +220,7 @@ class _PosteriorScoreFn:
 def feature_score_fn(data_phi: np.ndarray, candidate_phi_of: Callable[[str], Any], target_phi: np.ndarray,
                      target_weights: np.ndarray | None = None, noise_var: float = 1.0, prior_var: float = 1.0,
                      form: str = "log_variance", info: dict | None = None) -> ScoreFn:
-    """A :data:`~amf_ros.core.selectors.ScoreFn` for the amf selector from features.
+    """A :data:`~amf_ros.core.selection.ScoreFn` for the amf selector from features.
 
     Args:
         candidate_phi_of: task key -> (M, D) features of its hallucinated demonstration, or a tuple

@@ -34,12 +34,12 @@ from scipy.linalg import solve_triangular
 from scipy.linalg.blas import dgemm, dsymm, dsyrk, dtrmm
 from scipy.linalg.lapack import dpotri, dtrtri
 
-from amf_ros.core.criterion import (
+from amf_ros.core.criterion_terms import (
     CHUNK_POINTS,
     RELATIVE_VARIANCE_FLOOR,
-    _alternatives,
-    _targets,
+    alternatives_of,
     check_form,
+    kept_targets,
     score_terms,
 )
 from amf_ros.core.posterior import as_float64_2d, jitter_cholesky
@@ -82,10 +82,10 @@ def make_layout(target_x: np.ndarray, target_weights: np.ndarray | None, candida
         raise ValueError("empty candidate set: nothing to score")
     if candidate_weights is not None and len(candidate_weights) != len(candidates):
         raise ValueError(f"candidate_weights has {len(candidate_weights)} entries for {len(candidates)} candidates")
-    q_x, q_w = _targets(target_x, target_weights, dim)
+    q_x, q_w = kept_targets(target_x, target_weights, dim)
     dim = q_x.shape[1]
-    alts = [_alternatives(entry, None if candidate_weights is None else candidate_weights[ci], dim,
-                          f"candidate {ci}") for ci, entry in enumerate(candidates)]
+    alts = [alternatives_of(entry, None if candidate_weights is None else candidate_weights[ci], dim,
+                            f"candidate {ci}") for ci, entry in enumerate(candidates)]
     blocks = [b for a in alts for b, _ in a] + [q_x]
     rows, idx = _unique_rows(blocks)
     order = np.argsort(idx[-1], kind="stable")
@@ -157,9 +157,11 @@ class HallucinationCovariance:
 
     @property
     def nbytes(self) -> int:
+        """Bytes held by Sigma_U, the one large array, for the memory budget of the selector."""
         return int(self.sigma.nbytes)
 
     def copy(self) -> HallucinationCovariance:
+        """An independent copy whose downdates leave this covariance untouched (the base of a greedy batch)."""
         return HallucinationCovariance(self.sigma.copy(), self.layout, self.noise_var, self.floor, self.form)
 
     def scores(self) -> np.ndarray:
@@ -236,6 +238,7 @@ class PickCache:
         self._state: HallucinationCovariance | None = None
 
     def state(self, picks: Sequence[int]) -> HallucinationCovariance:
+        """Sigma_U after ``picks``, reusing the cached prefix when ``picks`` extends it."""
         picks = tuple(int(p) for p in picks)
         if not picks:
             return self.base
@@ -429,7 +432,7 @@ class IncrementalFeatureCriterion:
         return int(c)
 
     def score_fn(self, keys: Sequence[str]) -> Callable[[list[str], list[str]], np.ndarray]:
-        """A :data:`~amf_ros.core.selectors.ScoreFn` over task keys (``keys[i]`` = candidate i) that stays valid
+        """A :data:`~amf_ros.core.selection.ScoreFn` over task keys (``keys[i]`` = candidate i) that stays valid
         across :meth:`add_data`; greedy batch picks reuse the previous pick's Sigma_U (:class:`PickCache`)."""
         keys = [str(k) for k in keys]
         if len(keys) != self.layout.num_candidates or len(set(keys)) != len(keys):

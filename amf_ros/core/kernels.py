@@ -32,6 +32,7 @@ class RBFKernel:
 
     @property
     def dim(self) -> int:
+        """Input dimension, one length scale per column."""
         return len(self.lengthscales)
 
     def _scaled(self, x: np.ndarray, name: str) -> np.ndarray:
@@ -57,8 +58,10 @@ class LinearKernel:
     prior_var: float = 1.0
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(|a|, |b|) kernel matrix ``prior_var * a b^T``."""
         return self.prior_var * (np.asarray(a, dtype=np.float64) @ np.asarray(b, dtype=np.float64).T)
 
     def diag(self, a: np.ndarray) -> np.ndarray:
+        """(|a|,) ``prior_var * |a_i|^2``, without forming the full kernel matrix."""
         a = np.asarray(a, dtype=np.float64)
         return self.prior_var * np.einsum("ij,ij->i", a, a)

@@ -2,8 +2,8 @@
 AMF paper's Dropout baseline; registered by name in :mod:`amf_ros.core.selectors`.
 
 Each selector only turns scores into picks (batch rule, warm start); what a rule measures is its score function in
-:mod:`amf_ros.core.acquisition`. Scores follow the ScoreFn convention, lower = chosen first: the uncertainty rules
-return -u.
+:mod:`amf_ros.policies.peer_scores` (the rules that run the policy's head) or :mod:`amf_ros.core.acquisition`.
+Scores follow the ScoreFn convention, lower = chosen first: the uncertainty rules return -u.
 
 uq_vla selects episodes from a pool of recorded ones, scored at each episode's first frame and averaged per task;
 amf_ros selects tasks, so a rule's per-task score is the mean over the candidate's states (acquisition.py), and
@@ -16,14 +16,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from amf_ros.core.selectors import (
+from amf_ros.core.selection import (
     ScoreFn,
     Selection,
-    _Base,
-    _check_scores,
-    _validate,
-    _warm_start_picks,
+    SelectorBase,
+    check_candidates,
+    check_scores,
     greedy_selection,
+    warm_start_picks,
 )
 
 UQ_VLA = "learnsyslab/uq_vla@bcc2433 active_learning/"
@@ -31,7 +31,7 @@ UQ_VLA = "learnsyslab/uq_vla@bcc2433 active_learning/"
 selection.py`` at the repository root (commit daffea8) has the same task-weighted rule."""
 
 
-class UncertaintySelector(_Base):
+class UncertaintySelector(SelectorBase):
     """Highest uncertainty u = -score first, by one of three batch rules (the peer rules' shared machinery).
 
     * ``"weighted"`` -- uq_vla's ``task_weighted_top_k`` (``src/iterative_fine_tuning/selection.py``:
@@ -86,8 +86,9 @@ class UncertaintySelector(_Base):
     def select(self, candidates: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
                batch_size: int = 1, score_fn: ScoreFn | None = None,
                pretrain_counts: Mapping[str, int] | None = None) -> Selection:
-        cands = _validate(candidates, demo_counts, batch_size, self.known)
-        chosen = _warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
+        """Warm start, then fill the batch by ``batch_rule`` from the uncertainty score (higher = more uncertain)."""
+        cands = check_candidates(candidates, demo_counts, batch_size, self.known)
+        chosen = warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
         warm = bool(chosen)
         info: dict = {"warm_start_tasks": list(chosen), "batch_rule": self.batch_rule}
         scores: dict[str, float] = {}
@@ -95,16 +96,16 @@ class UncertaintySelector(_Base):
             if score_fn is None:
                 raise ValueError(f"{self.name} needs a score_fn" + (" once the warm start is over"
                                                                     if self.warm_start else "")
-                                 + f" (amf_ros.core.acquisition.{self.score_source})")
-            s = _check_scores(score_fn(cands, list(chosen)), cands)
-            scores = dict(zip(cands, s.tolist()))
+                                 + f" (amf_ros.policies.peer_scores.{self.score_source})")
+            s = check_scores(score_fn(cands, list(chosen)), cands)
+            scores = dict(zip(cands, s.tolist(), strict=True))
             extra = getattr(score_fn, "last_info", None)
             if isinstance(extra, dict):
                 info.update(extra)
             need = batch_size - len(chosen)
             if self.batch_rule == "weighted":
                 p = self.pick_probabilities(-s)
-                info["pick_probability"] = dict(zip(cands, p.tolist()))
+                info["pick_probability"] = dict(zip(cands, p.tolist(), strict=True))
                 chosen.extend(cands[i] for i in rng.choice(len(cands), size=need, p=p))
             elif self.batch_rule == "top_k":
                 order = np.argsort(s, kind="stable")
@@ -113,8 +114,8 @@ class UncertaintySelector(_Base):
                 batch_scores = [scores]
                 chosen.append(cands[int(np.argmin(s))])
                 while len(chosen) < batch_size:
-                    s = _check_scores(score_fn(cands, list(chosen)), cands)
-                    batch_scores.append(dict(zip(cands, s.tolist())))
+                    s = check_scores(score_fn(cands, list(chosen)), cands)
+                    batch_scores.append(dict(zip(cands, s.tolist(), strict=True)))
                     chosen.append(cands[int(np.argmin(s))])
                 info["batch_scores"] = batch_scores
         else:
@@ -128,7 +129,7 @@ class VFDSelector(UncertaintySelector):
     Source (``UQ_VLA``): ``src/lerobot/uncertainty/uncertainty_scoring/scoring_metrics.py`` (``InterVelDiff``),
     ``src/lerobot/uncertainty/uncertainty_samplers/cross_bayesian_sampler.py``, the batch rule in
     ``src/iterative_fine_tuning/selection.py``, T = 2.5 and no warm start in ``configs/active_learning/smolvla/
-    vfd.yaml`` (and xvla/vfd.yaml). Scores: :func:`amf_ros.core.acquisition.ensemble_score_fn` (metric "vfd").
+    vfd.yaml`` (and xvla/vfd.yaml). Scores: :func:`amf_ros.policies.peer_scores.ensemble_score_fn` (metric "vfd").
     """
 
     name = "vfd"
@@ -167,7 +168,7 @@ class DropoutSelector(UncertaintySelector):
 
     Warm start as amf (the candidate's states come from its demonstrations); a batch is the B candidates of highest
     entropy (top-B: prior entropy does not change with hallucinated picks, and the paper runs B = 1). Scores:
-    :func:`amf_ros.core.acquisition.dropout_score_fn`. Not one of uq_vla's rules.
+    :func:`amf_ros.policies.peer_scores.dropout_score_fn`. Not one of uq_vla's rules.
     """
 
     name = "dropout"
@@ -176,7 +177,7 @@ class DropoutSelector(UncertaintySelector):
     score_source = "dropout_score_fn"
 
 
-class DiversitySelector(_Base):
+class DiversitySelector(SelectorBase):
     """uq_vla's Diversity baseline: k-center greedy on embeddings, the candidate farthest from the covered set first.
 
     Source (``UQ_VLA``): ``scripts/active_learning/k_greedy.py`` (``k_center_greedy``: the first pick at random,
@@ -202,8 +203,9 @@ class DiversitySelector(_Base):
     def select(self, candidates: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
                batch_size: int = 1, score_fn: ScoreFn | None = None,
                pretrain_counts: Mapping[str, int] | None = None) -> Selection:
-        cands = _validate(candidates, demo_counts, batch_size, self.known)
-        chosen = _warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
+        """Warm start (if enabled), then k-center greedy on the coverage score, exact ties broken with ``rng``."""
+        cands = check_candidates(candidates, demo_counts, batch_size, self.known)
+        chosen = warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
         warm = bool(chosen)
         info: dict = {"warm_start_tasks": list(chosen)}
         missing = ("diversity needs a score_fn" + (" once the warm start is over" if self.warm_start else "")

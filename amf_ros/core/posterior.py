@@ -135,6 +135,7 @@ class KernelPosterior:
 
     @property
     def num_points(self) -> int:
+        """Number of data points the posterior is conditioned on."""
         return self._x.shape[0]
 
     def prior_cov(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -212,10 +213,12 @@ class KernelPosterior:
         return _inverse_factor(self) @ k_xa
 
     def cov(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(|a|, |b|) posterior covariance ``k(a, b) - W_a^T W_b``."""
         a, b = self._check(a, "a"), self._check(b, "b")
         return self._k(a, b) - self.whiten(a).T @ self.whiten(b)
 
     def var(self, a: np.ndarray) -> np.ndarray:
+        """(|a|,) posterior variance, clipped at 0 against round-off."""
         a = self._check(a, "a")
         prior = _kernel_diag(self.kernel, a)
         w = self.whiten(a)
@@ -265,6 +268,7 @@ class FeaturePosterior:
 
     @property
     def num_points(self) -> int:
+        """Number of feature rows the posterior is conditioned on."""
         return self._phi.shape[0]
 
     def prior_cov(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -319,6 +323,7 @@ class FeaturePosterior:
         return solve_triangular(self._chol, a.T, lower=True, check_finite=False)
 
     def cov(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(|a|, |b|) posterior covariance of the features a and b, in whichever space the posterior is solved."""
         a, b = as_float64_2d(a, "a", self.dim), as_float64_2d(b, "b", self.dim)
         if self.num_points == 0:
             return self.prior_var * (a @ b.T)
@@ -328,6 +333,7 @@ class FeaturePosterior:
         return wa.T @ wb
 
     def var(self, a: np.ndarray) -> np.ndarray:
+        """(|a|,) posterior variance of the feature rows a, in the space the posterior is solved in (>= 0)."""
         a = as_float64_2d(a, "a", self.dim)
         prior = self.prior_var * np.einsum("ij,ij->i", a, a)
         if self.num_points == 0:

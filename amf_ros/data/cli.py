@@ -41,7 +41,7 @@ def _summary(store: EpisodeStore, verify: bool) -> dict[str, Any]:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
-    from amf_ros.bench.results import format_table
+    from amf_ros.outputs import format_table
 
     print(f"dataset {s['dataset']}: {s['episodes']} episodes, {s['steps']} steps")
     rows = [[task, t["episodes"], t["steps"], f"{t['success']}/{t['success'] + t['failure']}",
@@ -246,7 +246,7 @@ def import_main(argv: Sequence[str]) -> int:
     argv = list(argv)
     if argv[:1] == ["lerobot"]:
         return import_lerobot_main(argv[1:])
-    from amf_ros.data.bag_import import import_bag, resolve_topics, bag_topics
+    from amf_ros.data.bag_import import bag_topics, import_bag, resolve_topics
     from amf_ros.data.sync import SyncConfig
 
     ap = argparse.ArgumentParser(prog="amf import", description="Import a rosbag2 recording (sqlite3 or MCAP) "

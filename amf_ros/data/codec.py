@@ -1,4 +1,5 @@
-"""Image codecs for the episode store: PNG (lossless), JPEG (lossy, small), raw arrays, or video (H.264, AV1).
+"""Image codecs for the episode store: PNG (lossless), JPEG (lossy, small), raw arrays, or video (H.264, AV1), and
+the one image resize (loading, exports).
 
 Why a packed layout: an ``.npz`` cannot hold a list of variable-length byte strings without pickle
 (which the store refuses), so N encoded images are stored as one concatenated uint8 buffer plus
@@ -12,12 +13,10 @@ frame is padded by repeating its last row/column and cropped back on decode (``@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
-
 import contextlib
 import io
 import os
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -246,3 +245,15 @@ def decode_stack(arrays: dict[str, np.ndarray], key: str) -> np.ndarray:
     if not frames:
         return np.zeros((0, 0, 0, 3), dtype=np.uint8)
     return np.stack(frames)
+
+
+def resize_images(images: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Resize (N, H, W, 3) uint8 to (N, size[0], size[1], 3) with area interpolation (Octo: 256x256)."""
+    h, w = size
+    if images.shape[1:3] == (h, w):
+        return images
+    cv2 = require("cv2", "image resizing")
+    out = np.empty((images.shape[0], h, w, images.shape[3]), dtype=np.uint8)
+    for i, im in enumerate(images):
+        out[i] = cv2.resize(im, (w, h), interpolation=cv2.INTER_AREA)
+    return out

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from amf_ros.atomic import fsync_dir
-
 from amf_ros.data.schema import ACTION, OBS_PREFIX, STATE, is_image_key
 from amf_ros.data.store import Episode, EpisodeStore
 

@@ -41,9 +41,8 @@ import numpy as np
 
 from amf_ros._optional import require
 from amf_ros.atomic import atomic_write_text
-from amf_ros.data.codec import VIDEO_ENCODERS, VideoFileWriter, iter_video_frames
+from amf_ros.data.codec import VIDEO_ENCODERS, VideoFileWriter, iter_video_frames, resize_images
 from amf_ros.data.export_select import check_consistent, image_keys_of, plan_export, staged_directory
-from amf_ros.data.loader import resize_images
 from amf_ros.data.schema import (
     ACTION,
     ACTION_NATIVE,

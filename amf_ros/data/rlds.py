@@ -29,9 +29,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from amf_ros.atomic import atomic_write_bytes, atomic_write_text
-from amf_ros.data.codec import encode_image
+from amf_ros.data.codec import encode_image, resize_images
 from amf_ros.data.export_select import check_consistent, image_keys_of, plan_export, staged_directory
-from amf_ros.data.loader import resize_images
 from amf_ros.data.schema import ACTION, OBS_PREFIX, STATE
 from amf_ros.data.store import Episode, EpisodeStore
 from amf_ros.data.tfrecord import Feature, encode_example, tfrecord_bytes

@@ -42,11 +42,31 @@ import numpy as np
 
 from amf_ros.atomic import atomic_write_bytes, atomic_write_json, fsync_dir
 from amf_ros.data import codec as _codec
-from amf_ros.data.schema import (ACTION, OBS_PREFIX, EpisodeMeta, EpisodeValidationError, is_image_key, validate_meta,
-                                 validate_steps)
-from amf_ros.data.writer import (PARTIAL_PREFIX, WRITER_ALIVE, WRITER_GONE, WRITER_UNKNOWN, EpisodeWriter, StoreConfig,
-                                 StoreWriteError, WriterLock, _load_npz, _npz_bytes, _package_version, new_episode_id,
-                                 read_verdict, tidy_committed)
+from amf_ros.data.schema import (
+    ACTION,
+    OBS_PREFIX,
+    EpisodeMeta,
+    EpisodeValidationError,
+    is_image_key,
+    validate_meta,
+    validate_steps,
+)
+from amf_ros.data.writer import (
+    PARTIAL_PREFIX,
+    WRITER_ALIVE,
+    WRITER_GONE,
+    WRITER_UNKNOWN,
+    EpisodeWriter,
+    StoreConfig,
+    StoreWriteError,
+    WriterLock,
+    _load_npz,
+    _npz_bytes,
+    _package_version,
+    new_episode_id,
+    read_verdict,
+    tidy_committed,
+)
 
 __all__ = ["WRITER_ALIVE", "WRITER_GONE", "WRITER_UNKNOWN", "Episode", "EpisodeStore", "EpisodeWriter", "PartialEpisode",
            "RecoveryResult", "StoreConfig", "StoreScan", "StoreWriteError", "new_episode_id"]
@@ -145,7 +165,7 @@ class EpisodeStore:
                            state_names=list(state_names or []), operator_note=operator_note,
                            created_unix=time.time(), package_version=_package_version(), extra=dict(extra or {}))
         validate_meta(meta)
-        return EpisodeWriter(self, meta, self.config)
+        return EpisodeWriter(self.root, meta, self.config, on_commit=self._after_commit)
 
     def write_episode(self, task: str, instruction: str, steps: Sequence[Mapping[str, Any]],
                       success: bool | None = True, **begin_kwargs: Any) -> Path:
@@ -343,7 +363,7 @@ class EpisodeStore:
                 try:
                     with np.load(path, allow_pickle=False) as z:
                         n, found = int(z[ACTION].shape[0]), set(z.files)
-                except Exception:  # noqa: BLE001 - an unreadable chunk ends the recoverable prefix
+                except Exception:
                     break
             elif adopt_temp and (temp := _complete_temp_chunk(partial_dir, path.name, keys)) is not None:
                 path, n, found = temp

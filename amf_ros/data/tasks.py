@@ -1,42 +1,14 @@
-"""Task sets for the nodes: ``{task key: instruction}`` from a task YAML (config/tasks/*.yaml) or a policy."""
+"""Task sets for the nodes: ``{task key: instruction}`` from a task YAML (read by :mod:`amf_ros.data.task_set`) or a
+policy, and the rules a task key must follow."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
 
-
-def read_instructions(path: str | Path) -> dict[str, str]:
-    """Ordered ``{key: instruction}`` from a task file ``{tasks: [{key, instruction, ...}, ...]}``."""
-    import yaml
-
-    from amf_ros.paths import resolve_config
-
-    p = resolve_config(path)
-    with open(p, encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh) or {}
-    entries = doc.get("tasks") if isinstance(doc, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{p}: expected a non-empty list under 'tasks'")
-    out: dict[str, str] = {}
-    for i, e in enumerate(entries):
-        if not isinstance(e, dict) or not e.get("key") or not e.get("instruction"):
-            raise ValueError(f"{p}: tasks[{i}] needs 'key' and 'instruction', got {e!r}")
-        out[str(e["key"])] = str(e["instruction"])
-    return out
-
-
-def read_max_steps(path: str | Path) -> dict[str, int]:
-    """``{key: max_steps}`` of the entries of a task file that give one."""
-    import yaml
-
-    from amf_ros.paths import resolve_config
-
-    with open(resolve_config(path), encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh) or {}
-    return {str(e["key"]): int(e["max_steps"]) for e in doc.get("tasks", []) if isinstance(e, dict)
-            and "key" in e and "max_steps" in e}
+from amf_ros.data.task_set import load_task_set
+from amf_ros.policies.base import Policy
 
 
 def checkpoint_tasks(path: str | Path) -> dict[str, str]:
@@ -50,15 +22,15 @@ def checkpoint_tasks(path: str | Path) -> dict[str, str]:
     return dict(zip(keys, texts))
 
 
-def task_set(tasks_file: str, policy: Any = None, keys: Sequence[str] = ()) -> dict[str, str]:
+def task_set(tasks_file: str, policy: Policy | None = None, keys: Sequence[str] = ()) -> dict[str, str]:
     """The candidate task set ``{key: instruction}``.
 
     ``keys`` if given; else the tasks the policy knows (a policy cannot be embedded for a task it has never
     encoded); else every task of ``tasks_file``. Instructions come from ``tasks_file`` when it lists the task, else
     from the policy.
     """
-    table = read_instructions(tasks_file) if tasks_file else {}
-    known = dict(getattr(policy, "instructions", None) or {}) if policy is not None else {}
+    table = load_task_set(tasks_file).instructions if tasks_file else {}
+    known = dict(policy.instructions) if policy is not None else {}
     if keys:
         chosen = list(keys)
     elif known:

@@ -1,54 +1,94 @@
-"""Glue between the episode store, the transitions dict and the policy, shared by policy_server and task_selector.
+"""From an episode store to the transitions dict the policies fine-tune on, shared by policy_server, task_selector,
+the benchmarks and library users.
 
-``transitions`` = dict of numpy arrays with N rows (policies/base.py): ``state`` (N, S), ``task`` (N,) task keys,
-``action`` (N, A), ``episode_index`` (N,), ``step`` (N,). The action is the simulator's native action for a
-Metaworld policy (trained in its native 4-D space) and the 7-D wire action otherwise.
+``transitions`` = dict of numpy arrays with N rows = every step of the selected episodes (policies/base.py)::
+
+    {"state": float32 (N, S), "action": float32 (N, A), "task": object (N,) task keys, "episode_index": int64 (N,),
+     "step": int64 (N,), ["image": uint8 (N, H, W, 3)]}
+
+``episode_index`` counts the selected episodes in the order read (store order, oldest first, or the order of
+``episode_ids``). The action is the policy's own (:mod:`amf_ros.policies.action_spaces`): the recorded 7-D wire
+action for "eef7", its exact Metaworld preimage for "metaworld".
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+
+from amf_ros.data.codec import resize_images
+from amf_ros.data.schema import ACTION, OBS_PREFIX, STATE
+from amf_ros.data.store import EpisodeStore
+from amf_ros.policies.action_spaces import action_space as get_action_space
+from amf_ros.policies.base import Policy
 
 Transitions = dict[str, np.ndarray]
 
 
-ACTION_SPACES = ("metaworld", "eef7")
-"""Action spaces of policies: Metaworld's native 4-D action, or the 7-D EefDeltaAction itself."""
-
-
-def load_transitions(dataset_dir: str | Path, tasks: Sequence[str] = (), action_space: str = "metaworld",
-                     episode_ids: Sequence[str] | None = None) -> Transitions | None:
-    """Every step of every complete episode (optionally only ``tasks``) as transitions; None if there are none.
+def load_transitions(store: EpisodeStore | str | os.PathLike, *, tasks: Sequence[str] = (),
+                     episode_ids: Sequence[str] | None = None, action_space: str = "eef7",
+                     image_key: str | None = None, image_size: tuple[int, int] | None = None,
+                     state_key: str = STATE, success_only: bool = False) -> Transitions | None:
+    """Concatenate the steps of the selected episodes; None when no episode is selected (or no dataset exists).
 
     Args:
-        action_space: "metaworld" -> the native 4-D action, "eef7" -> the 7-D wire action.
-        episode_ids: read exactly these episodes (``episode_index`` follows their order).
+        store: an EpisodeStore or a dataset directory.
+        tasks: keep only these task keys (empty = all).
+        episode_ids: read exactly these episodes, in this order (``tasks`` still filters them).
+        action_space: the policy's action space: "eef7" = the recorded wire action, "metaworld" = Metaworld's native
+            4-D action (the recorder stores the 7-D wire action; the native action is its exact preimage, so every
+            store works the same).
+        image_key: also load this image stream (e.g. ``"image_primary"``) as ``"image"``.
+        image_size: (H, W) to resize images to (None = as stored).
+        state_key: which observation array is the state (default ``observation/state``).
+        success_only: skip episodes not marked successful (recovered episodes have success=None).
+    Raises:
+        ValueError: an unknown action space, an episode without the state or action, or episodes that disagree on
+            the state/action width.
+        EpisodeValidationError: an episode fails validation (names the episode and field).
     """
-    from amf_ros.data.loader import load_transitions as _load
-    from amf_ros.data.store import EpisodeStore
-
-    if action_space not in ACTION_SPACES:
-        raise ValueError(f"action_space must be one of {list(ACTION_SPACES)}, got {action_space=}")
-    if not Path(dataset_dir).is_dir():
-        return None
-    store = EpisodeStore(dataset_dir, create=False)
+    space = get_action_space(action_space)
+    if not isinstance(store, EpisodeStore):
+        if not Path(store).is_dir():
+            return None
+        store = EpisodeStore(store, create=False)
+    state_key = state_key if state_key.startswith(OBS_PREFIX) else OBS_PREFIX + state_key
     ids = list(episode_ids) if episode_ids is not None else store.episode_ids()
-    if tasks:
-        ids = [e for e in ids if store.meta(e).task in set(tasks)]
-    if not ids:
+    wanted = set(tasks)
+    cols: dict[str, list[np.ndarray]] = {"state": [], "action": [], "task": [], "episode_index": [], "step": []}
+    if image_key is not None:
+        cols["image"] = []
+    used = 0
+    for eid in ids:
+        meta = store.meta(eid)
+        if (wanted and meta.task not in wanted) or (success_only and meta.success is not True):
+            continue
+        ep = store.load(eid, images=[image_key] if image_key else False)
+        n = len(ep)
+        for key in (ACTION, state_key):
+            if key not in ep.steps:
+                raise ValueError(f"episode {eid!r} has no {key!r} (has {sorted(ep.steps)})")
+        cols["state"].append(np.asarray(ep.steps[state_key], dtype=np.float32).reshape(n, -1))
+        cols["action"].append(np.asarray(ep.steps[ACTION], dtype=np.float32))
+        cols["task"].append(np.full(n, meta.task, dtype=object))
+        cols["episode_index"].append(np.full(n, used, dtype=np.int64))
+        cols["step"].append(np.arange(n, dtype=np.int64))
+        if image_key is not None:
+            img = ep.steps[image_key if image_key.startswith(OBS_PREFIX) else OBS_PREFIX + image_key]
+            cols["image"].append(resize_images(img, image_size) if image_size else img)
+        used += 1
+    if not used:
         return None
-    data = _load(store, episode_ids=ids, action_key="action")
-    if action_space == "metaworld":
-        # The recorder stores the 7-D wire action; Metaworld's native action is its exact preimage (eef7_to_native
-        # undoes native_to_eef7 for the in-range actions a simulator executes), so every store works the same.
-        from amf_ros.envs.metaworld_suite import eef7_to_native
-
-        data["action"] = np.stack([eef7_to_native(a) for a in data["action"]]).astype(np.float32)
-    data["task"] = np.asarray(data["task"], dtype=object)
-    return data
+    for key in ("state", "action"):
+        widths = {a.shape[1] for a in cols[key]}
+        if len(widths) > 1:
+            raise ValueError(f"episodes disagree on the {key} width: {sorted(widths)}")
+    out = {k: np.concatenate(v) for k, v in cols.items()}
+    out["action"] = space.from_wire_rows(out["action"])
+    return out
 
 
 class EpisodeCache:
@@ -57,14 +97,14 @@ class EpisodeCache:
     Why: task_selector answers next_task from the whole store; re-reading 400 episodes per request costs seconds.
 
     Args:
+        action_space: the policy's action space (see :func:`load_transitions`).
         loader: ``episode ids -> transitions`` replacing :func:`load_transitions` (the Octo backend: states are
-            the trunk's cached frame embeddings, octo_backend.EmbeddingCache.transitions).
+            the trunk's cached frame embeddings, data.octo_embeddings.EmbeddingCache.transitions).
     """
 
-    def __init__(self, dataset_dir: str | Path, action_space: str = "metaworld",
+    def __init__(self, dataset_dir: str | Path, action_space: str,
                  loader: Callable[[Sequence[str]], Transitions | None] | None = None) -> None:
-        if action_space not in ACTION_SPACES:
-            raise ValueError(f"action_space must be one of {list(ACTION_SPACES)}, got {action_space=}")
+        get_action_space(action_space)  # ValueError for an unknown one, now rather than at the first read
         self.dataset_dir = Path(dataset_dir)
         self.action_space = action_space
         self.loader = loader
@@ -72,8 +112,6 @@ class EpisodeCache:
         self._steps: dict[str, Transitions] = {}
 
     def _ids(self) -> list[str]:
-        from amf_ros.data.store import EpisodeStore
-
         if not self.dataset_dir.is_dir():
             return []
         store = EpisodeStore(self.dataset_dir, create=False)
@@ -110,7 +148,6 @@ def concat(parts: Sequence[Mapping[str, np.ndarray]]) -> Transitions:
     return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
 
 
-def alphas(policy: Any) -> dict[str, float]:
-    """Per-task alpha(c) of the adaptive prior ({} for a policy without one)."""
-    values = getattr(policy, "alphas", None) or {}
-    return {str(k): float(v) for k, v in dict(values).items()}
+def alphas(policy: Policy) -> dict[str, float]:
+    """Per-task alpha(c) of the adaptive prior ({} for a policy without one), as plain floats for a message."""
+    return {str(k): float(v) for k, v in policy.alphas.items()}

@@ -29,22 +29,28 @@ import queue
 import shutil
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from amf_ros.atomic import atomic_write_bytes, atomic_write_json, default_mode, fsync_dir
 from amf_ros.data import codec as _codec
-from amf_ros.data.schema import (ACTION, ACTION_NATIVE, OBS_PREFIX, STAMP, STAMP_PREFIX, EpisodeMeta,
-                                 EpisodeValidationError, is_image_key, validate_steps)
-
-if TYPE_CHECKING:
-    from amf_ros.data.store import EpisodeStore
+from amf_ros.data.schema import (
+    ACTION,
+    ACTION_NATIVE,
+    OBS_PREFIX,
+    STAMP,
+    STAMP_PREFIX,
+    EpisodeMeta,
+    EpisodeValidationError,
+    is_image_key,
+    validate_steps,
+)
 
 log = logging.getLogger(__name__)
 
@@ -209,18 +215,26 @@ class EpisodeWriter:
     """Writes one episode into ``.partial-<id>/`` chunk by chunk; :meth:`commit` renames it into place.
 
     Not thread-safe: one producer calls add_step/commit (the background thread only writes chunks).
+
+    Args:
+        root: the dataset directory (:class:`amf_ros.data.store.EpisodeStore` creates writers with its own).
+        meta: the episode's metadata at start; config: chunking and image settings.
+        on_commit: called with the final metadata once the episode is renamed into place (the store refreshes
+            its index; a failure there does not undo the commit).
     """
 
-    def __init__(self, store: "EpisodeStore", meta: EpisodeMeta, config: StoreConfig) -> None:
-        self._store = store
+    def __init__(self, root: Path, meta: EpisodeMeta, config: StoreConfig,
+                 on_commit: Callable[[EpisodeMeta], None] | None = None) -> None:
+        self._root = root
+        self._on_commit = on_commit
         self._config = config
         self.meta = meta
-        self.path = store.root / f"{PARTIAL_PREFIX}{meta.episode_id}"
+        self.path = root / f"{PARTIAL_PREFIX}{meta.episode_id}"
         self.path.mkdir(parents=False, exist_ok=False)
         self._lock: WriterLock | None = None
         try:
             self._lock = WriterLock.create(self.path)
-            fsync_dir(store.root)
+            fsync_dir(root)
             atomic_write_json(self.path / "start.json", meta.to_json())
         except OSError as exc:  # e.g. the disk is already full: leave nothing behind
             shutil.rmtree(self.path, ignore_errors=True)
@@ -346,12 +360,12 @@ class EpisodeWriter:
         if sync_stats:
             meta.sync_stats = {k: int(v) for k, v in sync_stats.items()}
         validate_steps(steps, self.episode_id, num_steps=n, state_names=meta.state_names or None)
-        final = self._store.root / self.episode_id
+        final = self._root / self.episode_id
         try:
             atomic_write_bytes(self.path / "steps.npz", _npz_bytes(steps))
             atomic_write_json(self.path / "meta.json", meta.to_json())
             os.rename(self.path, final)
-            fsync_dir(self._store.root)
+            fsync_dir(self._root)
         except OSError as exc:
             raise StoreWriteError(exc.errno, f"episode {self.episode_id}: commit failed, left partial "
                                   f"at {self.path}: {exc.strerror or exc}") from exc
@@ -359,7 +373,8 @@ class EpisodeWriter:
         self.path = final
         tidy_committed(final)
         self._release_lock()
-        self._store._after_commit(meta)
+        if self._on_commit is not None:
+            self._on_commit(meta)
         return final
 
     def _save_verdict(self, success: bool | None, operator_note: str | None) -> None:
@@ -474,6 +489,6 @@ class EpisodeWriter:
             name = f"chunk-{index:06d}.npz"
             atomic_write_bytes(self.path / name, data)
             self._chunks.append({"file": name, "num_steps": len(steps), "sha256": hashlib.sha256(data).hexdigest()})
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the producer thread
+        except BaseException as exc:
             log.error("episode %s: chunk %d failed: %s", self.episode_id, index, exc)
             self._error = exc

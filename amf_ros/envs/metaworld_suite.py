@@ -7,13 +7,9 @@ ROS node (sim_bridge) can host it and drive it from messages.
 
 Observations are Metaworld's 39-D goal-observable state vectors (end-effector xyz, gripper opening, two object
 poses, the previous frame of those 18 values, the goal xyz), float32. Actions are Metaworld's native 4-D
-``[dx, dy, dz, grab]`` in [-1, 1]; :func:`native_to_eef7` / :func:`eef7_to_native` convert to and from the wire
-action EefDeltaAction (7-D: xyz delta in metres, roll/pitch/yaw delta in radians, gripper with 1 = open).
-
-Scale (fixed by Metaworld's mocap controller, ``action_scale = 1/100``): a native xyz value of 1.0 moves the
-mocap target by 0.01 m in one step; the native grab value g in [-1, 1] is the finger effort, -1 = open,
-+1 = close, mapped linearly to gripper = (1 - g) / 2. Metaworld keeps the gripper orientation fixed, so the
-rotation part of an EefDeltaAction is dropped on the way in and zero on the way out.
+``[dx, dy, dz, grab]`` in [-1, 1]; :func:`amf_ros.policies.action_spaces.native_to_eef7` /
+:func:`~amf_ros.policies.action_spaces.eef7_to_native` convert to and from the wire action EefDeltaAction (7-D: xyz
+delta in metres, roll/pitch/yaw delta in radians, gripper with 1 = open; the scale is explained there).
 """
 
 from __future__ import annotations
@@ -27,23 +23,20 @@ from typing import Any, Sequence
 import numpy as np
 
 from amf_ros._optional import require
-from amf_ros.envs.task_set import TaskSet, load_specs
+from amf_ros.data.task_set import load_task_set
+from amf_ros.envs.task_suite import TaskSuite
+from amf_ros.policies.action_spaces import NATIVE_ACTION_DIM, eef7_to_native
 
 log = logging.getLogger(__name__)
 
 OBS_DIM = 39
 """Length of a Metaworld goal-observable state observation."""
-NATIVE_ACTION_DIM = 4
-"""Metaworld action: xyz delta (units of :data:`METRES_PER_UNIT`) and grab effort, each in [-1, 1]."""
-EEF7_DIM = 7
-METRES_PER_UNIT = 0.01
-"""Metres of end-effector (mocap) motion per unit of native xyz action in one step (Metaworld action_scale)."""
 
 _DEFAULT_TASKS_FILE = Path(__file__).resolve().parents[2] / "config" / "tasks" / "metaworld.yaml"
 
 
 @dataclasses.dataclass(frozen=True)
-class TaskSpec:
+class MetaworldTaskSpec:
     """One task of the suite, as listed in ``config/tasks/metaworld.yaml``."""
 
     key: str
@@ -75,46 +68,14 @@ def tasks_file() -> Path:
     return Path(os.environ.get("AMF_METAWORLD_TASKS", _DEFAULT_TASKS_FILE))
 
 
-def load_tasks(path: str | os.PathLike | None = None, keys: Sequence[str] | None = None) -> list[TaskSpec]:
+def load_tasks(path: str | os.PathLike | None = None, keys: Sequence[str] | None = None) -> list[MetaworldTaskSpec]:
     """Read the task list (YAML ``{tasks: [{key, env_name, instruction, max_steps}, ...]}``).
 
     Args:
         path: YAML file; default :func:`tasks_file`.
         keys: keep only these task keys, in this order (unknown keys raise ValueError).
     """
-    path = Path(path) if path is not None else tasks_file()
-    if not path.is_file():
-        raise FileNotFoundError(f"Metaworld task list not found at {path} (set AMF_METAWORLD_TASKS or pass a path)")
-    return load_specs(path, TaskSpec, keys, "Metaworld")
-
-
-def native_to_eef7(a4: np.ndarray) -> np.ndarray:
-    """Native Metaworld action (4,) -> EefDeltaAction vector (7,) = [dx, dy, dz (m), droll, dpitch, dyaw, grip].
-
-    The native xyz is clipped to [-1, 1] first (Metaworld clips it too), so the result is what the arm does.
-    """
-    a4 = np.asarray(a4, dtype=np.float64)
-    if a4.shape != (NATIVE_ACTION_DIM,):
-        raise ValueError(f"expected a native Metaworld action of shape (4,), got {a4.shape=}")
-    a = np.clip(a4, -1.0, 1.0)
-    out = np.zeros(EEF7_DIM, dtype=np.float64)
-    out[:3] = a[:3] * METRES_PER_UNIT
-    out[6] = (1.0 - a[3]) / 2.0
-    return out
-
-
-def eef7_to_native(a7: np.ndarray) -> np.ndarray:
-    """EefDeltaAction vector (7,) -> native Metaworld action (4,), clipped to [-1, 1].
-
-    Rotation (entries 3:6) is ignored: Metaworld's gripper orientation is fixed.
-    """
-    a7 = np.asarray(a7, dtype=np.float64)
-    if a7.shape != (EEF7_DIM,):
-        raise ValueError(f"expected an EefDeltaAction vector of shape (7,), got {a7.shape=}")
-    out = np.empty(NATIVE_ACTION_DIM, dtype=np.float64)
-    out[:3] = a7[:3] / METRES_PER_UNIT
-    out[3] = 1.0 - 2.0 * a7[6]
-    return np.clip(out, -1.0, 1.0)
+    return load_task_set(path if path is not None else tasks_file(), keys, "Metaworld").typed(MetaworldTaskSpec)
 
 
 class MetaworldTaskEnv:
@@ -127,7 +88,7 @@ class MetaworldTaskEnv:
 
     action_dim = NATIVE_ACTION_DIM
 
-    def __init__(self, spec: TaskSpec) -> None:
+    def __init__(self, spec: MetaworldTaskSpec) -> None:
         require("metaworld", feature="the Metaworld suite")
         from metaworld import policies
         from metaworld.env_dict import ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE
@@ -216,7 +177,7 @@ class MetaworldTaskEnv:
         return np.asarray(self._renderer.render(), dtype=np.uint8).copy()
 
 
-class MetaworldSuite(TaskSet):
+class MetaworldSuite(TaskSuite):
     """The task set, one lazily built :class:`MetaworldTaskEnv` per task, and a current task.
 
     Typical use (what sim_bridge does)::
@@ -228,7 +189,7 @@ class MetaworldSuite(TaskSet):
             if done: break
     """
 
-    def __init__(self, tasks: Sequence[TaskSpec] | None = None) -> None:
+    def __init__(self, tasks: Sequence[MetaworldTaskSpec] | None = None) -> None:
         super().__init__(tasks if tasks is not None else load_tasks(), "Metaworld")
         self._envs: dict[str, MetaworldTaskEnv] = {}
 

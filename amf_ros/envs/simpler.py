@@ -31,7 +31,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from amf_ros._optional import require
-from amf_ros.envs.task_set import TaskSet
+from amf_ros.data.task_set import load_task_set
+from amf_ros.envs.task_suite import TaskSuite
 from amf_ros.policies.postprocess import eef7_to_simpler, matrix_to_rpy
 
 log = logging.getLogger(__name__)
@@ -92,22 +93,7 @@ def tasks_file() -> Path:
 
 def load_tasks(path: str | os.PathLike | None = None, keys: Sequence[str] | None = None) -> list[SimplerTaskSpec]:
     """Task specs from a YAML task file ``{tasks: [{key, env_name, instruction, max_steps}]}``, optionally a subset."""
-    import yaml
-
-    p = Path(path) if path is not None else _DEFAULT_TASKS_FILE
-    with open(p, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
-    entries = data.get("tasks")
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{p}: expected a non-empty list under 'tasks'")
-    specs = [SimplerTaskSpec(**e) for e in entries]
-    if keys is None:
-        return specs
-    by_key = {s.key: s for s in specs}
-    unknown = [k for k in keys if k not in by_key]
-    if unknown:
-        raise ValueError(f"unknown task keys {unknown}; {p} has {list(by_key)}")
-    return [by_key[k] for k in keys]
+    return load_task_set(path if path is not None else _DEFAULT_TASKS_FILE, keys, "SIMPLER").typed(SimplerTaskSpec)
 
 
 def _quat_wxyz_to_matrix(q: np.ndarray) -> np.ndarray:
@@ -225,7 +211,7 @@ class SimplerTaskEnv:
         self._env.close()
 
 
-class SimplerSuite(TaskSet):
+class SimplerSuite(TaskSuite):
     """The SIMPLER WidowX task set with a current task (what sim_bridge backend ``simpler`` hosts)."""
 
     state_names = STATE_NAMES
@@ -289,8 +275,3 @@ class SimplerSuite(TaskSet):
         for env in self._envs.values():
             env.close()
         self._envs.clear()
-
-
-def make_suite(tasks_file: str | os.PathLike | None = None, **kwargs: Any) -> SimplerSuite:
-    """The suite sim_bridge hosts (backend ``simpler``): the tasks of ``tasks_file`` (default: the four WidowX tasks)."""
-    return SimplerSuite(load_tasks(tasks_file), **kwargs)

@@ -16,11 +16,16 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from amf_ros.bringup import graph
+from amf_ros.loop.nodes import DEMO_SEED_OFFSET, checked, node_overrides
+from amf_ros.loop.report import evaluate
+
+if TYPE_CHECKING:
+    from amf_ros.ros.client import AMFClient
 
 log = logging.getLogger("amf.run.fleet")
 
@@ -32,10 +37,8 @@ def _parallel(fns: Sequence[Any]) -> list[Any]:
         return [f.result() for f in futures]
 
 
-def demonstrate(client: Any, robot: str, r: int, k: int, seed: int, barrier: threading.Barrier | None) -> dict:
+def demonstrate(client: AMFClient, robot: str, r: int, k: int, seed: int, barrier: threading.Barrier | None) -> dict:
     """One robot's share of a round: ask (at the same instant as the others), reset, record, wait for the save."""
-    from amf_ros.loop.run import DEMO_SEED_OFFSET
-
     if barrier is not None:
         barrier.wait(timeout=60.0)
     t0 = time.monotonic()
@@ -54,8 +57,6 @@ def demonstrate(client: Any, robot: str, r: int, k: int, seed: int, barrier: thr
 def evaluate_fleet(clients: dict[str, Any], tasks: Sequence[str], cfg: Any, max_steps: dict[str, int]) -> dict:
     """Every task's fixed evaluation scenes, split over the robots (task i -> robot i mod N), in parallel; the same
     scenes as `amf run` (EVAL_SEED_OFFSET + episode), so the numbers compare."""
-    from amf_ros.loop.report import evaluate
-
     names = list(clients)
     share = {name: [t for i, t in enumerate(tasks) if names[i % len(names)] == name] for name in names}
     parts = _parallel([lambda n=n: evaluate(clients[n], share[n], cfg, max_steps) if share[n] else None
@@ -83,7 +84,7 @@ def wait_adopted(clients: dict[str, Any], round_: int, timeout: float = 120.0) -
 
 
 def print_fleet_round(row: dict, tasks: Sequence[str]) -> None:
-    from amf_ros.bench.results import format_table
+    from amf_ros.outputs import format_table
 
     ev = row["evaluation"]["success"]
     if row["round"] == 0:
@@ -103,7 +104,6 @@ def run_fleet(cfg: Any, checkpoint: Path, run_dir: Path, instructions: dict[str,
               env: dict[str, str], results: dict) -> dict:
     """The fleet loop (module docstring); fills and returns ``results``."""
     from amf_ros.bringup.processes import NodeProcesses
-    from amf_ros.loop.run import _checked, node_overrides
     from amf_ros.ros.client import AMFClient, rclpy_session
 
     names = graph.robot_names(cfg.robots)
@@ -122,18 +122,18 @@ def run_fleet(cfg: Any, checkpoint: Path, run_dir: Path, instructions: dict[str,
                 clients[name] = AMFClient(f"amf_run_{name}", namespace=name,
                                           next_task_service=f"/{graph.FLEET_NAMESPACE}/next_task")
             fleet = AMFClient("amf_run_fleet", namespace=graph.FLEET_NAMESPACE)
-            _checked(procs, lambda: [c.wait_ready(timeout=cfg.startup_timeout_s) for c in clients.values()],
-                     "bring-up of the robots")
-            _checked(procs, lambda: fleet.wait_ready(timeout=cfg.startup_timeout_s, sim=False, recorder=False),
-                     "bring-up of the fleet's selector and trainer")
-            row = {"round": 0, "evaluation": _checked(procs, lambda: evaluate_fleet(clients, tasks, cfg, max_steps),
-                                                     "evaluation of the pre-trained policy")}
+            checked(procs, lambda: [c.wait_ready(timeout=cfg.startup_timeout_s) for c in clients.values()],
+                    "bring-up of the robots")
+            checked(procs, lambda: fleet.wait_ready(timeout=cfg.startup_timeout_s, sim=False, recorder=False),
+                    "bring-up of the fleet's selector and trainer")
+            row = {"round": 0, "evaluation": checked(procs, lambda: evaluate_fleet(clients, tasks, cfg, max_steps),
+                                                    "evaluation of the pre-trained policy")}
             results["rounds"].append(row)
             print_fleet_round(row, tasks)
             for r in range(1, cfg.rounds + 1):
                 t0 = time.monotonic()
                 barrier = threading.Barrier(len(names))
-                demos = _checked(procs, lambda r=r: _parallel([
+                demos = checked(procs, lambda r=r: _parallel([
                     lambda n=n, k=k: demonstrate(clients[n], n, r, k, cfg.seed, barrier)
                     for k, n in enumerate(names)]), f"demonstrations of round {r}")
                 t1 = time.monotonic()
@@ -141,12 +141,12 @@ def run_fleet(cfg: Any, checkpoint: Path, run_dir: Path, instructions: dict[str,
                 if not ft.ok:
                     raise RuntimeError(f"fine_tune failed: {ft.message}")
                 t2 = time.monotonic()
-                _checked(procs, lambda r=r: wait_adopted(clients, r), f"checkpoint of round {r}")
+                checked(procs, lambda r=r: wait_adopted(clients, r), f"checkpoint of round {r}")
                 row = {"round": r, "demos": demos, "demo_phase_s": t1 - t0, "fine_tune_s": t2 - t1,
                        "fine_tune": {"checkpoint": ft.checkpoint, "final_loss": float(ft.final_loss),
                                      "alphas": dict(zip(ft.tasks, map(float, ft.alphas)))}}
-                row["evaluation"] = _checked(procs, lambda: evaluate_fleet(clients, tasks, cfg, max_steps),
-                                             f"evaluation of round {r}")
+                row["evaluation"] = checked(procs, lambda: evaluate_fleet(clients, tasks, cfg, max_steps),
+                                            f"evaluation of round {r}")
                 row["round_time_s"] = time.monotonic() - t0
                 results["rounds"].append(row)
                 print_fleet_round(row, tasks)
@@ -185,7 +185,7 @@ def write_fleet_outputs(results: dict, run_dir: Path) -> None:
     import matplotlib.pyplot as plt
 
     from amf_ros.atomic import atomic_write_json
-    from amf_ros.bench.results import save_figure
+    from amf_ros.outputs import save_figure
 
     results["summary"] = fleet_summary(results)
     atomic_write_json(run_dir / "results.json", results)

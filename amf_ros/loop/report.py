@@ -5,17 +5,21 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from amf_ros.atomic import atomic_write_json
-from amf_ros.bench.results import format_table, save_figure
+from amf_ros.loop.nodes import EVAL_SEED_OFFSET
+from amf_ros.outputs import format_table, save_figure
+
+if TYPE_CHECKING:
+    from amf_ros.ros.client import AMFClient
 
 log = logging.getLogger("amf.run")
 
 
-def evaluate(client: Any, tasks: Sequence[str], cfg: Any, max_steps: Mapping[str, int] | None = None,
+def evaluate(client: AMFClient, tasks: Sequence[str], cfg: Any, max_steps: Mapping[str, int] | None = None,
              retries: int = 1) -> dict:
     """Success rate per task: reset the sim to fixed evaluation scenes and run the policy through run_policy.
 
@@ -25,8 +29,6 @@ def evaluate(client: Any, tasks: Sequence[str], cfg: Any, max_steps: Mapping[str
     Returns ``{"success": {task: rate}, "steps": {task: mean steps}, "mean_period_s": float,
     "failed_attempts": [{"task", "episode", "message"}]}``.
     """
-    from amf_ros.loop.run import EVAL_SEED_OFFSET
-
     success, steps, periods, failures = {}, {}, [], []
     for task in tasks:
         wins, n_steps = [], []

@@ -19,25 +19,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from amf_ros.bringup import graph
-from amf_ros.bringup.params import schema
-from amf_ros.core.acquisition import ENSEMBLE_METRICS
+from amf_ros.bringup.ros_env import isolated_ros_env
+from amf_ros.loop.nodes import DEMO_SEED_OFFSET, checked, node_overrides
+from amf_ros.policies.fine_tuning import FINE_TUNE
+
+if TYPE_CHECKING:
+    from amf_ros.ros.client import AMFClient
 
 log = logging.getLogger("amf.run")
 
 LOOP_SELECTORS = ("amf", "uniform", "round_robin", "vfd", "action_l2", "gu", "diversity", "dropout")
 """Selectors `amf run --selector` accepts (amf_ros.core.selectors.SELECTOR_NAMES but rebalancing, as before)."""
-ENSEMBLE_MEMBERS = 2
-"""policy_server's ``ensemble_members`` for the selectors scored by ensemble disagreement (ENSEMBLE_METRICS: vfd,
-action_l2, gu): a second head fine-tuned every round, as ``amf bench metaworld``."""
-DEMO_SEED_OFFSET = 10_000  # demonstration scenes: 10_000 + round; evaluation scenes: EVAL_SEED_OFFSET + episode
-EVAL_SEED_OFFSET = 1_000_000
 
 
 @dataclass
@@ -61,8 +59,8 @@ class LoopConfig:
     cache policy_server's pretrain_if_missing also uses: amf_ros.paths)."""
     checkpoint: str = ""
     """Start from this checkpoint instead of the cached pre-trained one."""
-    fine_tune_steps: int = 300
-    """Gradient steps per /amf/fine_tune."""
+    fine_tune_steps: int = FINE_TUNE.steps
+    """Gradient steps per /amf/fine_tune (policies.fine_tuning.FineTuneSettings)."""
     eval_episodes: int = 1
     """Evaluation episodes per task per round (fixed scenes, the same every round)."""
     eval_max_steps: int = 0
@@ -98,35 +96,15 @@ class LoopConfig:
             raise ValueError(f"bad eval_episodes/fine_tune_steps, got {self.eval_episodes=} {self.fine_tune_steps=}")
 
 
-def node_overrides(run_dir: Path, cfg: LoopConfig) -> dict[str, list[str]]:
-    """Per-node `-p` overrides: this run's dataset/checkpoint dirs, selector and seed (only declared names); for
-    the ensemble rules also policy_server's ensemble_members and task_selector's selection_policy 'latest' (the
-    config's 'frozen' would keep the pre-trained checkpoint, which has no members; ``amf bench metaworld`` scores
-    the peer rules with the current fine-tuned heads too)."""
-    run_dir = run_dir.resolve()
-    values: dict[str, Any] = {"dataset_dir": str(run_dir / "dataset"), "checkpoint_dir": str(run_dir / "checkpoints"),
-                              "selector": cfg.selector, "seed": cfg.seed}
-    if cfg.selector in ENSEMBLE_METRICS:  # a second head every round, and a selector that follows the rounds
-        values.update(ensemble_members=ENSEMBLE_MEMBERS, selection_policy="latest")
-    out: dict[str, list[str]] = {}
-    for node in graph.SIM_NODES:
-        declared = {p.name for p in schema(node)}
-        args: list[str] = []
-        for key, value in values.items():
-            if key in declared:
-                args += ["-p", f"{key}:={value}"]
-        out[node] = args
-    return out
-
-
 def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     """Run the loop; returns the results dict (also written to ``<run dir>/results.json``)."""
-    from amf_ros.ros.client import session
-    from amf_ros.loop.report import evaluate, print_round, write_outputs
     from amf_ros.bringup.pretrained import ensure_pretrained
-    from amf_ros.paths import workspace_root
     from amf_ros.bringup.processes import NodeProcesses
-    from amf_ros.data.tasks import checkpoint_tasks, read_max_steps
+    from amf_ros.data.task_set import load_task_set
+    from amf_ros.data.tasks import checkpoint_tasks
+    from amf_ros.loop.report import evaluate, print_round, write_outputs
+    from amf_ros.paths import workspace_root
+    from amf_ros.ros.client import session
 
     t_start = time.monotonic()
     cache = Path(cfg.cache) if cfg.cache else workspace_root() / "cache"
@@ -134,7 +112,7 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
                                                                                suite=cfg.arm)
     run_dir = Path(cfg.out) / time.strftime("run_%Y%m%d_%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
-    env = _ros_env()
+    env = isolated_ros_env(keep_discovery_range=True)  # a domain of its own (unless ROS_DOMAIN_ID is set)
     if cfg.robots > 0:
         from amf_ros.loop.fleet import run_fleet, write_fleet_outputs
 
@@ -146,7 +124,7 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
                    "rounds": []}
         log.info("fleet of %d robots, run dir %s, ROS_DOMAIN_ID=%s", cfg.robots, run_dir, env["ROS_DOMAIN_ID"])
         try:
-            run_fleet(cfg, checkpoint, run_dir, instructions, read_max_steps(tasks_file), env, results)
+            run_fleet(cfg, checkpoint, run_dir, instructions, load_task_set(tasks_file).max_steps, env, results)
         finally:
             results["wall_time_s"] = time.monotonic() - t_start
             if len(results["rounds"]) > 1:
@@ -157,7 +135,7 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     tasks_file = graph.node_section(specs[0].params_file, "task_selector").get("tasks_file") or \
         "config/tasks/metaworld.yaml"
     instructions = checkpoint_tasks(checkpoint)  # the tasks the policy knows = the candidates of task_selector
-    max_steps = read_max_steps(tasks_file)
+    max_steps = load_task_set(tasks_file).max_steps
     log.info("run dir %s, ROS_DOMAIN_ID=%s, pre-trained checkpoint %s", run_dir, env["ROS_DOMAIN_ID"], checkpoint)
     if cfg.console:
         log.info("operator console: http://127.0.0.1:%s/ (its log: %s)", cfg.console_port or "<see log>",
@@ -170,14 +148,14 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     procs = NodeProcesses(specs, log_dir=run_dir / "logs", env=env, extra_args=extra)
     with procs, session("amf_run") as client:
         try:
-            _checked(procs, lambda: client.wait_ready(timeout=cfg.startup_timeout_s), "bring-up")
+            checked(procs, lambda: client.wait_ready(timeout=cfg.startup_timeout_s), "bring-up")
             row = {"round": 0, "task": "", "evaluation": evaluate(client, list(instructions), cfg, max_steps)}
             results["rounds"].append(row)
             print_round(row, list(instructions))
             for r in range(1, cfg.rounds + 1):
-                row = _checked(procs, lambda r=r: _one_round(client, r, cfg), f"round {r}")
-                row["evaluation"] = _checked(procs, lambda: evaluate(client, list(instructions), cfg, max_steps),
-                                             f"evaluation of round {r}")
+                row = checked(procs, lambda r=r: _one_round(client, r, cfg), f"round {r}")
+                row["evaluation"] = checked(procs, lambda: evaluate(client, list(instructions), cfg, max_steps),
+                                            f"evaluation of round {r}")
                 results["rounds"].append(row)
                 print_round(row, list(instructions))
         except BaseException as exc:  # keep every finished round: results.json + plot, then re-raise
@@ -193,7 +171,7 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     return results
 
 
-def _one_round(client: Any, r: int, cfg: LoopConfig) -> dict[str, Any]:
+def _one_round(client: AMFClient, r: int, cfg: LoopConfig) -> dict[str, Any]:
     """next_task -> reset -> StartEpisode -> (scripted operator demonstrates, ends it) -> fine_tune."""
     t0 = time.monotonic()
     d = client.next_task()
@@ -211,29 +189,6 @@ def _one_round(client: Any, r: int, cfg: LoopConfig) -> dict[str, Any]:
             "fine_tune": {"checkpoint": ft.checkpoint, "final_loss": float(ft.final_loss),
                           "alphas": dict(zip(ft.tasks, map(float, ft.alphas)))},
             "round_time_s": time.monotonic() - t0}
-
-
-def _checked(procs: Any, fn: Any, what: str) -> Any:
-    """Run ``fn``; if it fails and a node has died, say which node and show the end of its log."""
-    try:
-        return fn()
-    except Exception as exc:
-        dead = procs.dead()
-        if dead:
-            tails = "\n".join(f"--- {n} (exit {c}) ---\n{procs.log_tail(n)}" for n, c in dead.items())
-            raise RuntimeError(f"{what} failed ({exc}); node(s) died:\n{tails}") from exc
-        raise
-
-
-def _ros_env() -> dict[str, str]:
-    """This run's DDS isolation: a ROS_DOMAIN_ID of its own (unless set) and loopback-only discovery."""
-    if not os.environ.get("ROS_DOMAIN_ID"):
-        import random
-
-        os.environ["ROS_DOMAIN_ID"] = str(random.randint(1, 100))
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    return {"ROS_DOMAIN_ID": os.environ["ROS_DOMAIN_ID"],
-            "ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"]}
 
 
 def _field_docs(cls: type) -> dict[str, str]:

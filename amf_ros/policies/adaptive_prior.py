@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from amf_ros.policies.fine_tuning import FINE_TUNE
+
 
 @dataclass
 class AlphaConfig:
@@ -27,7 +29,7 @@ class AlphaConfig:
     """Adam learning rate on the logits (paper: 1.0)."""
     beta: float = 0.01
     """Conservative penalty on mean alpha (paper: 0.01; Kitchen 0.001)."""
-    steps: int = 100
+    steps: int = FINE_TUNE.alpha_steps
     """Adam steps per :meth:`TaskConditionedPolicy.fit_alpha` call (full batch; cheap, samples are fixed)."""
     init_alpha: float = 0.05
     """alpha of a task before any fitting (near 0 = start from the prior)."""

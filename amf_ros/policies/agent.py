@@ -25,19 +25,20 @@ import torch
 from torch import nn
 
 from amf_ros.policies.adaptive_prior import AdaptivePrior, fit_alpha
+from amf_ros.policies.base import FitResult, StepCallback, Transitions
 from amf_ros.policies.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from amf_ros.policies.chunking import action_chunks
 from amf_ros.policies.config import PolicyConfig
 from amf_ros.policies.diffusion_head import DiffusionActionHead, DiffusionHeadConfig
 from amf_ros.policies.embeddings import EmbeddingConfig, compute_embeddings
-from amf_ros.policies.finetune import FitResult, StepCallback, train_head
+from amf_ros.policies.finetune import train_head
 from amf_ros.policies.language import TaskEncoder, make_task_encoder
 from amf_ros.policies.mlp_head import GaussianMLPHead, MLPHeadConfig
 from amf_ros.policies.normalizer import Normalizer
 from amf_ros.policies.trunks import FrameCache, StateTrunk, make_trunk
+from amf_ros.threads import limit_threads
 
 log = logging.getLogger(__name__)
-Transitions = Mapping[str, np.ndarray]
 
 
 class TaskConditionedPolicy:
@@ -64,8 +65,7 @@ class TaskConditionedPolicy:
         self._encoder = task_encoder
         self.task_dim = task_encoder.dim if task_encoder is not None else (
             384 if config.task_encoder == "minilm" else config.task_embedding_dim)
-        if config.num_threads:
-            torch.set_num_threads(config.num_threads)
+        limit_threads(config.num_threads)  # 0 = torch's default
         with torch.random.fork_rng(devices=[]):  # seeded initialisation without touching the global RNG
             torch.manual_seed(config.seed)
             self.trunk = make_trunk(config.trunk, state_dim, config.image_feature_dim)
@@ -137,6 +137,11 @@ class TaskConditionedPolicy:
         return self.adaptive.alphas()
 
     @property
+    def action_horizon(self) -> int:
+        """H, the length of the action chunks the head predicts."""
+        return int(self.config.action_horizon)
+
+    @property
     def uses_prior(self) -> bool:
         """True when actions are mixed with the frozen prior."""
         return self.prior is not None and self.config.use_prior
@@ -169,7 +174,7 @@ class TaskConditionedPolicy:
         """(N, E) what the action head sees for each row: frame features (cached) + the embedding of its ``task``.
 
         Needs only the frame key (``state`` or ``image``) and ``task``; used by the peer acquisition rules
-        (core/acquisition.py) to evaluate heads and to embed states.
+        (policies/peer_scores.py, core/acquisition.py) to evaluate heads and to embed states.
         """
         return self._embeddings(transitions)
 

@@ -1,6 +1,6 @@
 """The checkpoint-directory convention of the package, in one place: fine-tuned checkpoints are ``round_NNNN``
 directories under a ``checkpoint_dir`` (written atomically by amf_ros.policies.checkpoint), the newest round is the
-one to serve, and any other directory (e.g. a pre-trained one) is round 0.
+one to serve, and any other directory (e.g. a pre-trained one) is round 0. Loading them: amf_ros.policies.loading.
 
 Ensemble members (policy_server's ``ensemble_members``, for the disagreement rules vfd, action_l2 and gu): the extra
 independently fine-tuned copies of a round live INSIDE that round's directory, ``round_NNNN/members/member_K``
@@ -17,11 +17,9 @@ import re
 import shutil
 import uuid
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Sequence
 
 from amf_ros.atomic import fsync_dir, replace_dir
-
-T = TypeVar("T")
 
 _ROUND_DIR = re.compile(r"^round_(\d{4,})$")
 
@@ -64,29 +62,6 @@ def round_of(path: str | Path) -> int:
     """Fine-tuning round of a checkpoint directory (``round_0007`` -> 7; anything else, e.g. pretrained -> 0)."""
     m = _ROUND_DIR.match(Path(path).name)
     return int(m.group(1)) if m else 0
-
-
-def load_newest_good(checkpoint_dir: str | Path, load: Callable[[Path], T],
-                     warn: Callable[[str], None]) -> tuple[T, Path] | None:
-    """Load the newest ``round_NNNN`` that loads; a newer one that does not (corrupt, half-copied by hand, from an
-    incompatible version) is skipped with a warning saying why, so one bad round never keeps a node down.
-
-    Returns:
-        (loaded object, its path), or None when ``checkpoint_dir`` holds no round at all.
-    Raises:
-        ValueError: rounds exist but none of them loads (each one's error in the message).
-    """
-    rounds = round_checkpoints(checkpoint_dir)
-    errors = []
-    for path in reversed(rounds):
-        try:
-            return load(path), path
-        except (ValueError, OSError, KeyError) as exc:  # CheckpointError is a ValueError
-            errors.append(f"{path.name}: {exc}")
-            warn(f"checkpoint {path} cannot be loaded ({type(exc).__name__}: {exc}); trying the round before it")
-    if rounds:
-        raise ValueError(f"no checkpoint under {str(checkpoint_dir)!r} loads: " + "; ".join(errors))
-    return None
 
 
 MEMBERS_DIR = "members"

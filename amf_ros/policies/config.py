@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from amf_ros.policies.adaptive_prior import AlphaConfig
 from amf_ros.policies.embeddings import EmbeddingConfig
+from amf_ros.policies.fine_tuning import FINE_TUNE
 from amf_ros.policies.finetune import TrainConfig
 
 
@@ -46,7 +47,7 @@ class PolicyConfig:
     """Hidden widths of the MLP head (paper: 2 x 256)."""
     mlp_sigma: float = 1.0
     """Fixed std of the MLP head's Gaussian (normalized units; App. M.3.3 uses 1.0)."""
-    batch_size: int = 256
+    batch_size: int = FINE_TUNE.batch_size
     """Fine-tuning minibatch size."""
     lr: float = 3e-4
     """AdamW learning rate."""
@@ -68,7 +69,7 @@ class PolicyConfig:
     """Adam lr of the alpha logits (paper: 1.0)."""
     alpha_beta: float = 0.01
     """Conservative penalty on mean alpha (paper: 0.01)."""
-    alpha_steps: int = 100
+    alpha_steps: int = FINE_TUNE.alpha_steps
     """Adam steps per fit_alpha call."""
     alpha_init: float = 0.05
     """alpha of a task before fitting."""

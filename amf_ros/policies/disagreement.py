@@ -1,4 +1,4 @@
-"""Per-state uncertainties of action heads for the peer acquisition rules (core/acquisition.py): ensemble
+"""Per-state uncertainties of action heads for the peer acquisition rules (policies/peer_scores.py): ensemble
 disagreement (SAVE's VFD, Action-L2, GU; learnsyslab/uq_vla) and test-time MC dropout (the AMF paper's Dropout).
 
 Every function takes head inputs ``emb`` (B, E) (``TaskConditionedPolicy.head_inputs``) and returns one value per

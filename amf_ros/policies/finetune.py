@@ -9,22 +9,22 @@ torch Generator, both seeded; dropout (if any) runs under a forked, seeded globa
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
 import torch
 from torch import nn
 
-StepCallback = Callable[[int, float], bool]
-"""``callback(step, loss) -> keep_going``; returning False stops training early (ROS action cancel)."""
+from amf_ros.policies.base import FitResult, StepCallback
+from amf_ros.policies.fine_tuning import FINE_TUNE
 
 
 @dataclass
 class TrainConfig:
     """Optimiser settings of one fine-tuning call."""
 
-    batch_size: int = 256
+    batch_size: int = FINE_TUNE.batch_size
     """Minibatch size (paper: 256)."""
     lr: float = 3e-4
     """AdamW learning rate (paper pre-training: 1e-4; Octo fine-tuning peak: 3e-4)."""
@@ -39,33 +39,6 @@ class TrainConfig:
         if self.batch_size < 1 or self.lr <= 0 or self.weight_decay < 0 or self.grad_clip < 0:
             raise ValueError(f"invalid TrainConfig: {self.batch_size=} {self.lr=} {self.weight_decay=} "
                              f"{self.grad_clip=}")
-
-
-@dataclass
-class FitResult:
-    """What one :func:`train_head` call did."""
-
-    losses: list[float] = field(default_factory=list)
-    """Loss at every step (the loss curve)."""
-    steps: int = 0
-    """Steps actually taken (fewer than asked when the callback cancelled)."""
-    wall_time_s: float = 0.0
-    """Wall-clock time of the loop."""
-    cancelled: bool = False
-    """True when the callback returned False."""
-
-    @property
-    def steps_per_s(self) -> float:
-        """Throughput of the loop."""
-        return self.steps / self.wall_time_s if self.wall_time_s > 0 else float("nan")
-
-    @property
-    def final_loss(self) -> float:
-        """Mean of the last 10% of the curve (NaN if no step ran)."""
-        if not self.losses:
-            return float("nan")
-        tail = self.losses[-max(1, len(self.losses) // 10):]
-        return float(np.mean(tail))
 
 
 def sampling_probabilities(row_weights: np.ndarray, n: int) -> np.ndarray:

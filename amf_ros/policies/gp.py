@@ -5,17 +5,26 @@ no kernel approximation. Output dimensions are independent GPs sharing one kerne
 posterior variance per input; the mean is per output dimension.
 
 Shapes: states (B, S), task vectors (B, T), actions (B, A); inputs x = concat(state, task) (B, S + T).
+
+:class:`GPPolicy` is the posterior on task vectors (what the integrator benchmark and :class:`GPScoreFn` use);
+:class:`GPTaskPolicy` puts it behind the package's Policy protocol (task keys, observations, transitions,
+checkpoints), like every other backend.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
 from amf_ros.core.kernels import RBFKernel
 from amf_ros.core.posterior import KernelPosterior
+from amf_ros.policies.base import FitResult, StepCallback, Transitions, check_shape
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,11 @@ class GPPolicy:
     @property
     def num_points(self) -> int:
         return self._y.shape[0]
+
+    @property
+    def targets(self) -> np.ndarray:
+        """(N, A) demonstrated actions conditioned on so far, in the order of ``posterior.inputs``."""
+        return self._y
 
     def inputs(self, states: np.ndarray, tasks: np.ndarray) -> np.ndarray:
         """(B, S + T) GP inputs; ``tasks`` may be one task vector (T,) broadcast to every state."""
@@ -117,8 +131,177 @@ class GPPolicy:
         return new
 
 
+GP_POLICY_KIND = "GPTaskPolicy/1"
+"""``meta["kind"]`` of a :class:`GPTaskPolicy` checkpoint."""
+
+
+class GPTaskPolicy:
+    """The GP policy behind the Policy protocol (policies/base.py): observations and task keys in, chunks out.
+
+    Why: AMF-GP drives :class:`GPPolicy` with task vectors directly; this gives the same posterior the interface of
+    every other backend (act on an observation for a task key, fit on transitions, checkpoints), so one contract
+    test checks them all. A task key stands for a fixed task vector (the integrator's goal position). ``fit``
+    conditions the posterior exactly on the demonstrated rows: one step whatever ``steps`` says (``batch_size`` and
+    ``lr`` do not apply). Chunks are one action long (a GP acts per state). What a GP does not have is refused with
+    ValueError: loss-gradient embeddings (AMF-GP scores with the kernel itself: :class:`GPScoreFn`) and an adaptive
+    prior.
+
+    Args:
+        config: kernel and noise hyper-parameters.
+        state_dim, action_dim: S and A.
+        task_vectors: ``{task key: (T,) task vector}`` (all the same width T).
+        instructions: ``{task key: instruction}`` (default: the key itself).
+        seed: seed of the generator that :meth:`act` samples with when given no seed.
+    """
+
+    action_horizon = 1
+    """H: the GP predicts one action per state."""
+
+    def __init__(self, config: GPPolicyConfig, *, state_dim: int, action_dim: int,
+                 task_vectors: Mapping[str, np.ndarray], instructions: Mapping[str, str] | None = None,
+                 seed: int = 0) -> None:
+        if state_dim < 1 or action_dim < 1:
+            raise ValueError(f"state_dim and action_dim must be >= 1, got {state_dim=} {action_dim=}")
+        if not task_vectors:
+            raise ValueError("task_vectors is empty: the GP policy needs {task key: task vector}")
+        vecs = {str(k): np.asarray(v, dtype=np.float64).reshape(-1) for k, v in task_vectors.items()}
+        widths = {v.shape[0] for v in vecs.values()}
+        if len(widths) != 1:
+            raise ValueError(f"task vectors must all have one width, got widths {sorted(widths)}")
+        instructions = dict(instructions) if instructions is not None else {k: k for k in vecs}
+        missing = sorted(set(vecs) - set(instructions))
+        if missing:
+            raise ValueError(f"no instruction for task(s) {missing}")
+        self.config, self.seed = config, int(seed)
+        self.state_dim, self.action_dim = int(state_dim), int(action_dim)
+        self.task_vectors = vecs
+        self.instructions: dict[str, str] = {k: str(instructions[k]) for k in vecs}
+        self.gp = GPPolicy(config, self.state_dim, widths.pop(), self.action_dim)
+        self._blocks: list[int] = []  # rows of each fit, replayed in order by load (bit-identical posterior)
+        self._rng = np.random.default_rng(self.seed)
+
+    @property
+    def tasks(self) -> list[str]:
+        """Known task keys."""
+        return list(self.task_vectors)
+
+    @property
+    def alphas(self) -> dict[str, float]:
+        """Empty: the GP policy has no adaptive prior."""
+        return {}
+
+    @property
+    def prior(self) -> None:
+        """None: no frozen prior head (the GP prior is the kernel)."""
+        return None
+
+    @property
+    def encoder(self) -> None:
+        """None: task vectors are given, no instruction encoder is needed."""
+        return None
+
+    def _vectors(self, tasks: np.ndarray | list[str]) -> np.ndarray:
+        keys = [str(t) for t in tasks]
+        unknown = sorted(set(keys) - set(self.task_vectors))
+        if unknown:
+            raise ValueError(f"unknown task(s) {unknown}; known: {self.tasks}")
+        return np.stack([self.task_vectors[k] for k in keys]) if keys else np.zeros((0, self.gp.task_dim))
+
+    def _rows(self, transitions: Transitions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(states (N, S), task vectors (N, T), actions (N, A)) of ``transitions``."""
+        for key in ("state", "task", "action"):
+            if key not in transitions:
+                raise ValueError(f"transitions need {key!r}, got keys {sorted(transitions)}")
+        states = np.asarray(transitions["state"], dtype=np.float64)
+        actions = np.asarray(transitions["action"], dtype=np.float64)
+        check_shape("transitions['state']", states.shape, (None, self.state_dim))
+        check_shape("transitions['action']", actions.shape, (states.shape[0], self.action_dim))
+        return states, self._vectors(list(transitions["task"])), actions
+
+    def act(self, obs: Mapping[str, np.ndarray], task: str, seed: int | None = None) -> np.ndarray:
+        """(1, A) action sampled from the posterior N(mean, var I) at ``obs["state"]`` (S,) for ``task``."""
+        if "state" not in obs:
+            raise ValueError(f"obs needs 'state' for the GP policy, got keys {sorted(obs)}")
+        state = np.asarray(obs["state"], dtype=np.float64)
+        check_shape("obs['state']", state.shape, (self.state_dim,))
+        vec = self._vectors([task])[0]
+        rng = self._rng if seed is None else np.random.default_rng(seed)
+        return self.gp.act(state[None], vec, rng)
+
+    def loss(self, transitions: Transitions) -> float:
+        """Mean negative log-density of the demonstrated actions under the noisy-expert predictive (eq. 4's pi~)."""
+        states, tasks, actions = self._rows(transitions)
+        return float(np.mean(-self.gp.log_prob(states, tasks, actions)))
+
+    def embed(self, transitions: Transitions) -> np.ndarray:
+        """Refused: a GP has no loss-gradient embedding; AMF-GP scores with the kernel itself (GPScoreFn)."""
+        raise ValueError("the GP policy has no loss-gradient embeddings: AMF-GP scores with the GP's own kernel "
+                         "(amf_ros.policies.gp.GPScoreFn), not with AMF-NN's embeddings")
+
+    def fit(self, transitions: Transitions, steps: int, *, batch_size: int | None = None, lr: float | None = None,
+            seed: int | None = None, callback: StepCallback | None = None) -> FitResult:
+        """Condition on every row of ``transitions`` (one exact step; ``steps`` = 0 does nothing). The loss curve
+        has that one step's :meth:`loss` after conditioning; ``callback(0, loss)`` returning False discards it."""
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps=}")
+        t0 = time.perf_counter()
+        states, tasks, actions = self._rows(transitions)
+        if steps == 0:
+            return FitResult(wall_time_s=time.perf_counter() - t0)
+        gp = self.gp.copy()
+        gp.add(states, tasks, actions)
+        value = float(np.mean(-gp.log_prob(states, tasks, actions)))
+        if callback is not None and not callback(0, value):
+            return FitResult(wall_time_s=time.perf_counter() - t0, cancelled=True)
+        self.gp = gp
+        self._blocks.append(int(states.shape[0]))
+        return FitResult(losses=[value], steps=1, wall_time_s=time.perf_counter() - t0)
+
+    def fit_alpha(self, transitions: Transitions, steps: int | None = None,
+                  seed: int | None = None) -> dict[str, float]:
+        """Refused: the GP policy has no adaptive prior."""
+        raise ValueError("fit_alpha needs a prior: the GP policy has no adaptive prior")
+
+    def save(self, path: str | Path) -> Path:
+        """Write the policy (its conditioning data, in fit order) to directory ``path`` atomically."""
+        from amf_ros.policies.checkpoint import save_checkpoint
+
+        tensors = {"inputs": np.array(self.gp.posterior.inputs), "actions": np.array(self.gp.targets),
+                   "blocks": np.asarray(self._blocks, dtype=np.int64),
+                   "task_vectors": np.stack([self.task_vectors[k] for k in self.tasks])}
+        meta = {"kind": GP_POLICY_KIND, "config": dataclasses.asdict(self.config), "state_dim": self.state_dim,
+                "action_dim": self.action_dim, "tasks": self.tasks,
+                "instructions": [self.instructions[k] for k in self.tasks], "seed": self.seed}
+        return save_checkpoint(path, tensors, meta)
+
+    @classmethod
+    def load(cls, path: str | Path) -> GPTaskPolicy:
+        """Read a checkpoint of :meth:`save`; the posterior is rebuilt by the same conditioning steps, so it is
+        bit-identical to the saved policy's."""
+        from amf_ros.policies.checkpoint import CheckpointError, load_checkpoint
+
+        tensors, meta = load_checkpoint(path)
+        if meta.get("kind") != GP_POLICY_KIND:
+            raise CheckpointError(f"{path}: not a {GP_POLICY_KIND} checkpoint (kind {meta.get('kind')!r})")
+        try:
+            tasks = [str(t) for t in meta["tasks"]]
+            policy = cls(GPPolicyConfig(**meta["config"]), state_dim=int(meta["state_dim"]),
+                         action_dim=int(meta["action_dim"]),
+                         task_vectors=dict(zip(tasks, tensors["task_vectors"].numpy(), strict=True)),
+                         instructions=dict(zip(tasks, meta["instructions"], strict=True)), seed=int(meta["seed"]))
+            x, y = tensors["inputs"].numpy(), tensors["actions"].numpy()
+            start, s = 0, policy.state_dim
+            for rows in tensors["blocks"].numpy().tolist():
+                policy.gp.add(x[start:start + rows, :s], x[start:start + rows, s:], y[start:start + rows])
+                policy._blocks.append(int(rows))
+                start += rows
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: checkpoint does not describe a GPTaskPolicy ({exc})") from exc
+        return policy
+
+
 class GPScoreFn:
-    """AMF-GP criterion as a :data:`~amf_ros.core.selectors.ScoreFn` over task keys (App. E with eq.-4 weights).
+    """AMF-GP criterion as a :data:`~amf_ros.core.selection.ScoreFn` over task keys (App. E with eq.-4 weights).
 
     Args:
         policy: the current GP policy (its posterior is the data posterior; it is not modified).
@@ -135,7 +318,7 @@ class GPScoreFn:
                  target_tasks: np.ndarray, task_vector, form: str = "log_variance", normalize: str = "self",
                  log_prob_clip: tuple[float, float] = (-12.0, 0.0), min_weight: float = 1e-3,
                  max_trajectories: int | None = None) -> None:
-        from amf_ros.core.criterion import check_form
+        from amf_ros.core.criterion_terms import check_form
 
         if not trajectories:
             raise ValueError("GPScoreFn needs at least one collected trajectory (use the warm start first)")

@@ -8,11 +8,13 @@ Meta: format version, PolicyConfig, head config, dims, tasks + instructions, alp
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
+from torch import nn
 
+from amf_ros.policies.adaptive_prior import AdaptivePrior
 from amf_ros.policies.checkpoint import CheckpointError, check_shapes
 from amf_ros.policies.config import PolicyConfig
 from amf_ros.policies.diffusion_head import DiffusionHeadConfig
@@ -20,10 +22,38 @@ from amf_ros.policies.language import TaskEncoder
 from amf_ros.policies.mlp_head import MLPHeadConfig
 from amf_ros.policies.normalizer import Normalizer
 
-if TYPE_CHECKING:
-    from amf_ros.policies.agent import TaskConditionedPolicy
-
 POLICY_KIND = "TaskConditionedPolicy/1"
+
+
+class StoredPolicy(Protocol):
+    """What a checkpoint stores of a policy and restores into it: :class:`amf_ros.policies.agent.TaskConditionedPolicy`
+    (which calls this module from ``save``/``load``; typed here structurally, so this module need not import it)."""
+
+    config: PolicyConfig
+    state_dim: int
+    action_dim: int
+    task_dim: int
+    head: nn.Module
+    prior: nn.Module | None
+    trunk: nn.Module
+    head_config: DiffusionHeadConfig | MLPHeadConfig
+    adaptive: AdaptivePrior
+    action_normalizer: Normalizer | None
+    instructions: dict[str, str]
+    task_embeddings: dict[str, np.ndarray]
+    _fit_calls: int
+
+    @property
+    def tasks(self) -> list[str]:
+        """Known task keys, in order."""
+        ...
+
+    def freeze_prior(self) -> None:
+        """Keep a frozen copy of the current head as the prior."""
+        ...
+
+
+P = TypeVar("P", bound=StoredPolicy)
 
 
 class _StoredEncoder:
@@ -39,7 +69,7 @@ class _StoredEncoder:
         return self._real.encode(texts)
 
 
-def policy_state(policy: "TaskConditionedPolicy") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def policy_state(policy: StoredPolicy) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """All tensors and the JSON meta of ``policy``."""
     if policy.action_normalizer is None:
         raise ValueError("cannot save an untrained policy (no action statistics): call fit() first")
@@ -73,9 +103,8 @@ def policy_state(policy: "TaskConditionedPolicy") -> tuple[dict[str, torch.Tenso
     return tensors, meta
 
 
-def policy_from_state(cls: type, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
-                      expected: PolicyConfig | None, task_encoder: TaskEncoder | None, where: str
-                      ) -> "TaskConditionedPolicy":
+def policy_from_state(cls: type[P], tensors: dict[str, torch.Tensor], meta: dict[str, Any],
+                      expected: PolicyConfig | None, task_encoder: TaskEncoder | None, where: str) -> P:
     """Rebuild a policy from :func:`policy_state` output, verifying shapes and (optionally) the config."""
     if meta.get("kind") != POLICY_KIND:
         raise CheckpointError(f"{where}: not a TaskConditionedPolicy checkpoint (kind {meta.get('kind')!r})")

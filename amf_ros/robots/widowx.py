@@ -13,8 +13,8 @@ that Octo's actions mean the same thing here as in its training data:
 On top of that the adapter enforces per-step action bounds, joint limits (IK solutions outside are refused)
 and a joint speed limit (a step that would exceed it is shortened along the same joint direction), and has a
 latched emergency stop: while engaged, :meth:`WidowXAdapter.apply` returns no command at all.
-No rclpy here; ``amf_ros/runtime/widowx_driver.py`` decides what the driver publishes with these calls, and
-``amf_ros/ros/nodes/widowx_driver.py`` maps messages to it.
+No rclpy here; ``amf_ros/robots/widowx_arm.py`` decides what the arm sends with these calls (for widowx_driver and
+the embedded simulator alike), and ``amf_ros/ros/nodes/widowx_driver.py`` maps messages to it.
 """
 
 from __future__ import annotations
@@ -217,7 +217,8 @@ class WidowXAdapter:
 
 
 def limits_from_params(p: Any) -> WidowXLimits:
-    """WidowXLimits from widowx_driver's parameters (a WidowxDriverParams, amf_ros/bringup/params/widowx_driver.py)."""
+    """WidowXLimits from the arm's settings: a :class:`~amf_ros.robots.widowx_arm.WidowXArmConfig`, or anything with
+    its field names (widowx_driver's parameters, amf_ros/bringup/params/widowx_driver.py)."""
     low, high = tuple(float(v) for v in p.workspace_low), tuple(float(v) for v in p.workspace_high)
     workspace = WorkspaceBounds(low=low, high=high, max_translation=float(p.max_translation),
                                 max_rotation=float(p.max_rotation))

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from rclpy.action import ActionClient
+from rclpy.action.client import ClientGoalHandle
+from rclpy.client import Client
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.task import Future
 from std_srvs.srv import SetBool
 
 from amf_ros.action import FineTune, RunPolicy
@@ -27,6 +30,8 @@ from amf_ros.ros import qos
 from amf_ros.ros.arm_msgs import stop_msg
 from amf_ros.srv import EndEpisode, NextTask, ResetTask, StartEpisode, TaskSuccess
 
+R = TypeVar("R")
+"""The result message of an action (FineTune.Result, RunPolicy.Result)."""
 
 
 class ROSCallError(RuntimeError):
@@ -42,7 +47,7 @@ def _sendable(*texts: str) -> None:
                              f"would be sent as {text.split(chr(0))[0][:40]!r}")
 
 
-def _wait(future: Any, timeout: float, what: str) -> Any:
+def _wait(future: Future, timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while not future.done():
         if time.monotonic() > deadline:
@@ -55,10 +60,22 @@ def _wait(future: Any, timeout: float, what: str) -> Any:
 class Observed:
     """Messages seen on the graph's topics (appended by subscription callbacks)."""
 
-    episodes: list[Any] = field(default_factory=list)  # EpisodeInfo
-    checkpoints: list[Any] = field(default_factory=list)  # CheckpointInfo
-    actions: list[tuple[float, Any]] = field(default_factory=list)  # (monotonic receive time, EefDeltaAction)
-    status: Any = None  # latest RecorderStatus
+    episodes: list[EpisodeInfo] = field(default_factory=list)
+    checkpoints: list[CheckpointInfo] = field(default_factory=list)
+    actions: list[tuple[float, EefDeltaAction]] = field(default_factory=list)  # (monotonic receive time, action)
+    status: RecorderStatus | None = None  # the latest one
+
+
+class PendingResult(Generic[R]):
+    """An action goal sent without waiting (:meth:`AMFClient.send_fine_tune`, :meth:`AMFClient.send_run_policy`):
+    :meth:`done` tells whether its result arrived, :meth:`AMFClient.wait_result` waits for it (type ``R``)."""
+
+    def __init__(self, future: Future, what: str) -> None:
+        self.future, self.what = future, what
+
+    def done(self) -> bool:
+        """True once the result (or a failure) has arrived."""
+        return self.future.done()
 
 
 class AMFClient:
@@ -73,7 +90,7 @@ class AMFClient:
                  next_task_service: str = "next_task") -> None:
         self.node = Node(name, namespace=namespace)  # relative names below resolve under it (/amf/next_task)
         self.seen = Observed()
-        self._fine_tune_handles: list[Any] = []
+        self._fine_tune_handles: list[ClientGoalHandle] = []
         self._lock = threading.Lock()
         n = self.node
         self.next_task_cli = n.create_client(NextTask, next_task_service)  # a fleet robot: /fleet/next_task
@@ -102,11 +119,11 @@ class AMFClient:
         goal or scripted demonstration ends."""
         self.stop_pub.publish(stop_msg(self.node.get_clock().now().to_msg(), source, reason))
 
-    def _add(self, target: list, item: Any) -> None:
+    def _add(self, target: list[R], item: R) -> None:
         with self._lock:
             target.append(item)
 
-    def _on_status(self, msg: Any) -> None:
+    def _on_status(self, msg: RecorderStatus) -> None:
         self.seen.status = msg
 
     def close(self) -> None:
@@ -146,30 +163,33 @@ class AMFClient:
             time.sleep(0.02)
 
     # -- services ------------------------------------------------------------------------------------------
-    def _call(self, cli: Any, request: Any, timeout: float, require_ok: bool) -> Any:
+    def _call(self, cli: Client, request: Any, timeout: float, require_ok: bool) -> Any:
+        """The response to ``request``; with ``require_ok`` (every amf_ros service has ``ok``) a refusal raises."""
         if not cli.wait_for_service(timeout_sec=timeout):
             raise ROSCallError(f"service {cli.srv_name} is not available")
         resp = _wait(cli.call_async(request), timeout, cli.srv_name)
-        if require_ok and not getattr(resp, "ok", True):
+        if require_ok and not resp.ok:
             raise ROSCallError(f"{cli.srv_name} refused: {resp.message}")
         return resp
 
     def next_task(self, candidates: list[str] | None = None, batch_size: int = 1, timeout: float = 120.0,
-                  require_ok: bool = True, robot: str = "") -> Any:
+                  require_ok: bool = True, robot: str = "") -> NextTask.Response:
         """/next_task; ``robot``: the asking robot of a fleet (its assignment conditions the others' requests)."""
         _sendable(*(candidates or []), robot)
         return self._call(self.next_task_cli, NextTask.Request(candidate_tasks=list(candidates or []),
                                                                batch_size=batch_size, robot=robot),
                           timeout, require_ok)
 
-    def reset(self, task: str, seed: int = -1, timeout: float = 60.0) -> Any:
+    def reset(self, task: str, seed: int = -1, timeout: float = 60.0) -> ResetTask.Response:
+        """/amf/sim/reset: start ``task`` in the simulator (``seed`` -1 = the next one); raises unless ok."""
         _sendable(task)
         return self._call(self.reset_cli, ResetTask.Request(task=task, seed=seed), timeout, True)
 
-    def success(self, timeout: float = 30.0) -> Any:
+    def success(self, timeout: float = 30.0) -> TaskSuccess.Response:
+        """/amf/sim/success: whether the simulated task is solved now; raises unless ok."""
         return self._call(self.success_cli, TaskSuccess.Request(), timeout, True)
 
-    def estop(self, engage: bool, timeout: float = 30.0) -> Any:
+    def estop(self, engage: bool, timeout: float = 30.0) -> SetBool.Response:
         """Engage (true) or release (false) the WidowX's emergency stop (widowx_driver's, or the embedded WidowX's
         in sim_bridge); returns the SetBool response (check .success, .message)."""
         resp = self._call(self.estop_cli, SetBool.Request(data=bool(engage)), timeout, False)
@@ -177,27 +197,34 @@ class AMFClient:
             raise ROSCallError(f"{self.estop_cli.srv_name} refused: {resp.message}")
         return resp
 
-    def start_episode(self, task: str, instruction: str = "", timeout: float = 30.0, require_ok: bool = True) -> Any:
+    def start_episode(self, task: str, instruction: str = "", timeout: float = 30.0,
+                      require_ok: bool = True) -> StartEpisode.Response:
+        """/amf/recorder/start_episode (``episode_id`` of the response names the take)."""
         _sendable(task, instruction)
         return self._call(self.start_cli, StartEpisode.Request(task=task, instruction=instruction), timeout,
                           require_ok)
 
     def end_episode(self, episode_id: str, success: bool = True, discard: bool = False, timeout: float = 30.0,
-                    require_ok: bool = True) -> Any:
+                    require_ok: bool = True) -> EndEpisode.Response:
+        """/amf/recorder/end_episode: commit (or ``discard``) the take."""
         return self._call(self.end_cli, EndEpisode.Request(episode_id=episode_id, success=success,
                                                            discard=discard), timeout, require_ok)
 
-    def wait_episode(self, episode_id: str, timeout: float) -> Any:
+    def wait_episode(self, episode_id: str, timeout: float) -> EpisodeInfo:
         """The EpisodeInfo announced for ``episode_id`` (the recorder commits it when the operator ends it)."""
-        def find() -> Any:
+        found: list[EpisodeInfo] = []
+
+        def seen() -> bool:
             with self._lock:
-                return next((e for e in self.seen.episodes if e.episode_id == episode_id), None)
-        self.wait_for(lambda: find() is not None, timeout, f"episode {episode_id} on /amf/episodes")
-        return find()
+                found[:] = [e for e in self.seen.episodes if e.episode_id == episode_id][:1]
+            return bool(found)
+        self.wait_for(seen, timeout, f"episode {episode_id} on /amf/episodes")
+        return found[0]
 
     # -- actions -------------------------------------------------------------------------------------------
-    def _action(self, cli: Any, goal: Any, timeout: float, what: str,
+    def _action(self, cli: ActionClient, goal: Any, timeout: float, what: str,
                 feedback: Callable[[Any], None] | None = None) -> Any:
+        """Send ``goal`` and wait for its result message (``feedback`` gets each feedback message)."""
         if not cli.wait_for_server(timeout_sec=min(timeout, 30.0)):
             raise ROSCallError(f"action {what} is not available")
         cb = (lambda fb: feedback(fb.feedback)) if feedback else None
@@ -207,14 +234,15 @@ class AMFClient:
         return _wait(handle.get_result_async(), timeout, f"{what} result").result
 
     def fine_tune(self, steps: int = 0, tasks: list[str] | None = None, timeout: float = 600.0,
-                  feedback: Callable[[Any], None] | None = None) -> Any:
+                  feedback: Callable[[FineTune.Feedback], None] | None = None) -> FineTune.Result:
         """Run /amf/fine_tune to completion; returns FineTune.Result (check .ok)."""
         _sendable(*(tasks or []))
         return self._action(self.fine_tune_cli, FineTune.Goal(steps=steps, tasks=list(tasks or [])), timeout,
                             "fine_tune", feedback)
 
-    def send_fine_tune(self, steps: int = 0, feedback: Callable[[Any], None] | None = None) -> Any:
-        """Start a fine-tune without waiting (e.g. as background load); returns its result future.
+    def send_fine_tune(self, steps: int = 0, feedback: Callable[[FineTune.Feedback], None] | None = None
+                       ) -> PendingResult[FineTune.Result]:
+        """Start a fine-tune without waiting (e.g. as background load); returns its pending result.
 
         Cancel it with :meth:`cancel_fine_tunes`, wait for it with :meth:`wait_result`.
         """
@@ -224,7 +252,7 @@ class AMFClient:
         if not handle.accepted:
             raise ROSCallError("/amf/fine_tune: goal rejected")
         self._fine_tune_handles.append(handle)
-        return handle.get_result_async()
+        return PendingResult(handle.get_result_async(), "/amf/fine_tune")
 
     def cancel_fine_tunes(self, timeout: float = 30.0) -> None:
         """Request cancellation of every fine-tune started with :meth:`send_fine_tune`."""
@@ -233,21 +261,23 @@ class AMFClient:
         self._fine_tune_handles.clear()
 
     @staticmethod
-    def wait_result(future: Any, timeout: float) -> Any:
-        """The action result of a future from :meth:`send_fine_tune` or :meth:`send_run_policy`."""
-        return _wait(future, timeout, "action result").result
+    def wait_result(pending: PendingResult[R], timeout: float) -> R:
+        """The action result of a goal from :meth:`send_fine_tune` or :meth:`send_run_policy`."""
+        return _wait(pending.future, timeout, f"{pending.what} result").result
 
-    def send_run_policy(self, task: str, max_steps: int = 0, feedback: Callable[[Any], None] | None = None) -> Any:
-        """Start a run_policy goal without waiting; returns its result future (:meth:`wait_result`)."""
+    def send_run_policy(self, task: str, max_steps: int = 0,
+                        feedback: Callable[[RunPolicy.Feedback], None] | None = None
+                        ) -> PendingResult[RunPolicy.Result]:
+        """Start a run_policy goal without waiting; returns its pending result (:meth:`wait_result`)."""
         _sendable(task)
         cb = (lambda fb: feedback(fb.feedback)) if feedback else None
         handle = _wait(self.run_cli.send_goal_async(RunPolicy.Goal(task=task, max_steps=max_steps),
                                                     feedback_callback=cb), 30.0, "/amf/run_policy goal")
         if not handle.accepted:
             raise ROSCallError("/amf/run_policy: goal rejected")
-        return handle.get_result_async()
+        return PendingResult(handle.get_result_async(), "/amf/run_policy")
 
-    def run_policy(self, task: str, max_steps: int = 0, timeout: float = 300.0) -> Any:
+    def run_policy(self, task: str, max_steps: int = 0, timeout: float = 300.0) -> RunPolicy.Result:
         """Run /amf/run_policy to completion; returns RunPolicy.Result (check .ok, .success)."""
         _sendable(task)
         return self._action(self.run_cli, RunPolicy.Goal(task=task, max_steps=max_steps), timeout,

@@ -13,7 +13,7 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from amf_ros.bringup.params import Param, load, schema
+from amf_ros.bringup.params import P, Param, load, node_of, schema
 from amf_ros.paths import in_workspace
 
 _ROS_TYPES = {
@@ -69,24 +69,21 @@ def _declare_one(node: Node, p: Param) -> Any:
     return value
 
 
-def declare(node: Node, node_name: str | None = None) -> Any:
-    """Declare every parameter of the node's schema on ``node``; return its parameter dataclass after overrides,
-    with ``dataset_dir`` / ``checkpoint_dir`` made absolute under the node's workspace (amf_ros.paths).
+def declare(node: Node, cls: type[P]) -> P:
+    """Declare every parameter of the schema ``cls`` (e.g. ``PolicyServerParams``) on ``node``; return an instance
+    of it after overrides, with ``dataset_dir`` / ``checkpoint_dir`` made absolute under the node's workspace
+    (amf_ros.paths).
 
-    Args:
-        node: the rclpy node.
-        node_name: schema to use (default: ``node.get_name()``), e.g. ``"policy_server"``.
     Raises:
-        ValueError: a value is not one of the allowed choices (ranges are enforced by rclpy itself, which raises
-            ``rclpy.exceptions.InvalidParameterValueException``).
+        ValueError: ``cls`` is not a node's parameter dataclass, or a value is not one of the allowed choices
+            (ranges are enforced by rclpy itself, which raises ``rclpy.exceptions.InvalidParameterValueException``).
     """
-    name = node_name or node.get_name()
-    values = {p.name: _declare_one(node, p) for p in schema(name)}
+    values = {p.name: _declare_one(node, p) for p in schema(node_of(cls))}
     if "workspace" in values:  # relative data folders resolve under the workspace, never the working directory
         for key in ("dataset_dir", "checkpoint_dir"):
             if key in values:
                 values[key] = str(in_workspace(values[key], values["workspace"]))
     try:
-        return load(name, values)
+        return load(cls, values)
     except ValueError as exc:
         raise ValueError(f"{node.get_name()}: invalid parameter {exc}") from exc

@@ -17,7 +17,7 @@ commanded for long. With a task status stream, the verdict after the
 last action waits at most ``status_timeout_s`` for the status of that action and otherwise ends ok=false; cancel,
 an ArmStop from someone else (:meth:`ControlLoop.abort`) and shutdown are seen within one period.
 
-Execution horizon (``LoopConfig.execution_horizon`` > 1), for a policy slower than the period (Octo's trunk on a
+Execution horizon (``ControlLoopConfig.execution_horizon`` > 1), for a policy slower than the period (Octo's trunk on a
 CPU: ~450 ms at a 200 ms period): inference runs on a thread of its own, each chunk filed under the step of the
 observation it was predicted from (chunk_actor), and every tick publishes the ensembled action of its step from
 the chunks that cover it, at most ``execution_horizon`` steps past the newest chunk's observation. With no such
@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from amf_ros.runtime.chunk_actor import ChunkActor
+from amf_ros.policies.chunk_actor import ChunkActor
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class RunResult:
 
 
 @dataclass(frozen=True)
-class LoopConfig:
+class ControlLoopConfig:
     """Timing of the control loop."""
 
     period_s: float
@@ -139,7 +139,7 @@ class ControlLoop:
     """Act for one task until solved, ``max_steps`` actions, cancel, shutdown or a fault.
 
     Args:
-        actor: this episode's :class:`~amf_ros.runtime.chunk_actor.ChunkActor` (``predict(obs, step)``, then
+        actor: this episode's :class:`~amf_ros.policies.chunk_actor.ChunkActor` (``predict(obs, step)``, then
             ``action(step) -> (7,)`` wire action), or a plain ``obs -> (7,)`` function.
         publish: sends one action (called on the control thread; rclpy publishers are thread safe).
         observations: :class:`Latest` of ``{"state": (S,), ["image": (H, W, 3)], ...}`` dicts.
@@ -149,7 +149,7 @@ class ControlLoop:
     """
 
     def __init__(self, actor: ChunkActor | Callable[[dict], np.ndarray], publish: Callable[[np.ndarray], None],
-                 observations: Latest, status: Latest | None, task: str, cfg: LoopConfig, stop: threading.Event,
+                 observations: Latest, status: Latest | None, task: str, cfg: ControlLoopConfig, stop: threading.Event,
                  cancelled: Callable[[], bool] = lambda: False,
                  feedback: Callable[[int, float], None] | None = None) -> None:
         self.actor = actor if isinstance(actor, ChunkActor) else ChunkActor.of_actions(actor)

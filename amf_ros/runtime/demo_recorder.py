@@ -231,9 +231,9 @@ class DemoRecorder:
         self.p = p
         self.instructions: dict[str, str] = {}
         if p.tasks_file:
-            from amf_ros.data.tasks import read_instructions
+            from amf_ros.data.task_set import load_task_set
 
-            self.instructions = read_instructions(p.tasks_file)
+            self.instructions = load_task_set(p.tasks_file).instructions
         self.topics = stream_topics(p.action_topic, p.state_topic, p.image_topics, p.image_keys)
         self.converters = converters(p)
         self.store = EpisodeStore(p.dataset_dir, StoreConfig(image_codec=p.image_codec,

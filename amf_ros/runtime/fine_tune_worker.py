@@ -28,7 +28,13 @@ import queue
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+from amf_ros.policies.fine_tuning import FineTuneCancelled
+from amf_ros.policies.loading import LOADERS, load_sharing_encoder
+
+if TYPE_CHECKING:
+    from amf_ros.policies.base import FitResult, Policy
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,7 @@ class FineTuneJob:
         transitions: ``.npz`` file of training transitions (policies/base.py layout).
         out_dir: directory the new checkpoint is saved to (``round_NNNN``).
         steps, batch_size, lr, seed: training settings; alpha_steps: adaptive-prior fit steps (0 = none).
-        loader: ``"module:function"`` loading ``checkpoint`` (path -> policy).
+        loader: ``"module:function"`` loading ``checkpoint`` (path -> policy; policies.loading.LOADERS).
         torch_threads: torch intra-op threads of the worker (0 = torch's default).
         members: the checkpoint each extra ensemble member k = 1, 2, ... continues from (``members[k-1]``); each
             is fine-tuned after the acting copy on the same transitions with seed ``seed + k * MEMBER_SEED_OFFSET``
@@ -65,31 +71,15 @@ class FineTuneJob:
     lr: float
     alpha_steps: int
     seed: int
-    loader: str = "amf_ros.runtime.policy_server:load_policy"
+    loader: str = LOADERS["native"]
     torch_threads: int = 1
     members: tuple[str, ...] = ()
 
 
-class FineTuneCancelled(Exception):
-    """The job was cancelled; nothing was saved."""
-
-
-def load_sharing_encoder(loader: str, path: str | Any, encoder: Any, what: str = "checkpoint loader") -> Any:
-    """Load checkpoint ``path`` with ``loader`` ("module:function"), passing an already loaded language model
-    (loading MiniLM takes seconds) to a loader that takes one; the Octo head loader takes no ``task_encoder``."""
-    from amf_ros._optional import load_object
-
-    load = load_object(loader, what)
-    try:
-        return load(path, task_encoder=encoder) if encoder is not None else load(path)
-    except TypeError:  # a loader without task_encoder
-        return load(path)
-
-
-def _load(job: FineTuneJob, checkpoint: str, cache: dict[str, Any]) -> Any:
+def _load(job: FineTuneJob, checkpoint: str, cache: dict[str, Any]) -> Policy:
     """Load ``checkpoint`` with the job's loader, sharing the language model between loads and jobs."""
     policy = load_sharing_encoder(job.loader, checkpoint, cache.get("encoder"), "fine-tune checkpoint loader")
-    cache["encoder"] = getattr(policy, "encoder", None)
+    cache["encoder"] = policy.encoder
     return policy
 
 
@@ -103,7 +93,7 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
     every = max(1, min(50, job.steps // 20))  # feedback about 20 times per model, at least every 50 steps
     total = job.steps * (1 + len(job.members))  # feedback counts the members' steps too
 
-    def fit(policy: Any, seed: int, offset: int, what: str) -> Any:
+    def fit(policy: Policy, seed: int, offset: int, what: str) -> FitResult:
         """Fit one model (its steps are reported as ``offset + step``), stopping at a non-finite loss or a cancel."""
         diverged: list[tuple[int, float]] = []
 
@@ -122,18 +112,18 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
             raise FloatingPointError(f"the fine-tune loss{what} became {loss} at step {step} of {job.steps}; nothing "
                                      "saved, the acting checkpoint stays (lower fine_tune_lr, or look for non-finite "
                                      "values in the recorded episodes)")
-        if getattr(result, "cancelled", False) or cancel.is_set():
+        if result.cancelled or cancel.is_set():
             raise FineTuneCancelled(f"fine-tune cancelled after {offset + result.steps} of {total} steps (nothing "
                                     "saved)")
         return result
 
     t0 = time.monotonic()
     result = fit(student, job.seed, 0, "")
-    if job.alpha_steps > 0 and getattr(student, "prior", None) is not None:
+    if job.alpha_steps > 0 and student.prior is not None:
         student.fit_alpha(transitions, steps=job.alpha_steps, seed=job.seed)
     if cancel.is_set():
         raise FineTuneCancelled("fine-tune cancelled before saving (nothing saved)")
-    alphas = {str(k): float(v) for k, v in dict(getattr(student, "alphas", None) or {}).items()}
+    alphas = {str(k): float(v) for k, v in student.alphas.items()}
     bad = {k: v for k, v in alphas.items() if not math.isfinite(v)}
     if bad:
         raise FloatingPointError(f"the adaptive-prior fit gave non-finite alpha(c) {bad}; nothing saved, the acting "
@@ -164,10 +154,9 @@ def _worker_main(jobs: Any, events: Any, cancel: Any, torch_threads: int, nicene
 
     if niceness > 0:  # background training yields the CPU to the control loop and the other nodes
         os.nice(int(niceness))
-    if torch_threads > 0:
-        import torch
+    from amf_ros.threads import limit_threads
 
-        torch.set_num_threads(int(torch_threads))
+    limit_threads(torch_threads)  # 0 = torch's default
     parent = os.getppid()
     cache: dict[str, Any] = {}
     while True:

@@ -14,6 +14,11 @@ Semantics of run_policy during fine-tuning (tested): fine-tuning trains a *copy*
 worker; a run_policy goal that starts or is running meanwhile acts with the policy it started with at the full
 control rate. When fine-tuning finishes, the new policy becomes the acting one for every run_policy goal that
 starts afterwards; an episode in progress is never switched mid-way.
+
+Backends: "native" (the package's TaskConditionedPolicy) and "octo" (:class:`OctoServing`: Octo's frozen trunk on
+camera frames, the head fine-tuned on cached trunk embeddings). Which checkpoint a node starts from and how it is
+loaded: amf_ros.policies.loading; the Octo actor and head checkpoints: amf_ros.policies.octo; the embedding cache:
+amf_ros.data.octo_embeddings.
 """
 
 from __future__ import annotations
@@ -24,47 +29,24 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from amf_ros.data import transitions as datasets
 from amf_ros.data.tasks import check_task_keys
-from amf_ros.policies.checkpoint_dirs import (load_newest_good, member_dir, newest_checkpoint, no_checkpoint_error,
-                                             resolve_checkpoint, round_of)
-from amf_ros.runtime.fine_tune_worker import (FineTuneCancelled, FineTuneJob, FineTuneWorker, load_sharing_encoder,
-                                              write_transitions)
+from amf_ros.policies.checkpoint_dirs import member_dir, newest_checkpoint, round_of
+from amf_ros.policies.fine_tuning import FINE_TUNE, FineTuneSettings
+from amf_ros.policies.loading import LOADERS, initial_policy, load_sharing_encoder
+from amf_ros.runtime.fine_tune_worker import FineTuneJob, FineTuneWorker, write_transitions
+from amf_ros.threads import limit_threads
+
+if TYPE_CHECKING:
+    from amf_ros.bringup.params.policy_server import PolicyServerParams
+    from amf_ros.policies.base import Policy
+    from amf_ros.policies.octo.actor import OctoActor
 
 log = logging.getLogger(__name__)
-
-DEFAULT_LOADER = "amf_ros.runtime.policy_server:load_policy"
-"""Loader of the package's own TaskConditionedPolicy checkpoints."""
-
-def load_policy(path: str | Path, task_encoder: Any = None) -> Any:
-    """Load a TaskConditionedPolicy checkpoint (verified by the policy library); ``task_encoder`` shares an
-    already loaded language model instead of loading another copy."""
-    from amf_ros.policies.agent import TaskConditionedPolicy
-
-    return TaskConditionedPolicy.load(path, task_encoder=task_encoder)
-
-
-def set_torch_threads(n: int) -> None:
-    """Limit torch's intra-op threads of this process (0 = leave torch's default)."""
-    if n > 0:
-        import torch
-
-        torch.set_num_threads(int(n))
-
-
-def pretrain_counts(checkpoint: str | Path) -> dict[str, int] | None:
-    """``pretrain_counts`` of ``<checkpoint>/pretrain.json`` (written by `amf pretrain`), None if absent."""
-    import json
-
-    path = Path(checkpoint) / "pretrain.json"
-    if not path.is_file():
-        return None
-    counts = json.loads(path.read_text()).get("pretrain_counts")
-    return {str(k): int(v) for k, v in counts.items()} if isinstance(counts, dict) else None
 
 
 @dataclass
@@ -82,10 +64,6 @@ class FineTuneResult:
     """The round's extra ensemble members (``<checkpoint>/members/member_K``; empty without an ensemble)."""
 
 
-class Cancelled(Exception):
-    """Raised inside a fine-tuning job when its goal is cancelled."""
-
-
 def wire_action(action_space: str) -> Callable[[np.ndarray], np.ndarray]:
     """The ensembled policy action -> EefDeltaAction vector (7,) for the policy's action space.
 
@@ -97,7 +75,7 @@ def wire_action(action_space: str) -> Callable[[np.ndarray], np.ndarray]:
 
     def finish(action: np.ndarray) -> np.ndarray:
         if action_space == "metaworld":
-            from amf_ros.envs.metaworld_suite import native_to_eef7
+            from amf_ros.policies.action_spaces import native_to_eef7
 
             return native_to_eef7(action)
         if action.shape != (7,):
@@ -115,12 +93,14 @@ class PolicyRuntime:
         checkpoint: directory it was loaded from.
         checkpoint_dir: where fine-tuned checkpoints go (``round_NNNN``).
         dataset_dir: the episode store fine-tuning reads.
-        steps, batch_size, lr, alpha_steps, seed: fine-tuning defaults.
+        settings: steps, batch size, learning rate and alpha steps of a fine-tune (policy_server's parameters).
+        seed: seed of the first round's fine-tune (each round adds 1000 x its number).
         action_space: which recorded action the policy is trained on (see transitions.ACTION_SPACES).
-        loader: ``"module:function"`` that loads a checkpoint of this policy (path -> policy); the worker process
-            loads the copy it trains with it, and this process the result.
-        transitions_fn: ``(tasks, cancelled) -> transitions or None``, may raise :class:`Cancelled` (default: the
-            store's states and actions; Octo: cached trunk embeddings, see octo_serving.EmbeddingCache).
+        loader: ``"module:function"`` that loads a checkpoint of this policy (path -> policy; default: the native
+            one, see policies.loading.LOADERS); the worker process loads the copy it trains with it, and this
+            process the result.
+        transitions_fn: ``(tasks, cancelled) -> transitions or None``, may raise FineTuneCancelled (default: the
+            store's states and actions; Octo: cached trunk embeddings, see data/octo_embeddings.py).
         after_save: called with each new checkpoint directory before it becomes the acting one (Octo: marker).
         torch_threads: torch threads of the worker process.
         niceness: scheduling niceness of the worker process (background training yields the CPU).
@@ -131,9 +111,9 @@ class PolicyRuntime:
             policies/checkpoint_dirs.py). Fine-tuning takes about ``ensemble_members`` times as long.
     """
 
-    def __init__(self, policy: Any, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
-                 steps: int = 300, batch_size: int = 256, lr: float = 1e-3, alpha_steps: int = 100,
-                 seed: int = 0, action_space: str = "metaworld", loader: str = DEFAULT_LOADER,
+    def __init__(self, policy: Policy, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
+                 settings: FineTuneSettings = FINE_TUNE, seed: int = 0, action_space: str = "metaworld",
+                 loader: str = LOADERS["native"],
                  transitions_fn: Callable[[list[str], Callable[[], bool]], datasets.Transitions | None]
                  | None = None,
                  after_save: Callable[[Path], None] | None = None, torch_threads: int = 1,
@@ -150,15 +130,14 @@ class PolicyRuntime:
         self.round = round_of(checkpoint)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.dataset_dir = Path(dataset_dir)
-        self.steps, self.batch_size, self.lr = int(steps), int(batch_size), float(lr)
-        self.alpha_steps, self.seed = int(alpha_steps), int(seed)
+        self.settings, self.seed = settings, int(seed)
         self.worker = worker if worker is not None else FineTuneWorker(torch_threads=torch_threads,
                                                                        niceness=niceness)
         self._lock = threading.Lock()
         self._busy = threading.Lock()  # held while a fine-tune runs
 
     @property
-    def policy(self) -> Any:
+    def policy(self) -> Policy:
         """The acting policy (a run_policy goal takes this reference once at its start)."""
         with self._lock:
             return self._policy
@@ -182,18 +161,18 @@ class PolicyRuntime:
             tasks: restrict the data to these task keys (empty = all episodes).
             feedback: called with (step, total_steps, loss) as training progresses (total_steps = steps x
                 ``ensemble_members``: the members' steps follow the acting head's).
-            cancelled: polled while waiting; True -> the worker stops, :class:`Cancelled` is raised (nothing saved).
+            cancelled: polled while waiting; True -> the worker stops, FineTuneCancelled is raised (nothing saved).
             timeout_s: the job's bound per trained head (x ``ensemble_members``; the worker is stopped and the goal
                 fails after it, nothing saved).
         Raises:
             ValueError: no data, unknown task, or a fine-tune already running.
-            Cancelled: cancelled or shutting down; RuntimeError: the worker failed or died.
+            FineTuneCancelled: cancelled or shutting down; RuntimeError: the worker failed or died.
         """
-        check_task_keys(list(tasks), list(getattr(self.policy, "tasks", []) or []))
+        check_task_keys(list(tasks), self.policy.tasks)
         if not self._busy.acquire(blocking=False):
             raise ValueError("a fine-tune is already running; wait for its result or cancel it")
         try:
-            return self._fine_tune(steps or self.steps, list(tasks), feedback, cancelled, timeout_s)
+            return self._fine_tune(steps or self.settings.steps, list(tasks), feedback, cancelled, timeout_s)
         finally:
             self._busy.release()
 
@@ -209,7 +188,7 @@ class PolicyRuntime:
             raise ValueError(f"no episodes{what} in the dataset {str(self.dataset_dir)!r}: record a "
                              "demonstration first (nothing to fine-tune on)")
         acting = self.policy
-        known = set(getattr(acting, "tasks", []) or [])
+        known = set(acting.tasks)
         unknown = sorted({str(t) for t in transitions["task"]} - known) if known else []
         if unknown:
             raise ValueError(f"the dataset has episodes of task(s) {unknown} the policy does not know "
@@ -218,20 +197,18 @@ class PolicyRuntime:
         out = self.checkpoint_dir / f"round_{new_round:04d}"
         data = write_transitions(transitions, self.checkpoint_dir / f".fine_tune_{os.getpid()}.npz")
         job = FineTuneJob(checkpoint=str(self.checkpoint), transitions=str(data), out_dir=str(out), steps=steps,
-                          batch_size=self.batch_size, lr=self.lr, alpha_steps=self.alpha_steps,
-                          seed=self.seed + 1000 * (self.round + 1), loader=self.loader,
-                          members=self.member_starts())
+                          batch_size=self.settings.batch_size, lr=self.settings.lr,
+                          alpha_steps=self.settings.alpha_steps, seed=self.seed + 1000 * (self.round + 1),
+                          loader=self.loader, members=self.member_starts())
         try:
             res = self.worker.run(job, feedback=feedback, cancelled=cancelled,
                                   timeout_s=timeout_s * self.ensemble_members)
-        except FineTuneCancelled as exc:
-            raise Cancelled(str(exc)) from exc
         finally:
             data.unlink(missing_ok=True)
         path = Path(res["checkpoint"])
         if self.after_save is not None:
             self.after_save(path)
-        student = load_sharing_encoder(self.loader, path, getattr(acting, "encoder", None))
+        student = load_sharing_encoder(self.loader, path, acting.encoder)
         with self._lock:
             self._policy, self.checkpoint, self.round = student, path, new_round
         alphas = res["alphas"]
@@ -256,35 +233,83 @@ class PolicyRuntime:
         path = Path(path)
         if path.resolve() == self.checkpoint.resolve() or round_of(path) <= self.round:
             return False
-        policy = load_sharing_encoder(self.loader, path, getattr(self.policy, "encoder", None))
+        policy = load_sharing_encoder(self.loader, path, self.policy.encoder)
         with self._lock:
             self._policy, self.checkpoint, self.round = policy, path, round_of(path)
         return True
 
 
-def initial_policy(checkpoint: str, checkpoint_dir: str | Path, pretrain_if_missing: bool = False,
-                   workspace: str = "", seed: int = 0, log: Callable[[str], None] = log.info,
-                   warn: Callable[[str], None] = log.warning, suite: str = "metaworld") -> tuple[Any, Path]:
-    """(policy, its checkpoint) policy_server starts from: ``checkpoint`` if given (that one, or the error), else
-    the newest round under ``checkpoint_dir`` that loads (a corrupt newer one is skipped with a warning), else
-    (``pretrain_if_missing``, the embedded simulation) the cached pre-trained one, made on first use by the same code
-    as `amf run` (amf_ros.bringup.pretrained) under ``<workspace>/cache`` for the embedded ``suite``."""
-    if checkpoint:
-        path = resolve_checkpoint(checkpoint, str(checkpoint_dir))
-        return load_policy(path), path
-    found = load_newest_good(checkpoint_dir, load_policy, warn)
-    if found is not None:
-        return found
-    if not pretrain_if_missing:
-        raise no_checkpoint_error(checkpoint_dir)
-    from amf_ros.bringup.pretrained import ensure_pretrained
-    from amf_ros.paths import workspace_root
+def pretrained_fallback(p: PolicyServerParams, log: Callable[[str], None] = log.info) -> Callable[[], Path] | None:
+    """With ``pretrain_if_missing`` (the embedded simulation): where policy_server starts when it finds no checkpoint,
+    the cached pre-trained policy of ``pretrain_suite``, made on first use by the same code as `amf run`
+    (amf_ros.bringup.pretrained) under ``<workspace>/cache``; else None (no checkpoint is an error)."""
+    if not p.pretrain_if_missing:
+        return None
 
-    cache = workspace_root(workspace) / "cache"
-    log(f"no checkpoint in {str(checkpoint_dir)!r}: using the embedded simulation's pre-trained policy from {cache} "
-        "(pre-trained now if this is the first start: about a minute on 2 cores)")
-    path = ensure_pretrained(cache, seed=seed, suite=suite)
-    return load_policy(path), path
+    def pretrained() -> Path:
+        from amf_ros.bringup.pretrained import ensure_pretrained
+        from amf_ros.paths import workspace_root
+
+        cache = workspace_root(p.workspace) / "cache"
+        log(f"no checkpoint in {str(p.checkpoint_dir)!r}: using the embedded simulation's pre-trained policy from "
+            f"{cache} (pre-trained now if this is the first start: about a minute on 2 cores)")
+        return ensure_pretrained(cache, seed=p.seed, suite=p.pretrain_suite)
+
+    return pretrained
+
+
+class OctoServing:
+    """policy_server's backend ``octo``, built from its parameters (a PolicyServerParams): the frozen trunk, the
+    embedding cache of recorded frames, and a PolicyRuntime whose fine-tuning trains the head on cached embeddings.
+
+    Attributes: ``trunk``, ``cache`` (data.octo_embeddings.EmbeddingCache), ``runtime`` (PolicyRuntime), and
+    :meth:`actor` for one run_policy goal.
+    """
+
+    def __init__(self, p: PolicyServerParams) -> None:
+        from amf_ros.data.octo_embeddings import EmbeddingCache
+        from amf_ros.data.task_set import load_task_set
+        from amf_ros.policies.octo.heads import write_marker
+        from amf_ros.policies.octo.trunk import load_octo_trunk
+
+        self.p = p
+        octo_ckpt = str(p.checkpoint)
+        self.trunk = load_octo_trunk(octo_ckpt, p.octo_trunk_factory, p.t5_path, p.octo_dataset)
+        table = load_task_set(p.tasks_file).instructions if p.tasks_file else {}
+        policy, path = initial_policy("octo", octo_ckpt, p.checkpoint_dir, trunk=self.trunk, instructions=table,
+                                      head_checkpoint=p.head_checkpoint)
+        self.cache = EmbeddingCache(p.dataset_dir, octo_ckpt, lambda: self.trunk, policy.instructions,
+                                    image_key=p.image_key, wrist_key=p.wrist_image_key,
+                                    batch_size=p.embed_batch_size)
+        key = self.cache.key
+        self.runtime = PolicyRuntime(
+            policy, path, p.checkpoint_dir, p.dataset_dir, settings=p.fine_tune_settings(), seed=p.seed,
+            action_space="eef7", loader=LOADERS["octo"], torch_threads=p.torch_threads,
+            transitions_fn=lambda tasks, cancelled: self.cache.transitions(tasks, cancelled=cancelled),
+            after_save=lambda d: write_marker(d, octo_ckpt, key), ensemble_members=p.ensemble_members,
+            niceness=p.fine_tune_niceness)
+
+    def warm_up(self) -> float:
+        """Act once on a black frame (JAX compiles the trunk on its first call: seconds, not a control period);
+        returns the time it took, s."""
+        t0 = time.perf_counter()
+        policy = self.runtime.policy
+        actor = self.actor(policy)
+        actor.reset(policy.tasks[0])
+        obs = {"image": np.zeros((256, 256, 3), np.uint8)}
+        if self.p.wrist_image_topic:
+            obs["wrist"] = np.zeros((128, 128, 3), np.uint8)
+        actor(obs)
+        return time.perf_counter() - t0
+
+    def actor(self, policy: Policy) -> OctoActor:
+        """A fresh per-episode OctoActor (policies/octo/actor.py) for ``policy`` (the run's fixed policy)."""
+        from amf_ros.policies.octo.actor import OctoActor
+
+        p = self.p
+        return OctoActor(self.trunk, policy, horizon=p.ensemble_horizon, exp_weight=p.ensemble_exp_weight,
+                         sticky_gripper_steps=p.sticky_gripper_steps, max_translation=p.max_translation,
+                         max_rotation=p.max_rotation, wrist=bool(p.wrist_image_topic))
 
 
 class PolicyServer:
@@ -297,26 +322,24 @@ class PolicyServer:
         log: info-level log function (the node's logger).
     """
 
-    def __init__(self, p: Any, publish: Callable[[np.ndarray], None], log: Callable[[str], None] = log.info,
+    def __init__(self, p: PolicyServerParams, publish: Callable[[np.ndarray], None],
+                 log: Callable[[str], None] = log.info,
                  warn: Callable[[str], None] = log.warning) -> None:
         from amf_ros.runtime.control_loop import Latest
 
-        set_torch_threads(p.torch_threads)
+        limit_threads(p.torch_threads)  # 0 = torch's default
         self.p, self.publish = p, publish
-        self.octo: Any = None
+        self.octo: OctoServing | None = None
         if p.backend == "octo":  # Octo: trunk on camera frames, head fine-tuned on cached trunk embeddings
-            from amf_ros.runtime.octo_serving import OctoServing
-
             self.octo = OctoServing(p)
             self.runtime = self.octo.runtime
         else:
-            policy, path = initial_policy(p.checkpoint, p.checkpoint_dir, p.pretrain_if_missing, p.workspace,
-                                          p.seed, log, warn, p.pretrain_suite)
+            policy, path = initial_policy("native", p.checkpoint, p.checkpoint_dir,
+                                          pretrained=pretrained_fallback(p, log), warn=warn)
             self.runtime = PolicyRuntime(policy, path, p.checkpoint_dir, p.dataset_dir,
-                                         steps=p.fine_tune_steps, batch_size=p.fine_tune_batch_size,
-                                         lr=p.fine_tune_lr, alpha_steps=p.alpha_steps, seed=p.seed,
-                                         action_space=p.action_space, torch_threads=p.torch_threads,
-                                         ensemble_members=p.ensemble_members, niceness=p.fine_tune_niceness)
+                                         settings=p.fine_tune_settings(), seed=p.seed, action_space=p.action_space,
+                                         torch_threads=p.torch_threads, ensemble_members=p.ensemble_members,
+                                         niceness=p.fine_tune_niceness)
         self.observations = Latest()
         self.status = Latest() if p.task_status_topic else None
         self._image: np.ndarray | None = None
@@ -356,20 +379,20 @@ class PolicyServer:
             feedback: Callable[[int, float], None] | None = None) -> Any:
         """Act for ``task`` on a control thread and wait for it (bounded); needs :meth:`reserve_run` first, which
         this releases. Returns a control_loop.RunResult (ok=false with a message on every fault)."""
-        from amf_ros.runtime.chunk_actor import ChunkActor
-        from amf_ros.runtime.control_loop import ControlLoop, LoopConfig, RunResult
+        from amf_ros.policies.chunk_actor import ChunkActor
+        from amf_ros.runtime.control_loop import ControlLoop, ControlLoopConfig, RunResult
 
         try:
             policy = self.runtime.policy
             try:
-                check_task_keys([task], list(getattr(policy, "tasks", []) or []))
+                check_task_keys([task], policy.tasks)
             except ValueError as exc:
                 return RunResult(ok=False, message=str(exc))
             p = self.p
-            cfg = LoopConfig(period_s=1.0 / p.control_rate_hz, max_steps=int(max_steps or p.max_steps),
-                             obs_timeout_s=p.observation_timeout_s, status_timeout_s=p.observation_timeout_s,
-                             stale_s=p.observation_stale_periods / p.control_rate_hz,
-                             execution_horizon=p.execution_horizon)
+            cfg = ControlLoopConfig(period_s=1.0 / p.control_rate_hz, max_steps=int(max_steps or p.max_steps),
+                                    obs_timeout_s=p.observation_timeout_s, status_timeout_s=p.observation_timeout_s,
+                                    stale_s=p.observation_stale_periods / p.control_rate_hz,
+                                    execution_horizon=p.execution_horizon)
             if self.octo is not None:
                 act = self.octo.actor(policy)
                 act.reset(task)

@@ -34,75 +34,9 @@ from typing import Protocol
 
 import numpy as np
 
-from amf_ros.paths import resolve_config
+from amf_ros.envs.suites import Expert
 
 WAIT_STATUS, RESETTING, RUNNING = "wait_status", "resetting", "running"
-
-
-@dataclass(frozen=True)
-class Expert:
-    """A scripted demonstrator for one task: ``act(obs (D,)) -> (7,)`` EefDeltaAction vector; ``max_steps``
-    actions before the operator gives up."""
-
-    act: Callable[[np.ndarray], np.ndarray]
-    max_steps: int
-
-
-def metaworld_experts(tasks_file: str = "", noise_std: float = 0.0, seed: int = 0) -> dict[str, Expert]:
-    """The Metaworld scripted experts of a task set (built now, about 0.2 s per task), keyed by task.
-
-    Args:
-        tasks_file: task set YAML ("" = config/tasks/metaworld.yaml).
-        noise_std: std of Gaussian noise on the native action (the paper's noisy experts); 0 = exact expert.
-        seed: seed of that noise (one generator shared by all tasks).
-    """
-    from amf_ros.envs.metaworld_suite import (
-        MetaworldTaskEnv,
-        load_tasks,
-        native_to_eef7,
-        noisy,
-    )
-
-    rng = np.random.default_rng(seed)
-    experts = {}
-    for spec in load_tasks(resolve_config(tasks_file) if tasks_file else None):
-        env = MetaworldTaskEnv(spec)
-
-        def act(obs: np.ndarray, env: MetaworldTaskEnv = env) -> np.ndarray:
-            return native_to_eef7(noisy(env.expert_action(obs), noise_std, rng))
-
-        experts[spec.key] = Expert(act=act, max_steps=spec.max_steps)
-    return experts
-
-
-def widowx_experts(tasks_file: str = "", noise_std: float = 0.0, seed: int = 0,
-                   max_translation: float = 0.05) -> dict[str, Expert]:
-    """The embedded WidowX's scripted experts (amf_ros.envs.widowx_sim.suite.scripted_action) of a task set.
-
-    Args:
-        tasks_file: task set YAML ("" = config/tasks/widowx_sim.yaml).
-        noise_std: std of Gaussian noise on the translation, metres; 0 = exact expert.
-        seed: seed of that noise (one generator shared by all tasks).
-        max_translation: per-step translation bound, m (widowx_driver's max_translation).
-    """
-    from amf_ros.envs.widowx_sim.suite import load_tasks, scripted_action
-
-    rng = np.random.default_rng(seed)
-    experts = {}
-    for spec in load_tasks(resolve_config(tasks_file) if tasks_file else None):
-
-        def act(obs: np.ndarray, spec=spec) -> np.ndarray:
-            a = scripted_action(obs, spec, max_translation)
-            if noise_std > 0:
-                a[:3] = np.clip(a[:3] + rng.normal(0.0, noise_std, 3), -max_translation, max_translation)
-            return a
-
-        experts[spec.key] = Expert(act=act, max_steps=spec.max_steps)
-    return experts
-
-
-EXPERTS = {"metaworld": metaworld_experts, "widowx": widowx_experts}
-"""scripted_teleop's ``experts`` parameter -> the factory of that simulator's experts."""
 
 
 @dataclass(frozen=True)

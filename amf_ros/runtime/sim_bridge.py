@@ -26,32 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from amf_ros.paths import resolve_config
-
-
-def make_backend(name: str, tasks_file: str) -> Any:
-    """The simulator: an object with ``task_keys``, ``task``, ``instruction(task)``, ``reset(task, seed) -> obs``,
-    ``step_eef7(a7) -> (obs, success, done)``, ``render(width, height, camera) -> (H, W, 3) uint8`` and optionally
-    ``state_names``.
-
-    Args:
-        name: ``"metaworld"`` (embedded Metaworld suite), ``"simpler"`` (SIMPLER WidowX scenes, needs simpler_env) or
-            ``"widowx"`` (the embedded WidowX tabletop, amf_ros/envs/widowx_sim).
-        tasks_file: task set YAML; "" = the backend's default.
-    """
-    if name == "metaworld":
-        from amf_ros.envs.metaworld_suite import MetaworldSuite, load_tasks
-
-        return MetaworldSuite(load_tasks(resolve_config(tasks_file) if tasks_file else None))
-    if name == "simpler":
-        from amf_ros.envs import simpler
-
-        return simpler.make_suite(str(resolve_config(tasks_file)) if tasks_file else None)
-    if name == "widowx":
-        from amf_ros.envs.widowx_sim.suite import WidowXSimSuite, load_tasks as widowx_tasks
-
-        return WidowXSimSuite(widowx_tasks(resolve_config(tasks_file) if tasks_file else None))
-    raise ValueError(f"unknown sim_bridge backend, got {name=}; choose 'metaworld', 'simpler' or 'widowx'")
+from amf_ros.envs.suites import SimBackend
 
 
 @dataclass(frozen=True)
@@ -98,7 +73,7 @@ class SimBridge:
     """A simulated arm: reset / step / status / idle re-publish decisions (see the module docstring).
 
     Args:
-        sim: the backend (:func:`make_backend`).
+        sim: the simulator (:meth:`amf_ros.envs.suites.Suite.backend`).
         emit: called with every :class:`Frame` to publish (inside the lock, in order).
         initial_task: task reset to at construction ("" = the first task of the backend).
         seed: first scene seed of the sequence used by ``reset(task, seed < 0)``.
@@ -109,7 +84,7 @@ class SimBridge:
         ValueError: ``initial_task`` is not a task of the backend, or ``seed < 0``.
     """
 
-    def __init__(self, sim: Any, emit: Callable[[Frame], None], initial_task: str = "", seed: int = 0,
+    def __init__(self, sim: SimBackend, emit: Callable[[Frame], None], initial_task: str = "", seed: int = 0,
                  render: RenderSpec | None = None, idle_publish_period_s: float = 0.5,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if seed < 0:

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from amf_ros.data.tasks import check_task_keys
 
 if TYPE_CHECKING:
     from amf_ros.bringup.params.task_selector import TaskSelectorParams
+    from amf_ros.policies.base import Policy
+    from amf_ros.policies.language import TaskEncoder
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +153,8 @@ class TaskSelection:
         self._lock = threading.Lock()
         self._state = _PolicyState(None, {}, "", None)
 
-    def set_policy(self, policy: Any, checkpoint: str | Path = "",
-                   pretrain_counts: Mapping[str, int] | None = None, members: Sequence[Any] = ()) -> None:
+    def set_policy(self, policy: Policy, checkpoint: str | Path = "",
+                   pretrain_counts: Mapping[str, int] | None = None, members: Sequence[Policy] = ()) -> None:
         """Swap in a (re)loaded policy with a fresh embedding cache; the next request uses it (a running one keeps
         the pair it started with). ``members``: the checkpoint's extra ensemble members (vfd, action_l2, gu)."""
         with self._lock:
@@ -160,7 +162,7 @@ class TaskSelection:
             self._state = _PolicyState(policy, {}, str(checkpoint), counts, tuple(members))
 
     @property
-    def policy(self) -> Any:
+    def policy(self) -> Policy | None:
         with self._lock:
             return self._state.policy
 
@@ -246,16 +248,16 @@ class TaskSelection:
                         compute_time=time.perf_counter() - t0, message=msg)
 
     def _peer_score_fn(self, state: _PolicyState, cands: list[str]) -> Any:
-        """ScoreFn of a peer rule (core/acquisition.py) on the recorded demonstrations: each task's candidate states
+        """ScoreFn of a peer rule (policies/peer_scores.py) on the recorded demonstrations: each task's candidate states
         are ``frames_per_episode`` evenly spaced steps of each of its episodes; diversity's covered set is the first
         step of every episode. The ensemble rules (vfd, action_l2, gu) use the loaded policy as member 0 and the
         checkpoint's extra members (written by policy_server with ``ensemble_members`` >= 2); a checkpoint without
         members is refused with that reason."""
-        from amf_ros.core import acquisition
+        from amf_ros.policies.peer_scores import peer_score_fn
 
         if state.policy is None:
             raise ValueError(f"selector {self.selector_name!r} needs a policy: no checkpoint is loaded yet")
-        members: list[Any] = []
+        members: list[Policy] = []
         if self.selector_name in ENSEMBLE_METRICS:
             if not state.members:
                 raise ValueError(
@@ -266,8 +268,8 @@ class TaskSelection:
                     "selection_policy 'latest')")
             members = [state.policy, *state.members]
         episodes = [ep for _, ep in self.cache.episodes()]
-        return acquisition.peer_score_fn(self.selector_name, state.policy, episodes, cands,
-                                         frames=self.frames_per_episode, seed=self.seed, members=members)
+        return peer_score_fn(self.selector_name, state.policy, episodes, cands, frames=self.frames_per_episode,
+                             seed=self.seed, members=members)
 
     def _amf_score_fn(self, state: _PolicyState) -> Any:
         """ScoreFn of AMF-NN (core/amf_nn.py) on ``state``'s policy, filling ``state``'s embedding cache."""
@@ -292,12 +294,66 @@ class _PolicyState:
     """What one request reads: the policy copy, ITS embedding cache {(episode id, frames): phi}, its origin, and
     the checkpoint's extra ensemble members (loaded only for the ensemble rules)."""
 
-    policy: Any
+    policy: Policy | None
     phi: dict
     checkpoint: str
     pretrain_counts: dict[str, int] | None
-    members: tuple = ()
+    members: tuple[Policy, ...] = ()
     criterion: dict = field(default_factory=dict)  # the exact incremental criterion of this policy (core/amf_nn.py)
+
+
+class OctoSelection:
+    """task_selector's backend ``octo``: the head checkpoints policy_server writes, and the embedding cache it fills
+    (the trunk is loaded here only for frames policy_server has not embedded yet).
+
+    Args:
+        p: the node's parameters (TaskSelectorParams).
+        instructions: ``{task: instruction}`` of the task set (the embeddings depend on them).
+    """
+
+    def __init__(self, p: TaskSelectorParams, instructions: Mapping[str, str]) -> None:
+        from amf_ros.data.octo_embeddings import EmbeddingCache
+
+        self.p = p
+        self.octo_checkpoint = str(p.checkpoint)
+        if not self.octo_checkpoint:
+            raise ValueError("task_selector backend octo needs 'checkpoint' = the Octo checkpoint directory")
+        self._trunk: Any = None
+        self._lock = threading.Lock()
+        self.cache = EmbeddingCache(p.dataset_dir, self.octo_checkpoint, self.trunk, instructions,
+                                    image_key=p.image_key, wrist_key=p.wrist_image_key,
+                                    batch_size=p.embed_batch_size)
+
+    def trunk(self) -> Any:
+        """The trunk, loaded on first use (only for frames policy_server has not embedded yet)."""
+        from amf_ros.policies.octo.trunk import load_octo_trunk
+
+        with self._lock:
+            if self._trunk is None:
+                log.info("loading the Octo trunk to embed frames that are not cached yet")
+                self._trunk = load_octo_trunk(self.octo_checkpoint, self.p.octo_trunk_factory, self.p.t5_path,
+                                              self.p.octo_dataset)
+            return self._trunk
+
+    def newest_head(self) -> Path | None:
+        """Newest head checkpoint made from this Octo checkpoint (None before policy_server has written one)."""
+        from amf_ros.policies.octo.heads import newest_octo_round
+
+        return newest_octo_round(self.p.checkpoint_dir, self.cache.key)
+
+    def load(self, path: str | Path) -> Policy:
+        """Load a head checkpoint (refuses one made from another Octo checkpoint)."""
+        from amf_ros.policies.octo.heads import MARKER, made_from
+        from amf_ros.policies.octo.policy import load_octo_policy
+
+        if not made_from(path, self.cache.key):
+            raise ValueError(f"{path} is not an Octo head checkpoint of {self.octo_checkpoint!r} (no matching "
+                             f"{MARKER})")
+        return load_octo_policy(path)
+
+    def episode_loader(self) -> Callable[[Sequence[str]], dict[str, np.ndarray] | None]:
+        """``episode ids -> transitions`` for datasets.EpisodeCache (states = cached Octo embeddings)."""
+        return lambda ids: self.cache.transitions(episode_ids=ids)
 
 
 class TaskSelectorRuntime:
@@ -323,15 +379,13 @@ class TaskSelectorRuntime:
 
         self.p = p
         self.notes: list[str] = []  # start-up remarks for the node's log
-        self.octo: Any = None
+        self.octo: OctoSelection | None = None
         if p.backend == "octo":  # head checkpoints + policy_server's cached Octo frame embeddings
-            from amf_ros.runtime.octo_serving import OctoSelection
-
             self.octo = OctoSelection(p, task_set(p.tasks_file, None, p.tasks))
-        policy, checkpoint, members = self._initial_policy()
+        policy, checkpoint, members = self._newest_policy()
         instructions = task_set(p.tasks_file, policy, p.tasks)
-        if self.octo is not None:
-            self.octo.cache.instructions.update(getattr(policy, "instructions", None) or {})
+        if self.octo is not None and policy is not None:
+            self.octo.cache.instructions.update(policy.instructions)
         self.selection = TaskSelection(
             p.selector, instructions, p.dataset_dir, seed=p.seed, form=p.form, noise_var=p.noise_var,
             prior_var=p.prior_var, frames_per_episode=p.frames_per_episode, max_points=p.max_points,
@@ -366,9 +420,11 @@ class TaskSelectorRuntime:
         """A robot saved an episode of ``task``: its assignment is done (True if it had one)."""
         return self.assignments.recorded(robot, task)
 
-    def _initial_policy(self) -> tuple[Any, str, list[Any]]:
-        """The newest checkpoint and its ensemble members, or (None, "", []) when there is none."""
-        from amf_ros.policies.checkpoint_dirs import load_newest_good, no_checkpoint_error, resolve_checkpoint
+    def _newest_policy(self) -> tuple[Policy | None, str, list[Policy]]:
+        """The newest checkpoint and its ensemble members, or (None, "", []) when there is none (task_selector never
+        pre-trains nor makes a first Octo head: policy_server does, and announces it)."""
+        from amf_ros.policies.checkpoint_dirs import no_checkpoint_error, resolve_checkpoint
+        from amf_ros.policies.loading import load_newest_good
 
         if self.octo is not None:
             head = self.octo.newest_head()
@@ -391,11 +447,11 @@ class TaskSelectorRuntime:
                 self.notes.append(f"no policy yet ({exc}); {self.p.selector} scores need one after the warm start")
             return None, "", []
 
-    def _load(self, path: str | Path, encoder: Any = None) -> tuple[Any, list[Any]]:
+    def _load(self, path: str | Path, encoder: TaskEncoder | None = None) -> tuple[Policy, list[Policy]]:
         """(policy, its ensemble members) of checkpoint ``path``; the members (``<path>/members/member_K``) only
         for the ensemble rules (vfd, action_l2, gu), else []. ``encoder``: a loaded language model to share."""
         from amf_ros.policies.checkpoint_dirs import member_checkpoints
-        from amf_ros.runtime import policy_server as policy_runtime
+        from amf_ros.policies.loading import load_native
 
         paths = member_checkpoints(path) if self.p.selector in ENSEMBLE_METRICS else []
         if self.octo is not None:
@@ -403,15 +459,15 @@ class TaskSelectorRuntime:
 
             # the Octo-checkpoint marker is on the round, not on its members
             return self.octo.load(path), [load_octo_policy(m) for m in paths]
-        policy = policy_runtime.load_policy(path, task_encoder=encoder)
-        shared = getattr(policy, "encoder", None)
-        return policy, [policy_runtime.load_policy(m, task_encoder=shared) for m in paths]
+        policy = load_native(path, task_encoder=encoder)
+        shared = policy.encoder
+        return policy, [load_native(m, task_encoder=shared) for m in paths]
 
     def _pretrain_counts(self, checkpoint: str) -> dict[str, int] | None:
         """Pre-training demonstrations per task from ``<checkpoint>/pretrain.json`` (written by `amf pretrain`)."""
-        from amf_ros.runtime import policy_server as policy_runtime
+        from amf_ros.policies.loading import pretrain_counts
 
-        return policy_runtime.pretrain_counts(checkpoint) if self.p.pretrain_counts else None
+        return pretrain_counts(checkpoint) if self.p.pretrain_counts else None
 
     def on_checkpoint(self, path: str) -> tuple[bool, str]:
         """Reload the policy copy from an announced checkpoint; returns (reloaded, what happened for the log).
@@ -424,7 +480,7 @@ class TaskSelectorRuntime:
         if self.p.selection_policy == "frozen" and self.selection.policy is not None:
             return False, f"checkpoint {path} announced; selection_policy=frozen keeps {self.selection.checkpoint}"
         current = self.selection.policy  # share its language model instead of loading another copy
-        policy, members = self._load(path, encoder=getattr(current, "encoder", None))
+        policy, members = self._load(path, encoder=current.encoder if current is not None else None)
         self.selection.set_policy(policy, path, self._pretrain_counts(path), members)
         self.reloads += 1
         with_members = f" and its {len(members)} ensemble member(s)" if members else ""

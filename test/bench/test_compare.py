@@ -9,8 +9,8 @@ import pytest
 
 from amf_ros.bench import compare
 from amf_ros.bench.metaworld import MetaworldBenchConfig, summarize_runs
-from amf_ros.bench.pretrain import allocation_counts
 from amf_ros.bench.results import write_results
+from amf_ros.training.pretrain import allocation_counts
 
 
 def _results(tmp: Path, name: str, b: int, rounds: int, seeds: int = 3) -> Path:

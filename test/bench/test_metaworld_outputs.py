@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from amf_ros.bench.metaworld import METHODS, MetaworldBenchConfig, demo_scene, plot_all, summarize_runs, table
-from amf_ros.bench.pretrain import PretrainConfig, allocation_counts
-from amf_ros.bench.results import load_config, write_results
+from amf_ros.bench.results import write_results
+from amf_ros.config_file import load_config
+from amf_ros.training.pretrain import PretrainConfig, allocation_counts
 
 
 def test_allocation_counts_mismatched_and_uniform() -> None:

@@ -14,9 +14,9 @@ pytest.importorskip("torch")
 
 from amf_ros.bench.metaworld import (MetaworldBenchConfig, amf_score_fn, demo_scene, load_for_method,  # noqa: E402
                                      method_job)
-from amf_ros.bench.pretrain import PretrainConfig, main, pretrain  # noqa: E402
 from amf_ros.envs.metaworld_rollouts import collect_demo, collect_demos, demos_to_transitions  # noqa: E402
 from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks  # noqa: E402
+from amf_ros.training.pretrain import PretrainConfig, main, pretrain  # noqa: E402
 
 TASKS = ["faucet-open", "drawer-close", "push", "drawer-open"]
 TINY = dict(tasks=TASKS, demos=4, steps=300, task_encoder="hash", seed=1)

@@ -18,11 +18,11 @@ pytest.importorskip("mujoco")
 pytest.importorskip("torch")
 
 from amf_ros.bench.metaworld import METHODS, MetaworldBenchConfig, bench_config, widowx_main  # noqa: E402
-from amf_ros.bench.pretrain import PretrainConfig, pretrain  # noqa: E402
 from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo, collect_demos  # noqa: E402
 from amf_ros.envs.suites import get_suite  # noqa: E402
 from amf_ros.envs.widowx_sim.suite import scripted_action  # noqa: E402
 from amf_ros.envs.widowx_sim.task_env import NOISE_STD, WidowXTaskEnv  # noqa: E402
+from amf_ros.training.pretrain import PretrainConfig, pretrain  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[2] / "config" / "bench"
 TASKS = list(get_suite("widowx").default_tasks)
@@ -90,7 +90,7 @@ def test_eval_pool_steps_every_task_in_lockstep_with_one_batched_call() -> None:
 
 
 def test_config_file_matches_the_code_defaults_for_the_suite() -> None:
-    from amf_ros.bench.results import load_config
+    from amf_ros.config_file import load_config
 
     path = CONFIGS / "widowx.yaml"
     assert dataclasses.asdict(bench_config("widowx", path)) == dataclasses.asdict(bench_config("widowx"))

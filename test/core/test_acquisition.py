@@ -1,5 +1,6 @@
-"""Score functions of the peer rules (core/acquisition.py, policies/disagreement.py) on tiny problems whose answer is
-known: the denoiser KL in closed form, and the out-of-distribution task found by every uncertainty rule."""
+"""Score functions of the peer rules (core/acquisition.py, policies/peer_scores.py, policies/disagreement.py) on tiny
+problems whose answer is known: the denoiser KL in closed form, and the out-of-distribution task found by every
+uncertainty rule."""
 
 from __future__ import annotations
 
@@ -9,17 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from amf_ros.core.acquisition import (
-    diversity_score_fn,
-    dropout_score_fn,
-    ensemble_score_fn,
-)
+from amf_ros.core.acquisition import diversity_score_fn
 from amf_ros.core.selectors import make_selector
 from amf_ros.policies import disagreement as dis
 from amf_ros.policies.agent import TaskConditionedPolicy
 from amf_ros.policies.config import PolicyConfig
 from amf_ros.policies.diffusion_head import DiffusionActionHead, DiffusionHeadConfig
 from amf_ros.policies.mlp_head import MLPHeadConfig
+from amf_ros.policies.peer_scores import dropout_score_fn, ensemble_score_fn
 
 TASKS = {"a": "task a", "b": "task b", "ood": "task ood"}
 
@@ -148,7 +146,19 @@ def test_diversity_on_policy_inputs_and_errors(problem):
     covered = {"state": cands["a"]["state"], "task": np.full(len(cands["a"]["state"]), "a")}
     fn = diversity_score_fn(members[0], cands, covered=covered)
     sel = make_selector("diversity").select(["a", "b", "ood"], {}, np.random.default_rng(0), score_fn=fn)
-    assert sel.tasks == ["ood"] and sel.scores["a"] == 0.0  # a's candidate states are all covered
+    x = fn.points["a"]
+    assert np.array_equal(x, fn.covered)  # one float32 embedding computed twice in one process: equal rows
+    # a's candidate states are all covered: its score -max_i min_j ||x_i - y_j|| is 0 in real arithmetic, but
+    # CoverageScores computes d2 = |x|^2 + |y|^2 - 2 x.y in float64. The row norm (numpy's sum) and the dot product
+    # (BLAS dgemm: its summation order depends on the CPU's kernel) each carry at most gamma_D |x|^2 of rounding error
+    # (gamma_D = D u / (1 - D u), u = 2^-53, D = embedding width); doubling and the final subtraction are exact
+    # (Sterbenz), so |d2_ii| <= 4 gamma_D |x_i|^2 and 0 >= score >= -2 sqrt(gamma_D) max_i |x_i| (~5e-7 here).
+    # Seen: exactly 0 with OpenBLAS's SkylakeX dgemm, -4.2e-8 with its Haswell (AVX2) and SSE kernels.
+    u = np.finfo(np.float64).eps / 2
+    gamma = x.shape[1] * u / (1 - x.shape[1] * u)
+    bound = 2.0 * np.sqrt(gamma * float((x * x).sum(1).max()))
+    assert sel.tasks == ["ood"] and -bound <= sel.scores["a"] <= 0.0, (sel.scores, bound)
+    assert sel.scores["b"] < -1e3 * bound  # the bound is far below a real distance (b's states are not covered)
     with pytest.raises(ValueError, match="'zz'"):
         fn(["a", "zz"], [])
     with pytest.raises(ValueError, match="'zz'"):

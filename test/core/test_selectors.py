@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from amf_ros.core.criterion import feature_score_fn
-from amf_ros.core.selectors import SELECTOR_NAMES, Selection, make_selector
+from amf_ros.core.selection import Selection
+from amf_ros.core.selectors import SELECTOR_NAMES, make_selector
 
 TASKS = ["a", "b", "c", "d"]
 

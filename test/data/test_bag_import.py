@@ -7,62 +7,13 @@ import pytest
 
 rosbags = pytest.importorskip("rosbags")
 
+from bag_session import MS, NO_HORIZON, T, TS, header, image_for, session, write_bag  # noqa: E402,F401
+from amf_ros.data.bag_write import write_bag as _write_bag  # noqa: E402
 from rosbags.rosbag2 import StoragePlugin  # noqa: E402
 
 from amf_ros.data.bag_import import bag_topics, import_bag, resolve_topics  # noqa: E402
-from amf_ros.data.bag_types import make_typestore  # noqa: E402
-from amf_ros.data.bag_write import write_bag as _write_bag  # noqa: E402
-from amf_ros.data.codec import encode_image  # noqa: E402
 from amf_ros.data.recorder import record_messages  # noqa: E402
 from amf_ros.data.store import EpisodeStore  # noqa: E402
-
-MS = 1_000_000
-TS = make_typestore()
-T = TS.types
-NO_HORIZON = T["builtin_interfaces/msg/Duration"](sec=0, nanosec=0)  # EefDeltaAction.valid_for 0: the arm's cap
-
-
-def header(t: int):
-    return T["std_msgs/msg/Header"](stamp=T["builtin_interfaces/msg/Time"](sec=t // 10**9, nanosec=t % 10**9),
-                                    frame_id="")
-
-
-def image_for(k: int) -> np.ndarray:
-    yy, xx = np.mgrid[0:24, 0:32]
-    return np.stack([xx * 4 + k, yy * 6, np.full_like(xx, 10 * k)], axis=2).astype(np.uint8)
-
-
-def session(n: int, state_topic: str, image_topic: str, compressed: bool = False):
-    """A teleop session as (receive_time, topic, msgtype, msg): joint states and images at 10 Hz, actions at
-    5 Hz computed 30 ms after the state they react to; images arrive 40 ms after their stamp."""
-    out = []
-    for k in range(n):
-        t = k * 100 * MS
-        js = T["sensor_msgs/msg/JointState"](header=header(t), name=["waist", "shoulder", "gripper"],
-                                             position=np.array([k, -k, 0.5], np.float64),
-                                             velocity=np.zeros(0), effort=np.zeros(0))
-        out.append((t + 1 * MS, state_topic, "sensor_msgs/msg/JointState", js))
-        if compressed:
-            img = T["sensor_msgs/msg/CompressedImage"](header=header(t), format="png",
-                                                       data=np.frombuffer(encode_image(image_for(k), "png"), np.uint8))
-            out.append((t + 40 * MS, image_topic, "sensor_msgs/msg/CompressedImage", img))
-        else:
-            bgr = np.ascontiguousarray(image_for(k)[:, :, ::-1])
-            img = T["sensor_msgs/msg/Image"](header=header(t), height=24, width=32, encoding="bgr8", is_bigendian=0,
-                                             step=96, data=bgr.reshape(-1))
-            out.append((t + 40 * MS, image_topic, "sensor_msgs/msg/Image", img))
-        if k % 2 == 0:
-            ta = t + 30 * MS
-            act = T["amf_ros/msg/EefDeltaAction"](header=header(ta), translation=np.array([k, 0, 0], np.float32),
-                                                  rotation=np.zeros(3, np.float32), gripper=1.0, valid_for=NO_HORIZON)
-            out.append((ta + 2 * MS, "/amf/action", "amf_ros/msg/EefDeltaAction", act))
-    out.sort(key=lambda m: m[0])
-    return out
-
-
-def write_bag(path, messages, plugin):
-    return _write_bag(path, messages, "mcap" if plugin == StoragePlugin.MCAP else "sqlite3", TS)
-
 
 @pytest.mark.parametrize("plugin", [StoragePlugin.SQLITE3, StoragePlugin.MCAP])
 @pytest.mark.parametrize("compressed", [False, True])
@@ -110,16 +61,17 @@ def test_resolve_topics_errors():
         resolve_topics({"/cam1": "sensor_msgs/msg/Image"})
 
 
-@pytest.mark.skipif(not pytest.importorskip("amf_ros._optional").has("rclpy"), reason="rclpy not installed")
 def test_rclpy_serialized_messages_import(tmp_path):
     """Live rclpy messages serialised by rclpy go into a bag as CDR bytes and import like the rest."""
+    from build_products import missing_build_product
+
     try:
         from rclpy.serialization import serialize_message
         from sensor_msgs.msg import JointState
 
         from amf_ros.msg import EefDeltaAction
-    except ImportError:
-        pytest.skip("ROS 2 messages or amf_ros interfaces not available")
+    except ImportError as exc:  # rclpy and sensor_msgs: the ROS 2 wheels; amf_ros.msg: the colcon build
+        missing_build_product(f"ROS 2 messages or amf_ros interfaces not available ({exc}): run scripts/setup.sh")
     msgs = []
     for k in range(6):
         js = JointState(name=["a"], position=[float(k)])

@@ -69,7 +69,7 @@ def test_import_cli(tmp_path, capsys):
     pytest.importorskip("rosbags")
     from rosbags.rosbag2 import StoragePlugin
 
-    from test_bag_import import session, write_bag  # noqa: E402 - same folder
+    from bag_session import session, write_bag
 
     bag = tmp_path / "teleop"
     write_bag(bag, session(10, "/amf/observation/state_js", "/amf/camera/image_raw"), StoragePlugin.MCAP)

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from amf_ros._optional import has
-from amf_ros.data.codec import decode_image
-from amf_ros.data.loader import resize_images
+from amf_ros.data.codec import decode_image, resize_images
 from amf_ros.data.rlds import RldsExportConfig, export_rlds
 from amf_ros.data.store import EpisodeStore
 from amf_ros.data.tfrecord import decode_example, encode_example, read_records, tfrecord_bytes

@@ -11,6 +11,7 @@ from amf_ros._optional import has
 from amf_ros.data import ros_convert as rc
 from amf_ros.data.codec import encode_image
 
+from build_products import missing_build_product
 from data_helpers import header
 
 RGB = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)
@@ -83,8 +84,9 @@ def test_states_actions_and_stamps():
         rc.message_kind(NS(foo=1))
 
 
-@pytest.mark.skipif(not has("sensor_msgs"), reason="ROS 2 message packages not installed")
 def test_rclpy_messages():
+    if not has("sensor_msgs"):  # the ROS 2 wheels of scripts/setup.sh
+        missing_build_product("ROS 2 message packages not installed (run scripts/setup.sh)")
     from sensor_msgs.msg import CompressedImage, Image, JointState
 
     img = rc.fill_image(Image(), RGB, "bgr8")
@@ -100,7 +102,7 @@ def test_rclpy_messages():
     try:
         from amf_ros.msg import EefDeltaAction, StateVector
     except ImportError:
-        pytest.skip("amf_ros interfaces not built (run scripts/setup.sh)")
+        missing_build_product("amf_ros interfaces not built (run scripts/setup.sh)")
     a = EefDeltaAction(translation=[0.01, 0.0, -0.01], rotation=[0.0, 0.1, 0.0], gripper=1.0)
     np.testing.assert_allclose(rc.to_array(a)[1], [0.01, 0, -0.01, 0, 0.1, 0, 1], rtol=1e-6)
     assert rc.to_array(StateVector(names=["x"], values=[2.0]))[1].tolist() == [2.0]

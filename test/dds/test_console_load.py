@@ -16,9 +16,10 @@ import sys
 
 import pytest
 
-from ros_system_util import REPO, pick_domain_id
+from ros_system_util import REPO
 
 from amf_ros.bench.console_graph import have_chromium
+from amf_ros.bringup.ros_env import free_domain_id
 
 pytest.importorskip("mujoco")
 pytest.importorskip("aiohttp")
@@ -29,7 +30,7 @@ def test_console_load_smoke(ros_env, tmp_path):
     if not have_chromium():
         pytest.skip("needs Debian's chromium and chromium-driver and selenium")
     out = tmp_path / "out"
-    env = {**os.environ, **ros_env, "ROS_DOMAIN_ID": str(pick_domain_id())}  # a graph of its own
+    env = {**os.environ, **ros_env, "ROS_DOMAIN_ID": str(free_domain_id())}  # a graph of its own
     res = subprocess.run([sys.executable, "-m", "amf_ros.cli", "bench", "console-load", "--smoke", "--out", str(out)],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stderr[-4000:]

@@ -34,7 +34,8 @@ def graph_run(ros_env, rclpy_context, tmp_path_factory):
     """The sim graph with a tiny checkpoint, this module's dataset/checkpoint dirs, and a client."""
     from amf_ros.bringup import graph
     from amf_ros.ros.client import AMFClient
-    from amf_ros.loop.run import LoopConfig, node_overrides
+    from amf_ros.loop.nodes import node_overrides
+    from amf_ros.loop.run import LoopConfig
     from amf_ros.bringup.params import schema
     from amf_ros.bringup.processes import NodeProcesses
 

@@ -33,8 +33,9 @@ def test_episode_recorded_end_to_end_with_the_experts_pairs(start_nodes, client_
     from rclpy.qos import QoSProfile, ReliabilityPolicy
 
     from amf_ros.data.store import EpisodeStore
-    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks, native_to_eef7
+    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks
     from amf_ros.msg import EpisodeInfo
+    from amf_ros.policies.action_spaces import native_to_eef7
     from amf_ros.srv import ResetTask, StartEpisode, TaskSuccess
 
     dataset = tmp_path / "dataset"

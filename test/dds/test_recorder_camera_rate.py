@@ -8,20 +8,12 @@ import time
 
 import numpy as np
 import pytest
-from robot_testutil import (ACTION_TOPIC, IMAGE_TOPIC, STATE_TOPIC, LivePublisher, StatusWatcher, call, wait_for,
+from robot_testutil import (ACTION_TOPIC, vga_frame, IMAGE_TOPIC, STATE_TOPIC, LivePublisher, StatusWatcher, call, wait_for,
                             warm_up)
 
 pytestmark = [pytest.mark.ros]
 
 FRAMES, RATE_HZ = 60, 30.0
-
-
-def frame(k: int) -> np.ndarray:
-    """A 480x640 camera-like image (smooth gradients + a moving block), distinct per frame."""
-    yy, xx = np.mgrid[0:480, 0:640]
-    img = np.stack([(xx // 3 + k) % 256, (yy // 2) % 256, ((xx + yy) // 5 + 3 * k) % 256], axis=-1).astype(np.uint8)
-    img[(k * 7) % 440:(k * 7) % 440 + 40, 100:160] = 255
-    return img
 
 
 def test_recorder_stores_every_frame_of_a_30hz_vga_camera(start_nodes, client_node, tmp_path):
@@ -37,7 +29,7 @@ def test_recorder_stores_every_frame_of_a_30hz_vga_camera(start_nodes, client_no
     res = call(client_node, StartEpisode, "/amf/recorder/start_episode",
                StartEpisode.Request(task="cam", instruction="look"))
     assert res.ok, res.message
-    images = [frame(k) for k in range(FRAMES)]
+    images = [vga_frame(k) for k in range(FRAMES)]
     rng = np.random.default_rng(0)
     period = 1.0 / RATE_HZ
     t_start = time.monotonic()

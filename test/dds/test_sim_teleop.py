@@ -127,11 +127,8 @@ def test_scripted_teleop_demonstrates_with_the_experts_own_actions(start_nodes, 
     from amf_ros.srv import EndEpisode, ResetTask, TaskSuccess
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-    from amf_ros.envs.metaworld_suite import (
-        MetaworldTaskEnv,
-        load_tasks,
-        native_to_eef7,
-    )
+    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks
+    from amf_ros.policies.action_spaces import native_to_eef7
     from amf_ros.ros import qos as amf_qos
 
     ended: list = []

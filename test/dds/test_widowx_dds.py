@@ -51,7 +51,8 @@ def widowx_graph(ros_env, rclpy_context, tmp_path_factory):
     from amf_ros.bench.tiny_checkpoint import tiny_widowx_checkpoint
     from amf_ros.bringup import graph
     from amf_ros.bringup.processes import NodeProcesses
-    from amf_ros.loop.run import LoopConfig, node_overrides
+    from amf_ros.loop.nodes import node_overrides
+    from amf_ros.loop.run import LoopConfig
     from amf_ros.msg import EefDeltaAction, StateVector
     from amf_ros.ros import qos
     from amf_ros.ros.client import AMFClient

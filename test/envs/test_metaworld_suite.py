@@ -1,4 +1,4 @@
-"""Metaworld suite: task list, action conversion, seeded resets, scripted experts, demos and batched evaluation."""
+"""Metaworld suite: task list, seeded resets, scripted experts, demos and batched evaluation."""
 
 from __future__ import annotations
 
@@ -12,13 +12,10 @@ pytest.importorskip("metaworld")
 
 from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo, collect_demos  # noqa: E402
 from amf_ros.envs.metaworld_suite import (  # noqa: E402
-    METRES_PER_UNIT,
     MetaworldSuite,
     MetaworldTaskEnv,
-    TaskSpec,
-    eef7_to_native,
+    MetaworldTaskSpec,
     load_tasks,
-    native_to_eef7,
 )
 
 ALL_TASKS = load_tasks()
@@ -40,37 +37,16 @@ def test_task_file_lists_four_to_six_tasks_with_instructions() -> None:
 
 def test_bad_task_specs_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="v3"):
-        TaskSpec(key="x", env_name="push", instruction="push")
+        MetaworldTaskSpec(key="x", env_name="push", instruction="push")
     with pytest.raises(ValueError, match="max_steps"):
-        TaskSpec(key="x", env_name="push-v3", instruction="push", max_steps=0)
+        MetaworldTaskSpec(key="x", env_name="push-v3", instruction="push", max_steps=0)
     bad = tmp_path / "tasks.yaml"
     bad.write_text("tasks:\n  - {key: a, env_name: push-v3, instruction: p}\n  - {key: a, env_name: reach-v3, "
                    "instruction: r}\n")
     with pytest.raises(ValueError, match="duplicate"):
         load_tasks(bad)
     with pytest.raises(ValueError, match="no environment"):
-        MetaworldTaskEnv(TaskSpec(key="x", env_name="fly-to-moon-v3", instruction="fly"))
-
-
-def test_action_conversion_scale_and_round_trip() -> None:
-    a4 = np.array([0.5, -1.0, 0.25, -1.0])  # grab -1 = open
-    a7 = native_to_eef7(a4)
-    np.testing.assert_allclose(a7[:3], [0.005, -0.01, 0.0025])
-    np.testing.assert_allclose(a7[3:6], 0.0)
-    assert a7[6] == pytest.approx(1.0), "open gripper must map to 1"
-    assert native_to_eef7(np.array([0, 0, 0, 1.0]))[6] == pytest.approx(0.0)
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        x = rng.uniform(-1, 1, size=4)
-        np.testing.assert_allclose(eef7_to_native(native_to_eef7(x)), x, atol=1e-12)
-    # Out-of-range wire actions saturate like the arm does; rotation is ignored.
-    big = np.array([0.05, 0, 0, 0.3, 0.3, 0.3, 0.5])
-    np.testing.assert_allclose(eef7_to_native(big), [1.0, 0, 0, 0.0])
-    assert METRES_PER_UNIT == 0.01
-    with pytest.raises(ValueError, match=r"\(7,\)"):
-        eef7_to_native(np.zeros(4))
-    with pytest.raises(ValueError, match=r"\(4,\)"):
-        native_to_eef7(np.zeros(7))
+        MetaworldTaskEnv(MetaworldTaskSpec(key="x", env_name="fly-to-moon-v3", instruction="fly"))
 
 
 def test_reset_is_seeded_and_steps_move_the_hand_by_the_documented_scale(suite: MetaworldSuite) -> None:
@@ -88,7 +64,7 @@ def test_reset_is_seeded_and_steps_move_the_hand_by_the_documented_scale(suite: 
 
 
 def test_step_before_reset_and_after_done_raise() -> None:
-    env = MetaworldTaskEnv(TaskSpec(key="r", env_name="reach-v3", instruction="reach", max_steps=3))
+    env = MetaworldTaskEnv(MetaworldTaskSpec(key="r", env_name="reach-v3", instruction="reach", max_steps=3))
     with pytest.raises(RuntimeError, match="reset"):
         env.step(np.zeros(4))
     env.reset(0)

@@ -33,14 +33,16 @@ def test_task_file_matches_simpler_instructions(standin):
         env = standin.make(s.env_name)
         assert env.get_language_instruction() == s.instruction
         assert s.max_steps == SIMPLER_WIDOWX_TASKS[s.env_name][1] == env.max_episode_steps
-    with pytest.raises(ValueError, match="unknown task keys"):
+    with pytest.raises(ValueError, match="unknown SIMPLER task keys"):
         load_tasks(keys=["nope"])
 
 
 def test_suite_step_api_and_eef7_conversion(standin):
-    from amf_ros.envs.simpler import SimplerSuite, load_tasks, make_suite
+    from amf_ros.envs.simpler import SimplerSuite, load_tasks
+    from amf_ros.envs.suites import get_suite
 
-    assert make_suite().task_keys == ["spoon_on_towel", "carrot_on_plate", "stack_cube", "eggplant_in_basket"]
+    assert get_suite("simpler").backend().task_keys == ["spoon_on_towel", "carrot_on_plate", "stack_cube",
+                                                        "eggplant_in_basket"]
     suite = SimplerSuite(load_tasks(keys=["carrot_on_plate", "eggplant_in_basket"]))
     state = suite.reset("carrot_on_plate", seed=3)
     np.testing.assert_allclose(state[:3], [0.3, 0.0, 0.15])
@@ -120,11 +122,12 @@ def test_bench_without_simpler_env_says_what_to_install(tmp_path, capsys, monkey
 
 def test_a_machine_without_vulkan_gets_a_clear_error_not_a_sapien_traceback(standin, monkeypatch):
     """SAPIEN's own words on a machine without a usable Vulkan device become one message saying what is needed."""
-    from amf_ros.envs.simpler import is_vulkan_error, make_suite
+    from amf_ros.envs.simpler import is_vulkan_error
+    from amf_ros.envs.suites import get_suite
 
     monkeypatch.setenv("SIMPLER_STANDIN_NO_VULKAN", "1")
     with pytest.raises(RuntimeError) as info:
-        make_suite().reset("carrot_on_plate", 0)
+        get_suite("simpler").backend().reset("carrot_on_plate", 0)
     text = str(info.value)
     assert "SIMPLER cannot render" in text and "NVIDIA GPU" in text and "vulkaninfo" in text and "robot:=sim" in text
     assert "ErrorInitializationFailed" in text and info.value.__cause__ is None

@@ -121,10 +121,11 @@ def test_primary_camera_renders_256x256_off_the_control_path(suite: WidowXSimSui
 
 def test_sim_bridge_hosts_the_widowx_backend() -> None:
     """sim_bridge's runtime (backend: widowx) steps the scene once per wire action and reports the verdict."""
-    from amf_ros.runtime.sim_bridge import SimBridge, make_backend
+    from amf_ros.envs.suites import get_suite
+    from amf_ros.runtime.sim_bridge import SimBridge
 
     frames = []
-    bridge = SimBridge(make_backend("widowx", ""), frames.append, initial_task="spoon_on_towel", seed=4)
+    bridge = SimBridge(get_suite("widowx").backend(), frames.append, initial_task="spoon_on_towel", seed=4)
     assert bridge.task_keys == ["spoon_on_towel", "carrot_on_plate", "stack_cube", "eggplant_in_basket"]
     assert frames[-1].state.shape == (14,) and frames[-1].status.task == "spoon_on_towel"
     while not frames[-1].status.done:

@@ -35,7 +35,7 @@ def test_schema_param_checks() -> None:
 
 
 def test_chunk_actor_converts_native_chunks_to_wire_actions() -> None:
-    from amf_ros.runtime.chunk_actor import ChunkActor
+    from amf_ros.policies.chunk_actor import ChunkActor
     from amf_ros.runtime.policy_server import wire_action
 
     actor = ChunkActor(lambda obs: _Policy().act(obs, "reach"), wire_action("metaworld"), horizon=4)
@@ -88,7 +88,8 @@ def test_amf_up_dry_run_prints_the_launch_plan(capsys) -> None:
 
 
 def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
-    from amf_ros.loop.run import LoopConfig, build_parser, node_overrides
+    from amf_ros.loop.nodes import node_overrides
+    from amf_ros.loop.run import LoopConfig, build_parser
 
     args = build_parser().parse_args(["--rounds", "3", "--selector", "uniform"])
     assert args.rounds == 3 and args.selector == "uniform" and args.fine_tune_steps == LoopConfig().fine_tune_steps
@@ -204,8 +205,7 @@ def test_a_corrupt_newest_round_falls_back_to_the_one_before(tmp_path: Path) -> 
     round that loads is used, with a warning naming the bad one and why; if none loads, the error lists each."""
     import shutil
 
-    from amf_ros.policies.checkpoint_dirs import load_newest_good
-    from amf_ros.runtime.policy_server import load_policy
+    from amf_ros.policies.loading import load_native, load_newest_good
     from ros_system_util import make_checkpoint
 
     good = make_checkpoint(tmp_path / "src", ("reach", "push"))
@@ -215,10 +215,10 @@ def test_a_corrupt_newest_round_falls_back_to_the_one_before(tmp_path: Path) -> 
     weights = ckpts / "round_0002" / "weights.safetensors"
     weights.write_bytes(weights.read_bytes()[:-16] + b"\0" * 16)
     warnings: list[str] = []
-    policy, path = load_newest_good(ckpts, load_policy, warnings.append)
+    policy, path = load_newest_good(ckpts, load_native, warnings.append)
     assert path.name == "round_0001" and set(policy.tasks) == {"reach", "push"}
     assert len(warnings) == 1 and "round_0002" in warnings[0] and "sha256" in warnings[0].lower(), warnings
-    assert load_newest_good(tmp_path / "none", load_policy, warnings.append) is None
+    assert load_newest_good(tmp_path / "none", load_native, warnings.append) is None
     shutil.rmtree(ckpts / "round_0001")
     with pytest.raises(ValueError, match="no checkpoint under .* loads: round_0002"):
-        load_newest_good(ckpts, load_policy, warnings.append)
+        load_newest_good(ckpts, load_native, warnings.append)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+
+from amf_ros.threads import limit_threads
 
 # Tiny models: intra-op threads only add synchronisation, and on a shared, loaded machine spinning thread pools
 # make small ops 10x slower. One thread per test process (the benchmark does the same per worker).
-torch.set_num_threads(1)
+limit_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -10,18 +10,19 @@ import yaml
 
 from amf_ros._optional import HAS_RCLPY, has
 from amf_ros.bringup.params import load, validate
+from amf_ros.bringup.params.widowx_driver import WidowxDriverParams
 from amf_ros.robots import widowx, wx250s
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_schema_defaults_and_yaml_build_valid_limits():
-    lim = widowx.limits_from_params(load("widowx_driver", {}))
+    lim = widowx.limits_from_params(load(WidowxDriverParams, {}))
     assert lim.workspace.low == (0.1, -0.15, -0.01) and lim.period_s == 0.2
     assert lim.gripper_pwm == pytest.approx(250.0)
     section = yaml.safe_load((REPO / "config" / "widowx.yaml").read_text())["/**/widowx_driver"]["ros__parameters"]
     assert validate("widowx_driver", section) == []
-    p = load("widowx_driver", section)
+    p = load(WidowxDriverParams, section)
     assert widowx.limits_from_params(p).max_joint_speed == section["max_joint_speed"]
     with pytest.raises(ValueError, match="low < high"):
         widowx.limits_from_params(replace(p, workspace_low=(0.5, 0.0, 0.0), workspace_high=(0.4, 1.0, 1.0)))
@@ -37,7 +38,7 @@ def test_gripper_limits():
 
 def test_joint_state_stream_to_commands_like_the_node():
     """What the node does per message: observe joint states -> proprio; action -> JointGroupCommand values."""
-    ad = widowx.WidowXAdapter(widowx.limits_from_params(load("widowx_driver", {})))
+    ad = widowx.WidowXAdapter(widowx.limits_from_params(load(WidowxDriverParams, {})))
     assert ad.apply(np.zeros(7)) is None  # before the first joint state: nothing is sent
     q = wx250s.ik(widowx.state_to_pose([0.3, 0.0, 0.15, 0, 0, 0]), guess=wx250s.NEUTRAL_JOINTS).q
     names = ["waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate", "gripper",
@@ -49,7 +50,7 @@ def test_joint_state_stream_to_commands_like_the_node():
     np.testing.assert_allclose(wx250s.fk(cmd.arm)[:3, 3], [0.3, 0.01, 0.15], atol=2e-3)
 
 
-@pytest.mark.skipif(not HAS_RCLPY or has("interbotix_xs_msgs"), reason="needs rclpy and no interbotix_xs_msgs")
+@pytest.mark.skipif(has("interbotix_xs_msgs"), reason="interbotix_xs_msgs is installed: this tests a machine without")
 @pytest.mark.parametrize("distro", ["kilted", ""])
 def test_node_without_interbotix_exits_with_one_line_naming_the_package(distro):
     """robot:=real without Interbotix: the installed widowx_driver prints one line (no traceback) naming the package
@@ -59,12 +60,16 @@ def test_node_without_interbotix_exits_with_one_line_naming_the_package(distro):
     import sys
     import time
 
+    from build_products import missing_build_product
+
     from amf_ros.bringup.graph import find_executable
 
+    if not HAS_RCLPY:
+        missing_build_product("rclpy is not importable: run `bash scripts/setup.sh`")
     try:
         exe = find_executable("widowx_driver")
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    except FileNotFoundError as exc:  # the colcon install's node executable
+        missing_build_product(str(exc))
     env = {k: v for k, v in os.environ.items() if k != "ROS_DISTRO"}
     if distro:
         env["ROS_DISTRO"] = distro

@@ -8,10 +8,10 @@ import time
 
 import numpy as np
 
-from amf_ros.runtime.chunk_actor import ChunkActor
-from amf_ros.runtime.control_loop import ControlLoop, Latest, LoopConfig, TaskStatusValue
+from amf_ros.policies.chunk_actor import ChunkActor
+from amf_ros.runtime.control_loop import ControlLoop, ControlLoopConfig, Latest, TaskStatusValue
 
-CFG = LoopConfig(period_s=0.02, max_steps=5, obs_timeout_s=0.3, status_timeout_s=0.3)
+CFG = ControlLoopConfig(period_s=0.02, max_steps=5, obs_timeout_s=0.3, status_timeout_s=0.3)
 
 
 class FakeArm:
@@ -33,7 +33,7 @@ class FakeArm:
             self.status.set(TaskStatusValue(self.task, resets=1, steps=n, success=solved, done=solved))
 
 
-def _loop(arm: FakeArm, cfg: LoopConfig = CFG, **kw) -> ControlLoop:
+def _loop(arm: FakeArm, cfg: ControlLoopConfig = CFG, **kw) -> ControlLoop:
     stop = kw.pop("stop", threading.Event())
     act = kw.pop("act", lambda obs: np.r_[obs["state"][:1], np.zeros(6)])
     return ControlLoop(act, arm.publish, arm.obs, kw.pop("status", arm.status), "reach", cfg, stop, **kw)
@@ -77,7 +77,7 @@ def test_dead_arm_ends_the_goal_within_the_observation_bound() -> None:
 
 def test_observations_that_stop_mid_run_end_the_goal_and_no_action_uses_a_stale_one() -> None:
     arm = FakeArm()
-    cfg = LoopConfig(period_s=0.02, max_steps=1000, obs_timeout_s=0.3, status_timeout_s=0.3)
+    cfg = ControlLoopConfig(period_s=0.02, max_steps=1000, obs_timeout_s=0.3, status_timeout_s=0.3)
     loop = _loop(arm, cfg).start()
     time.sleep(0.2)
     arm.respond = False  # the arm dies: no observation after the current one
@@ -92,7 +92,7 @@ def test_a_stopped_arm_ends_the_goal_one_period_after_its_newest_observation_wen
     """Stale after 1.5 periods (the default), the goal ends one period after the later of that and the start of the
     wait for a new observation; the last action is the one computed before the arm stopped."""
     arm = FakeArm()
-    cfg = LoopConfig(period_s=0.1, max_steps=1000, obs_timeout_s=2.0, status_timeout_s=2.0)
+    cfg = ControlLoopConfig(period_s=0.1, max_steps=1000, obs_timeout_s=2.0, status_timeout_s=2.0)
     assert abs(cfg.stale_s - 0.15) < 1e-12
     ended = []
     loop = _loop(arm, cfg, feedback=lambda s, t: arm.__setattr__("respond", s < 5)).start()
@@ -123,7 +123,7 @@ def test_a_late_wake_up_of_the_control_thread_does_not_make_the_arms_observation
         if step == 2:
             time.sleep(0.25)  # the control thread stalls right after publishing (5 periods of 50 ms)
 
-    cfg = LoopConfig(period_s=0.05, max_steps=5, obs_timeout_s=1.0, status_timeout_s=1.0)
+    cfg = ControlLoopConfig(period_s=0.05, max_steps=5, obs_timeout_s=1.0, status_timeout_s=1.0)
     loop = _loop(arm, cfg, act=act, feedback=feedback).start()
     assert loop.join(5.0)
     assert loop.result.ok and loop.result.steps == 5, loop.result.message
@@ -154,7 +154,7 @@ def test_an_inference_slower_than_the_period_that_starves_the_camera_does_not_en
         return np.zeros(7)
 
     threading.Thread(target=camera, daemon=True).start()
-    cfg = LoopConfig(period_s=0.1, max_steps=5, obs_timeout_s=2.0, status_timeout_s=1.0)
+    cfg = ControlLoopConfig(period_s=0.1, max_steps=5, obs_timeout_s=2.0, status_timeout_s=1.0)
     try:
         loop = _loop(arm, cfg, act=act, status=None).start()
         assert loop.join(10.0)
@@ -165,7 +165,7 @@ def test_an_inference_slower_than_the_period_that_starves_the_camera_does_not_en
 
 def test_abort_ends_the_goal_with_its_reason_and_nothing_is_published_after() -> None:
     arm = FakeArm()
-    cfg = LoopConfig(period_s=0.02, max_steps=100000, obs_timeout_s=1.0, status_timeout_s=1.0)
+    cfg = ControlLoopConfig(period_s=0.02, max_steps=100000, obs_timeout_s=1.0, status_timeout_s=1.0)
     loop = _loop(arm, cfg).start()
     time.sleep(0.1)
     loop.abort("stop from operator (hands off)")
@@ -210,7 +210,7 @@ def test_an_action_the_arm_dropped_does_not_fail_the_goal_once_the_arms_status_s
     threading.Thread(target=republish, daemon=True).start()
     try:
         loop = ControlLoop(lambda obs: np.r_[obs["state"][:1], np.zeros(6)], publish, arm.obs, arm.status, "reach",
-                           LoopConfig(period_s=0.02, max_steps=5, obs_timeout_s=1.0, status_timeout_s=2.0),
+                           ControlLoopConfig(period_s=0.02, max_steps=5, obs_timeout_s=1.0, status_timeout_s=2.0),
                            threading.Event()).start()
         assert loop.join(5.0)
     finally:
@@ -224,7 +224,7 @@ def test_cancel_and_stop_end_the_loop_within_a_period_and_nothing_is_published_a
         arm = FakeArm()
         flag = threading.Event()
         stop = threading.Event()
-        cfg = LoopConfig(period_s=0.02, max_steps=100000, obs_timeout_s=1.0, status_timeout_s=1.0)
+        cfg = ControlLoopConfig(period_s=0.02, max_steps=100000, obs_timeout_s=1.0, status_timeout_s=1.0)
         loop = _loop(arm, cfg, stop=stop, cancelled=flag.is_set).start()
         time.sleep(0.1)
         (flag if how == "cancel" else stop).set()
@@ -266,7 +266,7 @@ def test_schedule_does_not_burst_after_a_stall() -> None:
             time.sleep(0.2)  # 10 periods late
         return np.zeros(7)
 
-    cfg = LoopConfig(period_s=0.05, max_steps=6, obs_timeout_s=1.0, status_timeout_s=1.0)
+    cfg = ControlLoopConfig(period_s=0.05, max_steps=6, obs_timeout_s=1.0, status_timeout_s=1.0)
     loop = _loop(arm, cfg, act=act).start()
     assert loop.join(5.0)
     gaps = np.diff(loop.result.tick_times)[2:]  # publish times after the stall
@@ -284,7 +284,7 @@ def test_actions_are_published_on_the_tick_not_after_a_variable_inference() -> N
         time.sleep(0.025 if len(n) % 2 else 0.001)
         return np.zeros(7)
 
-    cfg = LoopConfig(period_s=0.05, max_steps=20, obs_timeout_s=1.0, status_timeout_s=1.0)
+    cfg = ControlLoopConfig(period_s=0.05, max_steps=20, obs_timeout_s=1.0, status_timeout_s=1.0)
     loop = _loop(arm, cfg, act=act).start()
     assert loop.join(10.0) and loop.result.ok
     dev = np.abs(loop.result.periods - cfg.period_s)
@@ -298,7 +298,7 @@ def test_an_arm_on_another_task_or_with_its_episode_over_is_refused_at_once() ->
                         (TaskStatusValue("reach", resets=1, steps=68, success=True, done=True), "is over")):
         arm = FakeArm()
         arm.status.set(status)
-        cfg = LoopConfig(period_s=0.05, max_steps=5, obs_timeout_s=1.0, status_timeout_s=0.3)
+        cfg = ControlLoopConfig(period_s=0.05, max_steps=5, obs_timeout_s=1.0, status_timeout_s=0.3)
         loop = _loop(arm, cfg).start()
         assert loop.join(5.0)
         assert not loop.result.ok and why in loop.result.message and "reset" in loop.result.message
@@ -310,7 +310,7 @@ def test_a_reset_arriving_just_after_the_goal_is_waited_for() -> None:
     arm.status.set(TaskStatusValue("reach", resets=1, steps=68, success=True, done=True))
     threading.Timer(0.2, lambda: arm.status.set(TaskStatusValue("reach", resets=2, steps=0, success=False,
                                                                  done=False))).start()
-    cfg = LoopConfig(period_s=0.05, max_steps=3, obs_timeout_s=1.0, status_timeout_s=1.0)
+    cfg = ControlLoopConfig(period_s=0.05, max_steps=3, obs_timeout_s=1.0, status_timeout_s=1.0)
     loop = _loop(arm, cfg).start()
     assert loop.join(5.0)
     assert loop.result.ok and len(arm.actions) == 3, loop.result.message
@@ -341,8 +341,8 @@ def test_a_policy_slower_than_the_period_keeps_the_rate_with_the_steps_of_its_ch
     for horizon in (1, 4):
         arm = FakeArm()
         infer, calls = _chunk_from_state(delay)
-        cfg = LoopConfig(period_s=period, max_steps=steps, obs_timeout_s=1.0, status_timeout_s=1.0,
-                         execution_horizon=horizon)
+        cfg = ControlLoopConfig(period_s=period, max_steps=steps, obs_timeout_s=1.0, status_timeout_s=1.0,
+                                execution_horizon=horizon)
         loop = _loop(arm, cfg, act=ChunkActor(infer, horizon=4)).start()
         assert loop.join(20.0)
         r = loop.result
@@ -360,8 +360,8 @@ def test_a_frozen_arm_gets_at_most_execution_horizon_actions_from_its_last_obser
     for horizon in (2, 4):
         arm = FakeArm(respond=False)  # one observation, never another
         infer, calls = _chunk_from_state(0.0, rows=8)
-        cfg = LoopConfig(period_s=0.02, max_steps=100, obs_timeout_s=0.5, status_timeout_s=0.5,
-                         execution_horizon=horizon)
+        cfg = ControlLoopConfig(period_s=0.02, max_steps=100, obs_timeout_s=0.5, status_timeout_s=0.5,
+                                execution_horizon=horizon)
         loop = _loop(arm, cfg, act=ChunkActor(infer, horizon=8)).start()
         assert loop.join(5.0)
         r = loop.result
@@ -373,7 +373,8 @@ def test_chunked_loop_errors_stop_and_cancel_end_the_goal_and_nothing_is_publish
     def boom(obs):
         raise RuntimeError("CUDA out of memory")
 
-    cfg = LoopConfig(period_s=0.02, max_steps=100000, obs_timeout_s=1.0, status_timeout_s=1.0, execution_horizon=4)
+    cfg = ControlLoopConfig(period_s=0.02, max_steps=100000, obs_timeout_s=1.0, status_timeout_s=1.0,
+                            execution_horizon=4)
     arm = FakeArm()
     loop = _loop(arm, cfg, act=ChunkActor(boom, horizon=4)).start()
     assert loop.join(5.0)

@@ -164,10 +164,11 @@ def image(ns: int, encoding: str = "rgb8") -> NS:
 
 def recorder(tmp_path, **over):
     from amf_ros.bringup.params import load
+    from amf_ros.bringup.params.demo_recorder import DemoRecorderParams
 
     values = {"dataset_dir": str(tmp_path / "ds"), "action_topic": A, "state_topic": S, "image_topics": [C],
               "sync_mode": "on_action", "end_quiet_s": 0.2, "end_timeout_s": 1.0, "max_delay_s": 0.0}
-    return rules.DemoRecorder(load("demo_recorder", {**values, **over}))
+    return rules.DemoRecorder(load(DemoRecorderParams, {**values, **over}))
 
 
 def feed_steps(rt, t0: int, n: int) -> None:

@@ -18,7 +18,9 @@ pytest.importorskip("metaworld")
 from amf_ros.bringup.params.task_selector import TaskSelectorParams  # noqa: E402
 from amf_ros.policies.checkpoint import load_checkpoint  # noqa: E402
 from amf_ros.policies.checkpoint_dirs import member_checkpoints, member_dir, round_checkpoints  # noqa: E402
-from amf_ros.runtime.policy_server import PolicyRuntime, load_policy  # noqa: E402
+from amf_ros.policies.fine_tuning import FineTuneSettings  # noqa: E402
+from amf_ros.policies.loading import load_native  # noqa: E402
+from amf_ros.runtime.policy_server import PolicyRuntime  # noqa: E402
 from amf_ros.runtime.task_selector import TaskSelectorRuntime  # noqa: E402
 from synthetic_store import write_synthetic_episodes  # noqa: E402
 
@@ -34,15 +36,15 @@ def rounds(tmp_path_factory):
     root = tmp_path_factory.mktemp("ensemble")
     pre = tiny_checkpoint(root / "pretrained", TASKS, head="diffusion")
     write_synthetic_episodes(root / "dataset", TASKS)
-    kw = dict(steps=8, batch_size=16, alpha_steps=2, torch_threads=1)
-    rt = PolicyRuntime(load_policy(pre), pre, root / "ckpts", root / "dataset", ensemble_members=2, **kw)
+    kw = dict(settings=FineTuneSettings(steps=8, batch_size=16, alpha_steps=2), torch_threads=1)
+    rt = PolicyRuntime(load_native(pre), pre, root / "ckpts", root / "dataset", ensemble_members=2, **kw)
     jobs, run = [], rt.worker.run
     rt.worker.run = lambda job, **k: (jobs.append(job), run(job, **k))[1]
     try:
         feedback: list[tuple[int, int, float]] = []
         first = rt.fine_tune(feedback=lambda s, n, loss: feedback.append((s, n, loss)))
         second = rt.fine_tune()
-        single = PolicyRuntime(load_policy(pre), pre, root / "single", root / "dataset", ensemble_members=1,
+        single = PolicyRuntime(load_native(pre), pre, root / "single", root / "dataset", ensemble_members=1,
                                worker=rt.worker, **kw).fine_tune()
     finally:
         rt.close()

@@ -21,7 +21,7 @@ class _Student:
 
     def __init__(self, losses: list[float], alphas: dict[str, float]) -> None:
         self.losses, self.alphas, self.saved, self.steps_run = losses, alphas, None, 0
-        self.prior = object()
+        self.prior, self.encoder = object(), None  # Policy members the worker reads
 
     def fit(self, transitions, steps, batch_size, lr, seed, callback):
         for step, loss in enumerate(self.losses[:steps], start=1):

@@ -6,12 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from amf_ros.envs.suites import Expert, get_suite
 from amf_ros.runtime.scripted_teleop import (
     RUNNING,
-    Expert,
     ScriptedTeleop,
     SimStatus,
-    metaworld_experts,
 )
 
 MS = 1_000_000
@@ -299,18 +298,16 @@ def test_bad_configuration_is_refused():
 
 def test_metaworld_experts_act_in_the_wire_action_space():
     pytest.importorskip("metaworld")
-    from amf_ros.envs.metaworld_suite import (
-        MetaworldTaskEnv,
-        load_tasks,
-        native_to_eef7,
-    )
+    from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks
+    from amf_ros.policies.action_spaces import native_to_eef7
 
-    experts = metaworld_experts("config/tasks/metaworld.yaml")
+    experts = get_suite("metaworld").scripted_experts("config/tasks/metaworld.yaml")
     env = MetaworldTaskEnv(load_tasks(keys=["reach"])[0])
     obs = env.reset(3)
     np.testing.assert_array_equal(experts["reach"].act(obs), native_to_eef7(env.expert_action(obs)))
     assert experts["reach"].max_steps == env.spec.max_steps
-    noisy = metaworld_experts("config/tasks/metaworld.yaml", noise_std=0.5, seed=1)["reach"].act(obs)
+    noisy_experts = get_suite("metaworld").scripted_experts("config/tasks/metaworld.yaml", noise_std=0.5, seed=1)
+    noisy = noisy_experts["reach"].act(obs)
     assert noisy.shape == (7,) and not np.allclose(noisy, experts["reach"].act(obs))
 
 
@@ -335,9 +332,7 @@ def test_widowx_experts_solve_their_tasks_from_the_published_state_alone() -> No
     """scripted_teleop's WidowX experts see only the 14-D observation (no simulator handle) and solve each task."""
     pytest.importorskip("mujoco")
     from amf_ros.envs.widowx_sim.suite import WidowXSimSuite
-    from amf_ros.runtime.scripted_teleop import widowx_experts
-
-    experts = widowx_experts()
+    experts = get_suite("widowx").scripted_experts()
     suite = WidowXSimSuite(camera=False)
     assert sorted(experts) == sorted(suite.task_keys)
     for task in suite.task_keys:

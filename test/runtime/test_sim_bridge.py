@@ -9,12 +9,12 @@ import threading
 import numpy as np
 import pytest
 
+from amf_ros.envs.suites import get_suite
 from amf_ros.runtime.sim_bridge import (
     Frame,
     RenderSpec,
     SimBridge,
     TaskState,
-    make_backend,
 )
 
 
@@ -175,16 +175,16 @@ def test_reset_never_interleaves_with_a_step():
     assert len(frames) == 1 + 600 + 50
 
 
-def test_make_backend_rejects_unknown_names():
-    with pytest.raises(ValueError, match="unknown sim_bridge backend.*'mujoco'"):
-        make_backend("mujoco", "")
+def test_the_suite_registry_rejects_unknown_backends():
+    with pytest.raises(ValueError, match="unknown suite 'mujoco'.*'metaworld', 'simpler', 'widowx'"):
+        get_suite("mujoco")
 
 
 def test_metaworld_backend_behind_the_runtime():
     pytest.importorskip("metaworld")
     frames: list[Frame] = []
-    bridge = SimBridge(make_backend("metaworld", "config/tasks/metaworld.yaml"), frames.append, initial_task="reach",
-                       seed=1)
+    bridge = SimBridge(get_suite("metaworld").backend("config/tasks/metaworld.yaml"), frames.append,
+                       initial_task="reach", seed=1)
     assert frames[0].state.shape == (39,) and frames[0].status.task == "reach"
     assert bridge.step(a(0.01)) == "" and frames[-1].status.steps == 1
     assert "reach" in bridge.task_keys and bridge.instruction("reach")
@@ -196,7 +196,7 @@ def test_estop_of_the_embedded_widowx_refuses_actions_without_stepping_or_echoin
     pytest.importorskip("mujoco")
     frames: list[Frame] = []
     echoed: list[int] = []
-    bridge = SimBridge(make_backend("widowx", ""), frames.append, initial_task="carrot_on_plate", seed=3)
+    bridge = SimBridge(get_suite("widowx").backend(), frames.append, initial_task="carrot_on_plate", seed=3)
     assert bridge.has_estop and bridge.step([0.02, 0, 0, 0, 0, 0, 1.0], applied=lambda: echoed.append(1)) == ""
     assert "ENGAGED" in bridge.estop(True)
     n = len(frames)

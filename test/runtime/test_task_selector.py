@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 from amf_ros.bringup.params.task_selector import TaskSelectorParams  # noqa: E402
 from amf_ros.runtime.task_selector import TaskSelection, TaskSelectorRuntime  # noqa: E402
+from amf_ros.threads import limit_threads  # noqa: E402
 
 TASKS = ["faucet-open", "drawer-close", "push", "drawer-open"]
 ORDER = TASKS + ["push", "faucet-open", "push", "drawer-close"]  # warm start, then 4 more episodes
@@ -24,13 +25,13 @@ ORDER = TASKS + ["push", "faucet-open", "push", "drawer-close"]  # warm start, t
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    torch.set_num_threads(1)
+    limit_threads(1)
 
 
 def _write_store(root: Path, tasks: list[str], seed: int = 0) -> None:
     """Episodes of 20-40 steps: random 39-D states, in-range native actions recorded as 7-D EefDeltaActions."""
     from amf_ros.data.store import EpisodeStore
-    from amf_ros.envs.metaworld_suite import native_to_eef7
+    from amf_ros.policies.action_spaces import native_to_eef7
 
     store = EpisodeStore(root)
     rng = np.random.default_rng(seed)
@@ -47,12 +48,12 @@ def _write_store(root: Path, tasks: list[str], seed: int = 0) -> None:
 
 def _policy(dataset: Path, horizon: int = 4, seed: int = 0):
     """A small state policy (hash task encoder), fitted briefly on the store so its embeddings are not trivial."""
-    from amf_ros.bench.pretrain import make_policy
+    from amf_ros.training.pretrain import make_policy
     from amf_ros.data.transitions import load_transitions
     from amf_ros.envs.metaworld_suite import load_tasks
 
     policy = make_policy(load_tasks(keys=TASKS), task_encoder="hash", action_horizon=horizon, seed=seed)
-    policy.fit(load_transitions(dataset), 20, batch_size=64)
+    policy.fit(load_transitions(dataset, action_space="metaworld"), 20, batch_size=64)
     return policy
 
 
@@ -72,8 +73,9 @@ def test_node_path_and_benchmark_path_score_the_same_episodes(tmp_path, frames, 
     decision = sel.next_task()
     assert not decision.warm_start and decision.tasks == TASKS and decision.demo_counts == [2, 2, 3, 1]
     # benchmark path: the same recorded episodes as the benchmark's demonstrations (labels = recorded actions)
+    episodes = EpisodeCache(tmp_path / "data", "metaworld").episodes()
     demos = [Demo(task=str(ep["task"][0]), seed=0, obs=ep["state"], actions=ep["action"],
-                  expert_actions=ep["action"], success=True) for _, ep in EpisodeCache(tmp_path / "data").episodes()]
+                  expert_actions=ep["action"], success=True) for _, ep in episodes]
     assert [d.task for d in demos] == ORDER
     cfg = MetaworldBenchConfig(tasks=TASKS, task_encoder="hash", frames_per_demo=frames, criterion_targets=targets,
                                condition_on_data=condition_on_data)

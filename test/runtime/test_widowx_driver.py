@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from amf_ros.bringup.params import load
+from amf_ros.bringup.params.widowx_driver import WidowxDriverParams
 from amf_ros.robots import widowx, wx250s
 from amf_ros.runtime.widowx_driver import WidowXDriver, missing_interbotix_line
 
@@ -24,7 +25,7 @@ def joints(x: float = 0.3, finger: float = 0.037) -> list[float]:
 
 
 def driver(**over) -> WidowXDriver:
-    return WidowXDriver(load("widowx_driver", over))
+    return WidowXDriver(load(WidowxDriverParams, over))
 
 
 def test_joint_states_give_proprio_and_bad_ones_are_logged_throttled():
@@ -103,7 +104,7 @@ def test_profile_request_and_missing_interbotix_line():
     req = driver(control_period_s=0.2).profile_request()
     assert req == {"cmd_type": "group", "name": "arm", "mode": "position", "profile_type": "time",
                    "profile_velocity": 200, "profile_acceleration": 50}
-    assert WidowXDriver(replace(load("widowx_driver", {}), operating_modes_service="")).profile_request() is None
+    assert WidowXDriver(replace(load(WidowxDriverParams, {}), operating_modes_service="")).profile_request() is None
     line = missing_interbotix_line("humble")
     assert "\n" not in line and "interbotix_xs_msgs" in line and "ros-humble-interbotix-xs-msgs" in line
     assert "ROS 2 humble" in line

@@ -6,6 +6,9 @@ from types import SimpleNamespace as NS
 
 import numpy as np
 
+
+from amf_ros.data.store import EpisodeStore, StoreConfig
+
 S = 1_000_000_000
 
 
@@ -84,8 +87,6 @@ MIN_PSNR_DB = 30.0  # constant-quality AV1 at crf 30 keeps these frames at 34-41
 
 def record_lerobot_store(root, rate: int, n: int) -> EpisodeStore:
     """A PNG-coded store of EPISODES episodes of n steps at ``rate`` Hz, alternating TASKS."""
-    from amf_ros.data.store import EpisodeStore, StoreConfig
-
     store = EpisodeStore(root, StoreConfig(image_codec="png"))
     for e in range(EPISODES):
         task = TASKS[e % 2]

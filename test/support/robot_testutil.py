@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -218,3 +216,11 @@ def steps_decided_live(live: LivePublisher, seq: Sequence[tuple[str, int, str, A
     sync_ = StreamSynchronizer({ACTION_TOPIC: "action", STATE_TOPIC: "state", IMAGE_TOPIC: "image_primary"},
                                SyncConfig(**sync))
     return sum(len(sync_.feed(t, ns, live.message(t, ns, k, v))) for t, ns, k, v in seq)
+
+
+def vga_frame(k: int) -> np.ndarray:
+    """A 480x640 camera-like image (smooth gradients + a moving block), distinct per frame."""
+    yy, xx = np.mgrid[0:480, 0:640]
+    img = np.stack([(xx // 3 + k) % 256, (yy // 2) % 256, ((xx + yy) // 5 + 3 * k) % 256], axis=-1).astype(np.uint8)
+    img[(k * 7) % 440:(k * 7) % 440 + 40, 100:160] = 255
+    return img

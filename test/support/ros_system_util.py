@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from ros_testing import (  # noqa: F401  (re-exported)
-    INSTALL_LIB, call, pick_domain_id, require_ros, wait_for, wait_future)
+    INSTALL_LIB, call, require_ros, wait_for, wait_future)
 
 from amf_ros.bench.tiny_checkpoint import tiny_checkpoint as make_checkpoint  # noqa: F401  (re-exported)
 

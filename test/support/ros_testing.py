@@ -1,10 +1,8 @@
-"""Helpers shared by every process-level ROS test folder: a DDS domain of our own, skip only without ROS."""
+"""Helpers shared by every process-level ROS test folder: skip only without ROS, waits, a spinning client node
+(the DDS domain of a session: amf_ros.bringup.ros_env)."""
 
 from __future__ import annotations
 
-import os
-import random
-import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -14,38 +12,19 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from amf_ros._optional import has
+from build_products import missing_build_product
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_LIB = REPO / "install" / "amf_ros" / "lib" / "amf_ros"
 
 
-def domain_id_free(domain: int) -> bool:
-    """Heuristic check that no other participant uses ``domain``: its Fast DDS unicast port can be bound."""
-    port = 7400 + 250 * domain + 11  # RTPS user unicast port of participant 0 (PB + DG*d + d3)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def pick_domain_id() -> int:
-    """A random ROS_DOMAIN_ID in 1..100 that looks unused on this machine."""
-    rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "little"))
-    for _ in range(50):
-        d = rng.randint(1, 100)
-        if domain_id_free(d):
-            return d
-    return rng.randint(1, 100)
-
-
 def require_ros() -> None:
-    """Skip only when rclpy or the colcon install is absent (`bash scripts/setup.sh` builds both)."""
+    """Skip (fail with CI=true: build_products) when rclpy or the colcon install is absent (`bash scripts/setup.sh`
+    builds both)."""
     if not has("rclpy"):
-        pytest.skip("rclpy is not importable: run `bash scripts/setup.sh` and `source scripts/env.sh`")
+        missing_build_product("rclpy is not importable: run `bash scripts/setup.sh` and `source scripts/env.sh`")
     if not INSTALL_LIB.is_dir():
-        pytest.skip(f"no colcon install at {INSTALL_LIB}: run `bash scripts/setup.sh`")
+        missing_build_product(f"no colcon install at {INSTALL_LIB}: run `bash scripts/setup.sh`")
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: float = 0.02) -> Any:

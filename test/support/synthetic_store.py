@@ -12,7 +12,7 @@ import numpy as np
 def write_synthetic_episodes(root: Path, tasks: Sequence[str]) -> None:
     """Two synthetic Metaworld episodes per task (39-D states, in-range native actions as EefDeltaActions)."""
     from amf_ros.data.store import EpisodeStore
-    from amf_ros.envs.metaworld_suite import native_to_eef7
+    from amf_ros.policies.action_spaces import native_to_eef7
 
     store, rng = EpisodeStore(root), np.random.default_rng(0)
     for task in [*tasks, *tasks]:

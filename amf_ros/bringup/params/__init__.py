@@ -7,16 +7,23 @@ parameter can never be set in YAML or a launch file without being declared (gene
 without code generation).
 
 A schema module ``amf_ros/bringup/params/<node>.py`` defines ``<Node>Params``, a frozen dataclass whose fields
-are made with :func:`param` (lists are tuples, so instances stay immutable).
+are made with :func:`param` (lists are tuples, so instances stay immutable). Code that reads parameters names that
+class (``load(PolicyServerParams, values)``, ``declare(node, PolicyServerParams)`` in ros/params.py) and gets an
+instance of it back, typed; code that only has a node's name (YAML sections, launch files) uses
+:func:`schema` / :func:`validate`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypeVar
+
+from amf_ros._optional import load_object
+
+P = TypeVar("P")
+"""A node's parameter dataclass."""
 
 # Python type of a value -> the type name used in the table (and mapped to rclpy's Parameter.Type in _params.py).
 _TYPES = ("bool", "int", "double", "string", "bool_array", "int_array", "double_array", "string_array")
@@ -126,15 +133,28 @@ def action_valid_for_param() -> Any:
 
 def params_class(node: str) -> type:
     """The frozen parameter dataclass of ``node`` (``amf_ros.bringup.params.<node>.<Node>Params``)."""
-    try:
-        module = importlib.import_module(f"{__name__}.{node}")
-    except ModuleNotFoundError as exc:
-        raise ValueError(f"no parameter schema for node {node!r} (amf_ros/bringup/params/{node}.py)") from exc
     name = "".join(w.capitalize() for w in node.split("_")) + "Params"
-    cls = getattr(module, name, None)
-    if cls is None or not dataclasses.is_dataclass(cls):
+    try:
+        cls = load_object(f"{__name__}.{node}:{name}", "parameter schema")
+    except ValueError as exc:
+        raise ValueError(f"no parameter schema for node {node!r} (amf_ros/bringup/params/{node}.py defining "
+                         f"{name})") from exc
+    if not dataclasses.is_dataclass(cls):
         raise ValueError(f"amf_ros/bringup/params/{node}.py must define the dataclass {name}")
     return cls
+
+
+def node_of(cls: type) -> str:
+    """The node whose parameter dataclass ``cls`` is (``amf_ros.bringup.params.<node>.<Node>Params``).
+
+    Raises:
+        ValueError: ``cls`` is not the parameter dataclass of a node.
+    """
+    node = cls.__module__.rsplit(".", 1)[-1]
+    if cls.__module__ != f"{__name__}.{node}" or node.startswith("_") or params_class(node) is not cls:
+        raise ValueError(f"{cls.__qualname__} is not a node's parameter dataclass (amf_ros/bringup/params/<node>.py: "
+                         "<Node>Params)")
+    return node
 
 
 def schema(node: str) -> tuple[Param, ...]:
@@ -149,17 +169,19 @@ def schema(node: str) -> tuple[Param, ...]:
     return tuple(rows)
 
 
-def load(node: str, values: Mapping[str, Any]) -> Any:
-    """The parameter dataclass of ``node`` from ``{name: value}`` (defaults for missing names).
+def load(cls: type[P], values: Mapping[str, Any]) -> P:
+    """An instance of the node parameter dataclass ``cls`` (e.g. ``PolicyServerParams``) from ``{name: value}``
+    (defaults for missing names; YAML nesting and lists accepted).
 
     Raises:
-        ValueError: an unknown name, or a value of the wrong type or outside its range/choices.
+        ValueError: ``cls`` is not a node's parameter dataclass, an unknown name, or a value of the wrong type or
+            outside its range/choices.
     """
-    problems = validate(node, values)
+    problems = validate(node_of(cls), values)
     if problems:
         raise ValueError("; ".join(problems))
     flat = {k: tuple(v) if isinstance(v, list) else v for k, v in _flatten(values).items() if k != "use_sim_time"}
-    return params_class(node)(**flat)
+    return cls(**flat)
 
 
 def defaults(node: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Parameters of the frozen Octo trunk shared by policy_server and task_selector (backend octo).
 
 Why one class: both nodes must load the same trunk and embed the same recorded streams (they share the embedding
-cache on disk, amf_ros.runtime.octo_serving.EmbeddingCache), so these settings have one default and one description.
+cache on disk, amf_ros.data.octo_embeddings.EmbeddingCache), so these settings have one default and one description.
 """
 
 from __future__ import annotations

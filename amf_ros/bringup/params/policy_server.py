@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from amf_ros.bringup.params import action_valid_for_param, param, workspace_param
 from amf_ros.bringup.params._octo_trunk import OctoTrunkParams
+from amf_ros.policies.fine_tuning import FINE_TUNE, FineTuneSettings
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,14 @@ class PolicyServerParams(OctoTrunkParams):
     )
     max_steps: int = param(150, "Default step limit of a run_policy goal (goal.max_steps = 0).", range=(1, 100000))
     fine_tune_steps: int = param(
-        300, "Default gradient steps of a fine_tune goal (goal.steps = 0).", range=(1, 1000000)
+        FINE_TUNE.steps, "Default gradient steps of a fine_tune goal (goal.steps = 0).", range=(1, 1000000)
     )
-    fine_tune_batch_size: int = param(256, "Minibatch size of fine-tuning.", range=(1, 65536))
-    fine_tune_lr: float = param(0.001, "Learning rate of the action head during fine-tuning.", range=(1e-07, 1.0))
+    fine_tune_batch_size: int = param(
+        FINE_TUNE.batch_size, "Minibatch size of fine-tuning.", range=(1, 65536)
+    )
+    fine_tune_lr: float = param(FINE_TUNE.lr, "Learning rate of the action head during fine-tuning.", range=(1e-07, 1.0))
     alpha_steps: int = param(
-        100,
+        FINE_TUNE.alpha_steps,
         "Gradient steps of the adaptive-prior alpha(c) fit after each fine-tune (0 = keep alpha).",
         range=(0, 100000),
     )
@@ -182,3 +185,8 @@ class PolicyServerParams(OctoTrunkParams):
     max_rotation: float = param(
         0.25, "backend octo: per-step rotation bound, rad (EefDeltaAction).", range=(1e-06, 3.2)
     )
+
+    def fine_tune_settings(self) -> FineTuneSettings:
+        """The fine-tuning parameters as the one settings value the runtime takes."""
+        return FineTuneSettings(steps=self.fine_tune_steps, alpha_steps=self.alpha_steps,
+                                batch_size=self.fine_tune_batch_size, lr=self.fine_tune_lr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amf_ros.bringup.params import action_valid_for_param, param
+from amf_ros.envs.suites import TRAINING_SUITES
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class ScriptedTeleopParams:
         "Scripted experts of the simulated arm (= sim_bridge backend): 'metaworld' (Metaworld's scripted policies "
         "on the 39-D observation) or 'widowx' (the embedded WidowX's grasp-and-place expert on the 14-D "
         "observation: proprio, object and receptacle positions).",
-        choices=("metaworld", "widowx"),
+        choices=TRAINING_SUITES,
     )
     tasks_file: str = param(
         "", "Task set YAML of the experts (keys, max_steps); empty = the experts' default task set."

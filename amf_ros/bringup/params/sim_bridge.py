@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amf_ros.bringup.params import param
+from amf_ros.envs.suites import SUITES
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class SimBridgeParams:
         "(amf_ros.envs.metaworld_suite), 'simpler' = SIMPLER WidowX scenes (amf_ros.envs.simpler, needs "
         "simpler_env), 'widowx' = the embedded WidowX 250s tabletop with SIMPLER's four tasks, driven through "
         "widowx_driver's runtime (amf_ros.envs.widowx_sim; MuJoCo, any CPU).",
-        choices=("metaworld", "simpler", "widowx"),
+        choices=tuple(SUITES),
     )
     tasks_file: str = param(
         "",

@@ -2,13 +2,19 @@
 
 widowx_driver adapts the amf_ros wire action (EefDeltaAction) to the Interbotix xs_sdk of a WidowX 250 6DOF
 (amf_ros.robots.widowx does the maths): IK to arm joint targets, gripper PWM, Octo's 8-D proprio from joint states.
+The parameters of the arm's own logic take their defaults from :class:`amf_ros.robots.widowx_arm.WidowXArmConfig`
+(which the embedded WidowX simulator runs under too); :meth:`WidowxDriverParams.arm_config` builds it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from amf_ros.bringup.params import param
+from amf_ros.robots.widowx_arm import WidowXArmConfig
+
+_ARM = WidowXArmConfig()
 
 
 @dataclass(frozen=True)
@@ -50,27 +56,31 @@ class WidowxDriverParams:
     )
     frame_id: str = param("wx250s/base_link", "header.frame_id of the published state.")
     workspace_low: tuple[float, ...] = param(
-        (0.1, -0.15, -0.01),
+        _ARM.workspace_low,
         "Lower corner of the allowed end-effector target, m (base frame; Octo's WidowX eval bounds).",
     )
     workspace_high: tuple[float, ...] = param(
-        (0.45, 0.25, 0.25), "Upper corner of the allowed end-effector target, m."
+        _ARM.workspace_high, "Upper corner of the allowed end-effector target, m."
     )
-    max_translation: float = param(0.05, "Largest translation per action and axis, m.", range=(0.001, 0.2))
-    max_rotation: float = param(0.25, "Largest rotation per action and Euler angle, rad.", range=(0.001, 1.0))
+    max_translation: float = param(
+        _ARM.max_translation, "Largest translation per action and axis, m.", range=(0.001, 0.2)
+    )
+    max_rotation: float = param(
+        _ARM.max_rotation, "Largest rotation per action and Euler angle, rad.", range=(0.001, 1.0)
+    )
     max_joint_speed: float = param(
-        1.0,
+        _ARM.max_joint_speed,
         "Largest commanded joint speed, rad/s (URDF limit: pi); a longer step is shortened along the same "
         "joint direction.",
         range=(0.01, 3.14159),
     )
     control_period_s: float = param(
-        0.2,
+        _ARM.control_period_s,
         "Duration of one action (BridgeData: 0.2 s); sets the speed limit per step and the xs_sdk profile time.",
         range=(0.02, 5.0),
     )
     action_timeout_s: float = param(
-        0.5,
+        _ARM.action_timeout_s,
         "The arm's cap on an action's age, s: an action older than the smaller of this and its own valid_for, "
         "unstamped, or stamped before the last ArmStop is dropped and the arm holds. 0 = only the action's "
         "valid_for.",
@@ -82,8 +92,19 @@ class WidowxDriverParams:
         "(amf_ros/robots/action_gate.py).",
     )
     gripper_pressure: float = param(
-        0.5, "Gripper effort in [0, 1], mapped to PWM between the two limits.", range=(0.0, 1.0)
+        _ARM.gripper_pressure, "Gripper effort in [0, 1], mapped to PWM between the two limits.", range=(0.0, 1.0)
     )
-    gripper_pwm_low: float = param(150.0, "Gripper PWM at pressure 0 (Interbotix default).", range=(0.0, 885.0))
-    gripper_pwm_high: float = param(350.0, "Gripper PWM at pressure 1 (Interbotix default).", range=(0.0, 885.0))
-    start_stopped: bool = param(False, "Start with the emergency stop engaged (release with the estop service).")
+    gripper_pwm_low: float = param(
+        _ARM.gripper_pwm_low, "Gripper PWM at pressure 0 (Interbotix default).", range=(0.0, 885.0)
+    )
+    gripper_pwm_high: float = param(
+        _ARM.gripper_pwm_high, "Gripper PWM at pressure 1 (Interbotix default).", range=(0.0, 885.0)
+    )
+    start_stopped: bool = param(
+        _ARM.start_stopped, "Start with the emergency stop engaged (release with the estop service)."
+    )
+
+    def arm_config(self) -> WidowXArmConfig:
+        """The settings of the arm's own logic (:class:`~amf_ros.robots.widowx_arm.WidowXArm`) from these
+        parameters."""
+        return WidowXArmConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(WidowXArmConfig)})

@@ -1,11 +1,12 @@
-"""SIMPLER's four WidowX tasks on the embedded tabletop, driven through widowx_driver's own runtime.
+"""SIMPLER's four WidowX tasks on the embedded tabletop, driven through the same arm logic as widowx_driver.
 
-Why through the driver: every action takes the real arm's path. An EefDeltaAction (7,) (BridgeData convention:
-metres and radians per step, gripper 1 = open) goes to :class:`~amf_ros.runtime.widowx_driver.WidowXDriver`
-(action gate, workspace and per-step limits, IK, joint-speed limit, e-stop, PWM gripper), whose joint targets and
-gripper PWM drive :class:`~amf_ros.envs.widowx_sim.scene.SimArm` as they would drive the xs_sdk; the observation
-is the driver's answer to the arm's joint_states (Octo's 8-D proprio). Simulated time advances one control period
-(0.2 s, 5 Hz) per action and stamps the actions, so the driver's validity checks see what a live arm would.
+Why through the arm's logic: every action takes the real arm's path. An EefDeltaAction (7,) (BridgeData convention:
+metres and radians per step, gripper 1 = open) goes to :class:`~amf_ros.robots.widowx_arm.WidowXArm` (action gate,
+workspace and per-step limits, IK, joint-speed limit, e-stop, PWM gripper: what widowx_driver runs on the real arm),
+whose joint targets and gripper PWM drive :class:`~amf_ros.envs.widowx_sim.scene.SimArm` as they would drive the
+xs_sdk; the observation is the arm logic's answer to the arm's joint_states (Octo's 8-D proprio). Simulated time
+advances one control period (0.2 s, 5 Hz) per action and stamps the actions, so the action gate sees what a live
+arm's would.
 
 Tasks come from config/tasks/widowx_sim.yaml (the keys of config/tasks/simpler_widowx.yaml). Each reset draws the
 object poses from the seed; success is the moved object resting, released, on (in) its receptacle. The scripted
@@ -21,10 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from amf_ros.envs.task_set import TaskSet, load_specs
+from amf_ros.data.task_set import load_task_set
+from amf_ros.envs.task_suite import TaskSuite
 from amf_ros.envs.widowx_sim.scene import BODIES, SimArm
 from amf_ros.robots import wx250s
 from amf_ros.robots.widowx import PROPRIO_NAMES
+from amf_ros.robots.widowx_arm import ArmCommands, WidowXArm, WidowXArmConfig
 
 _DEFAULT_TASKS_FILE = Path(__file__).resolve().parents[3] / "config" / "tasks" / "widowx_sim.yaml"
 PERIOD_S = 0.2
@@ -60,7 +63,7 @@ class WidowXTaskSpec:
 
 def load_tasks(path: str | os.PathLike | None = None, keys: Sequence[str] | None = None) -> list[WidowXTaskSpec]:
     """The task list (YAML ``{tasks: [{key, instruction, source, target, max_steps}, ...]}``)."""
-    return load_specs(Path(path) if path is not None else _DEFAULT_TASKS_FILE, WidowXTaskSpec, keys, "WidowX")
+    return load_task_set(path if path is not None else _DEFAULT_TASKS_FILE, keys, "WidowX").typed(WidowXTaskSpec)
 
 
 def sample_poses(spec: WidowXTaskSpec, seed: int) -> dict[str, tuple[float, float, float]]:
@@ -131,31 +134,33 @@ def scripted_action(obs: np.ndarray, spec: WidowXTaskSpec, max_step: float) -> n
     return a
 
 
-class WidowXSimSuite(TaskSet):
+class WidowXSimSuite(TaskSuite):
     """The embedded WidowX: the sim_bridge backend protocol (``task_keys``, ``task``, ``instruction``, ``reset``,
     ``step_eef7``, ``render``, ``state_names``) plus ``expert_action`` and ``success``.
 
     Args:
         tasks: task specs (default: config/tasks/widowx_sim.yaml).
         camera: build the ``primary`` camera (rendering needs MUJOCO_GL=osmesa on a CPU).
-        driver_params: widowx_driver parameter values (``{name: value}``) the simulated arm runs under.
+        arm_config: the settings the simulated arm's logic runs under (default: widowx_driver's defaults with the
+            control period :data:`PERIOD_S`).
     """
 
     state_names = STATE_NAMES
 
     def __init__(self, tasks: Sequence[WidowXTaskSpec] | None = None, camera: bool = True,
-                 driver_params: dict | None = None) -> None:
+                 arm_config: WidowXArmConfig | None = None) -> None:
         super().__init__(tasks if tasks is not None else load_tasks(), "WidowX")
         self.camera = camera
-        self.driver_params = dict(driver_params or {})
+        self.arm_config = arm_config if arm_config is not None else WidowXArmConfig(control_period_s=PERIOD_S)
         self._arms: dict[str, SimArm] = {}
-        self.driver = None
+        self.driver: WidowXArm | None = None
+        """The arm's logic (widowx_driver's, without ROS), new every episode."""
         self.steps = 0
         self.success = False
         self.sim_time_ns = 0
         self._obs: np.ndarray | None = None
 
-    # -- protocol (task_keys, task, instruction: TaskSet) ---------------------------------------------------------
+    # -- protocol (task_keys, task, instruction: TaskSuite) ---------------------------------------------------------
     @property
     def arm(self) -> SimArm:
         """The simulated arm of the current task."""
@@ -165,16 +170,13 @@ class WidowXSimSuite(TaskSet):
 
     def reset(self, task: str, seed: int) -> np.ndarray:
         """Start an episode of ``task`` with the object poses of ``seed``; the arm at BridgeData's neutral pose."""
-        from amf_ros.bringup.params import load
-        from amf_ros.runtime.widowx_driver import WidowXDriver
-
         spec = self._spec(task)
         if task not in self._arms:
             self._arms[task] = SimArm((spec.source, spec.target), camera=self.camera)
         self._current = task
         self.arm.reset(wx250s.NEUTRAL_JOINTS, sample_poses(spec, seed))
         stopped = self.driver.stopped if self.driver is not None else None  # the e-stop is latched across episodes
-        self.driver = WidowXDriver(load("widowx_driver", {"control_period_s": PERIOD_S, **self.driver_params}))
+        self.driver = WidowXArm(self.arm_config)
         if stopped is not None:
             self.driver.adapter.emergency_stop(stopped)
         self.steps, self.success = 0, False
@@ -182,7 +184,7 @@ class WidowXSimSuite(TaskSet):
         return self._observe()
 
     def step_eef7(self, action7: Sequence[float]) -> tuple[np.ndarray, bool, bool]:
-        """Apply one EefDeltaAction vector through the driver's runtime, run one control period of physics."""
+        """Apply one EefDeltaAction vector through the arm's logic, run one control period of physics."""
         if self.driver is None:
             raise RuntimeError("call reset(task, seed) first")
         out = self.driver.on_action(np.asarray(action7, dtype=np.float64), self.sim_time_ns, self.sim_time_ns)
@@ -251,7 +253,7 @@ class WidowXSimSuite(TaskSet):
         self._obs = np.concatenate([proprio, arm.position(spec.source), arm.position(spec.target)])
         return self._obs.astype(np.float32)
 
-    def _command(self, out) -> None:
+    def _command(self, out: ArmCommands) -> None:
         if out.arm is not None:
             self.arm.command_arm(out.arm)
         if out.gripper is not None:

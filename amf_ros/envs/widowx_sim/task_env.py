@@ -3,7 +3,7 @@
 Why a wrapper: :class:`~amf_ros.envs.widowx_sim.suite.WidowXSimSuite` is the sim_bridge backend (one current task,
 switched by ``reset(task, seed)``); pre-training and the benchmark want one environment per task, many of them
 stepped in lockstep (:class:`~amf_ros.envs.metaworld_rollouts.EvalPool`), with the interface of
-:class:`amf_ros.envs.suites.TaskEnv`. Every step still goes through widowx_driver's runtime, as on the real arm.
+:class:`amf_ros.envs.suites.TaskEnv`. Every step still goes through the arm's logic, as widowx_driver's on the real arm.
 
 Actions are EefDeltaAction vectors (7,) in BridgeData units: translation (m) and rotation (rad) per step, bounded
 by the driver's ``max_translation`` (0.05 m) and ``max_rotation`` (0.25 rad); gripper 1 = open, 0 = close (the
@@ -15,22 +15,15 @@ from __future__ import annotations
 import numpy as np
 
 from amf_ros.envs.widowx_sim.suite import STATE_NAMES, WidowXSimSuite, WidowXTaskSpec, load_tasks
+from amf_ros.robots.widowx_arm import WidowXArmConfig
 
 __all__ = ["ACTION_DIM", "ACTION_MEAN", "ACTION_STD", "NOISE_STD", "STATE_DIM", "WidowXTaskEnv", "load_tasks"]
 
 
-
-def _driver_bounds() -> tuple[float, float]:
-    from amf_ros.bringup.params import load
-
-    params = load("widowx_driver", {})
-    return float(params.max_translation), float(params.max_rotation)
-
-
 STATE_DIM = len(STATE_NAMES)
 ACTION_DIM = 7
-MAX_TRANSLATION, MAX_ROTATION = _driver_bounds()
-"""widowx_driver's per-step bounds (parameter defaults): 0.05 m per axis, 0.25 rad per Euler angle."""
+MAX_TRANSLATION, MAX_ROTATION = float(WidowXArmConfig().max_translation), float(WidowXArmConfig().max_rotation)
+"""The arm's per-step bounds (widowx_driver's parameter defaults): 0.05 m per axis, 0.25 rad per Euler angle."""
 ACTION_MEAN = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5)
 ACTION_STD = (MAX_TRANSLATION,) * 3 + (MAX_ROTATION,) * 3 + (0.5,)
 """Fixed action normalisation: translation / 0.05 m, rotation / 0.25 rad, gripper [0, 1] -> [-1, 1]."""

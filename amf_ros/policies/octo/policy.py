@@ -21,11 +21,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from amf_ros.policies.base import Policy
 from amf_ros.policies.octo.convert import convert_head_params, infer_head_config
+
+if TYPE_CHECKING:
+    from amf_ros.policies.agent import TaskConditionedPolicy
+    from amf_ros.policies.config import PolicyConfig
 
 OCTO_FRAME_KEY = "state"
 """Transition key holding Octo embeddings (the state trunk of TaskConditionedPolicy passes them through)."""
@@ -41,14 +46,15 @@ class NoTaskEncoder:
         return np.zeros((len(texts), 0), dtype=np.float32)
 
 
-def _unclipped(policy: Any) -> Any:
+def _unclipped(policy: TaskConditionedPolicy) -> TaskConditionedPolicy:
     policy.trunk.clip = math.inf  # identity statistics (mean 0, std 1) and no clipping
     policy.cache.clear()
     return policy
 
 
 def octo_policy(head_params: Mapping[str, Any], action_stats: Mapping[str, Any], tasks: Mapping[str, str],
-                config: Any = None, action_horizon: int = 4, action_dim: int = 7) -> Any:
+                config: PolicyConfig | None = None, action_horizon: int = 4,
+                action_dim: int = 7) -> TaskConditionedPolicy:
     """A TaskConditionedPolicy whose head and frozen prior are Octo's pretrained head (see module doc).
 
     Args:
@@ -86,7 +92,7 @@ class OctoImageActor:
     and acts with the (mixed) head of ``policy``; the chunk then goes through ``postprocess.ActionPostprocessor``.
     """
 
-    def __init__(self, trunk: Any, policy: Any, crop_scale: float | None = None) -> None:
+    def __init__(self, trunk: Any, policy: Policy, crop_scale: float | None = None) -> None:
         self.trunk = trunk
         self.policy = policy
         self.window = trunk.new_window(mode="octo", crop_scale=crop_scale)
@@ -108,7 +114,7 @@ class OctoImageActor:
         return self.policy.act({OCTO_FRAME_KEY: emb[0]}, self.task, seed=seed)
 
 
-def load_octo_policy(path: str | Path) -> Any:
+def load_octo_policy(path: str | Path) -> TaskConditionedPolicy:
     """Load a checkpoint written by ``policy.save`` of an :func:`octo_policy` (restores the no-clip setting)."""
     from amf_ros.policies.agent import TaskConditionedPolicy
 

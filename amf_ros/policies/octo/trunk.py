@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from amf_ros._optional import require
+from amf_ros._optional import load_object, require
 from amf_ros.policies.octo.checkpoint import (DEFAULT_DATASET, OctoCheckpointInfo, prepare_offline_checkpoint,
                                               read_checkpoint)
 from amf_ros.policies.octo.observation import ObservationWindow
@@ -169,3 +169,18 @@ class OctoTrunk:
     def action_statistics(self, dataset_name: str | None = None) -> dict[str, np.ndarray]:
         """Action statistics used to un-normalise (see ``checkpoint.action_statistics``)."""
         return self.info.action_statistics(dataset_name or self.dataset_name)
+
+
+DEFAULT_TRUNK_FACTORY = "amf_ros.policies.octo.trunk:OctoTrunk"
+"""The real Octo loader; tests pass a fake with Octo's API (``"module:function"``)."""
+
+
+def load_octo_trunk(octo_checkpoint: str, factory: str = DEFAULT_TRUNK_FACTORY, t5_path: str = "",
+                    dataset_name: str = "bridge_dataset") -> Any:
+    """The frozen trunk of an Octo checkpoint (``OctoTrunk`` API: new_window, embed, embed_episode, head_params,
+    action_statistics), built by ``factory`` (``"module:function"``, called with the checkpoint directory)."""
+    if not octo_checkpoint:
+        raise ValueError("the octo backend needs 'checkpoint' = an Octo checkpoint directory (config.json, "
+                         "dataset_statistics.json, orbax step directories)")
+    make = load_object(factory, "trunk factory")
+    return make(octo_checkpoint, t5_path=t5_path or None, dataset_name=dataset_name or None)

@@ -22,6 +22,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 
+from amf_ros.bringup.params.demo_recorder import DemoRecorderParams
 from amf_ros.msg import EefDeltaAction, EpisodeInfo, RecorderStatus, StateVector
 from amf_ros.ros import qos
 from amf_ros.ros.params import declare
@@ -39,7 +40,7 @@ class DemoRecorderNode(Node):
 
     def __init__(self) -> None:
         super().__init__("demo_recorder")
-        p = declare(self, "demo_recorder")
+        p = declare(self, DemoRecorderParams)
         full = self.resolve_topic_name  # fully qualified names in status, start messages and episode metadata
         p = self.p = replace(p, action_topic=full(p.action_topic), state_topic=p.state_topic and full(p.state_topic),
                              image_topics=tuple(full(t) for t in p.image_topics))

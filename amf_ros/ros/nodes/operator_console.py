@@ -10,7 +10,6 @@ executor; no callback waits on anything.
 
 from __future__ import annotations
 
-import importlib
 import queue
 from typing import Any, Callable, Mapping
 
@@ -19,6 +18,8 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import Image
 
+from amf_ros._optional import load_object
+from amf_ros.bringup.params.operator_console import OperatorConsoleParams
 from amf_ros.console.model import ConsoleModel
 from amf_ros.console.protocol import Command
 from amf_ros.console.server import ConsoleServer, FrameSlot
@@ -41,7 +42,7 @@ def fields(msg: Any) -> dict[str, Any]:
 def message_class(type_name: str) -> Any:
     """``pkg/msg/Name`` -> the Python message class (no rosidl_runtime_py in the wheels)."""
     pkg, kind, name = type_name.split("/")
-    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+    return load_object(f"{pkg}.{kind}:{name}", "message type")
 
 
 class OperatorConsoleNode(Node):
@@ -51,13 +52,12 @@ class OperatorConsoleNode(Node):
 
     def __init__(self) -> None:
         super().__init__("operator_console")
-        self.p = p = declare(self, "operator_console")
+        self.p = p = declare(self, OperatorConsoleParams)
         tasks: dict[str, str] = {}
         if p.tasks_file:
-            from amf_ros.data.tasks import read_instructions
-            from amf_ros.paths import resolve_config
+            from amf_ros.data.task_set import load_task_set
 
-            tasks = read_instructions(resolve_config(p.tasks_file))
+            tasks = load_task_set(p.tasks_file).instructions
         self.model = ConsoleModel(tasks, {t: p.target_demos for t in tasks} if p.target_demos else None,
                                   stale_after_s=p.stale_after_s, min_rate_fraction=p.min_rate_fraction)
         self.console = OperatorConsole(self.model, self, auto_ask=p.auto_ask)

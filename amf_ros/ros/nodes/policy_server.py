@@ -19,16 +19,18 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 
 from amf_ros.action import FineTune, RunPolicy
+from amf_ros.bringup.params.policy_server import PolicyServerParams
 from amf_ros.data import transitions
 from amf_ros.data.ros_convert import image_to_rgb
 from amf_ros.msg import ArmStop, CheckpointInfo, EefDeltaAction, StateVector, TaskStatus
+from amf_ros.policies.fine_tuning import FineTuneCancelled
 from amf_ros.ros import qos
 from amf_ros.ros.arm_msgs import action_msg, stop_msg
 from amf_ros.ros.offload import Offload
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.control_loop import TaskStatusValue
-from amf_ros.runtime.policy_server import Cancelled, PolicyServer
+from amf_ros.runtime.policy_server import PolicyServer
 
 
 def _finish(transition) -> None:
@@ -45,7 +47,7 @@ class PolicyServerNode(Node):
 
     def __init__(self) -> None:
         super().__init__("policy_server")
-        p = self.p = declare(self, "policy_server")
+        p = self.p = declare(self, PolicyServerParams)
         self.executor_kind = p.executor  # read by spin()
         self.offload = Offload(self, inline=p.executor.startswith("multi"))  # goals wait on a thread of their own
         self.pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.ACTIONS)
@@ -161,7 +163,7 @@ class PolicyServerNode(Node):
                                          FineTune.Feedback(step=s, total_steps=n, loss=loss)),
                                      lambda: goal_handle.is_cancel_requested)
         except Exception as exc:  # reported to the client as ok=false; the node keeps running
-            _finish(goal_handle.canceled if isinstance(exc, Cancelled) else goal_handle.abort)
+            _finish(goal_handle.canceled if isinstance(exc, FineTuneCancelled) else goal_handle.abort)
             self.get_logger().warn(f"fine_tune failed: {exc}")
             return FineTune.Result(ok=False, message=str(exc), final_loss=float("nan"))
         self.announce()

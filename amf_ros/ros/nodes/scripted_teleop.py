@@ -18,6 +18,8 @@ from builtin_interfaces.msg import Time
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 
+from amf_ros.bringup.params.scripted_teleop import ScriptedTeleopParams
+from amf_ros.envs.suites import get_suite
 from amf_ros.msg import ArmStop, EefDeltaAction, RecorderStatus, StateVector, TaskStatus
 from amf_ros.ros import qos
 from amf_ros.ros.arm_msgs import action_msg, stamp_ns
@@ -25,7 +27,7 @@ from amf_ros.ros.calls import call_bounded
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.scripted_teleop import ScriptedTeleop as TeleopRuntime
-from amf_ros.runtime.scripted_teleop import EXPERTS, SimStatus
+from amf_ros.runtime.scripted_teleop import SimStatus
 from amf_ros.srv import EndEpisode, ResetTask
 
 
@@ -34,8 +36,9 @@ class ScriptedTeleop(Node):
 
     def __init__(self) -> None:
         super().__init__("scripted_teleop")
-        self.p = p = declare(self, "scripted_teleop")
-        experts = EXPERTS[p.experts](p.tasks_file, p.noise_std, p.seed)  # built now: never inside a callback
+        self.p = p = declare(self, ScriptedTeleopParams)
+        # built now, never inside a callback
+        experts = get_suite(p.experts, training=True).scripted_experts(p.tasks_file, p.noise_std, p.seed)
         self.teleop = TeleopRuntime(experts, self, lambda: self.get_clock().now().nanoseconds,
                                     control_rate_hz=p.control_rate_hz, max_steps=p.max_steps,
                                     start_timeout_s=p.start_timeout_s, end_episode=p.end_episode)

@@ -21,13 +21,15 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 from std_srvs.srv import SetBool
 
+from amf_ros.bringup.params.sim_bridge import SimBridgeParams
+from amf_ros.envs.suites import get_suite
 from amf_ros.msg import ArmStop, EefDeltaAction, StateVector, TaskStatus
 from amf_ros.robots.action_gate import ActionGate
 from amf_ros.ros import qos
 from amf_ros.ros.arm_msgs import action_fields, stamp_ns
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import StartupError, spin
-from amf_ros.runtime.sim_bridge import Frame, RenderSpec, make_backend
+from amf_ros.runtime.sim_bridge import Frame, RenderSpec
 from amf_ros.runtime.sim_bridge import SimBridge as SimRuntime
 from amf_ros.srv import ResetTask, TaskSuccess
 
@@ -37,7 +39,7 @@ class SimBridge(Node):
 
     def __init__(self) -> None:
         super().__init__("sim_bridge")
-        self.p = p = declare(self, "sim_bridge")
+        self.p = p = declare(self, SimBridgeParams)
         group = MutuallyExclusiveCallbackGroup()  # one callback at a time (the runtime also locks)
         self._state_pub = self.create_publisher(StateVector, p.state_topic, qos.STREAM)
         self._status_pub = self.create_publisher(TaskStatus, p.status_topic, qos.LATCHED)
@@ -46,7 +48,7 @@ class SimBridge(Node):
                              if p.applied_action_topic else None)
         render = RenderSpec(p.image_width, p.image_height, p.camera_name) if p.render else None
         try:  # builds the simulator and resets it to the first task: SIMPLER creates its renderer here
-            backend = make_backend(p.backend, p.tasks_file)
+            backend = get_suite(p.backend).backend(p.tasks_file)
             self._names = [str(n) for n in getattr(backend, "state_names", [])]
             self.sim = SimRuntime(backend, self._publish, initial_task=p.initial_task,
                                   seed=p.seed, render=render, idle_publish_period_s=p.idle_publish_period_s)

@@ -13,14 +13,15 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from std_msgs.msg import Header
 
+from amf_ros.bringup.params.task_selector import TaskSelectorParams
 from amf_ros.msg import CheckpointInfo, EpisodeInfo, TaskDecision
 from amf_ros.ros import qos
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
-from amf_ros.runtime import policy_server as policy_runtime
 from amf_ros.runtime.log_lines import ErrorThrottle, bounded
 from amf_ros.runtime.task_selector import TaskSelectorRuntime
 from amf_ros.srv import NextTask
+from amf_ros.threads import limit_threads
 
 
 class TaskSelectorNode(Node):
@@ -29,8 +30,8 @@ class TaskSelectorNode(Node):
 
     def __init__(self) -> None:
         super().__init__("task_selector")
-        self.p = declare(self, "task_selector")
-        policy_runtime.set_torch_threads(self.p.torch_threads)
+        self.p = declare(self, TaskSelectorParams)
+        limit_threads(self.p.torch_threads)  # 0 = torch's default
         self.runtime = TaskSelectorRuntime(self.p)
         self._refusals = ErrorThrottle(1.0)  # a fuzzing client gets every answer, the log one line per second
         for note in self.runtime.notes:

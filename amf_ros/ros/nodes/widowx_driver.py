@@ -19,13 +19,15 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 
+from amf_ros.bringup.params.widowx_driver import WidowxDriverParams
 from amf_ros.msg import ArmStop, EefDeltaAction, StateVector
 from amf_ros.robots import widowx
+from amf_ros.robots.widowx_arm import ArmCommands
 from amf_ros.ros import qos
 from amf_ros.ros.arm_msgs import action_fields, stamp_ns
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import StartupError, spin
-from amf_ros.runtime.widowx_driver import Commands, WidowXDriver, missing_interbotix_line
+from amf_ros.runtime.widowx_driver import WidowXDriver, missing_interbotix_line
 
 
 def _interbotix_msgs() -> tuple:
@@ -41,7 +43,7 @@ class WidowXDriverNode(Node):
 
     def __init__(self, interbotix: tuple) -> None:
         super().__init__("widowx_driver")
-        self.p = declare(self, "widowx_driver")
+        self.p = declare(self, WidowxDriverParams)
         self._JointGroup, self._JointSingle, OperatingModes = interbotix
         self.rt = WidowXDriver(self.p)
         group = MutuallyExclusiveCallbackGroup()
@@ -106,7 +108,7 @@ class WidowXDriverNode(Node):
         self._send(out)
         return response
 
-    def _send(self, out: Commands) -> None:
+    def _send(self, out: ArmCommands) -> None:
         """Publish the runtime's commands and log its lines (rclpy wants one severity per call site)."""
         if out.arm is not None:
             self._arm_pub.publish(self._JointGroup(name=self.p.arm_group, cmd=out.arm))

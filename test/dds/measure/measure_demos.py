@@ -12,7 +12,6 @@ real DDS in a random ROS_DOMAIN_ID; prints recorded steps, simulator steps, succ
 from __future__ import annotations
 
 import os
-import random
 import sys
 import tempfile
 import time
@@ -25,8 +24,9 @@ TASKS = ("reach", "push", "faucet-open", "faucet-close", "drawer-open", "drawer-
 
 def main() -> int:
     """Record one demonstration per task and print a line per task."""
-    os.environ["ROS_DOMAIN_ID"] = str(random.randint(60, 99))
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    from amf_ros.bringup.ros_env import free_domain_id, isolated_ros_env
+
+    isolated_ros_env(free_domain_id())
     sys.path.insert(0, str(HERE.parents[1] / "support"))
     import rclpy
     import yaml

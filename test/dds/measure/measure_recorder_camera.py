@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 import tempfile
 import time
@@ -31,15 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=150)
     ap.add_argument("--codec", choices=["png", "jpeg", "raw"], default="png")
     args = ap.parse_args(argv)
-    os.environ["ROS_DOMAIN_ID"] = str(random.randint(60, 99))
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    from amf_ros.bringup.ros_env import free_domain_id, isolated_ros_env
+
+    isolated_ros_env(free_domain_id())
     sys.path.insert(0, str(HERE.parents[1] / "support"))
     import numpy as np
     import rclpy
     import yaml
     from robot_testutil import (ACTION_TOPIC, IMAGE_TOPIC, STATE_TOPIC, LivePublisher, StatusWatcher, call,
                                 spinning_node, wait_for, warm_up)
-    from test_recorder_camera_rate import frame
+    from robot_testutil import vga_frame as frame
 
     from amf_ros.bringup.graph import NodeSpec
     from amf_ros.bringup.processes import NodeProcesses

@@ -1,5 +1,5 @@
-"""What the simulated task suites share (Metaworld, SIMPLER, the embedded WidowX): the task-set YAML, the specs by
-key, and the current task.
+"""What the simulated task suites share (Metaworld, SIMPLER, the embedded WidowX): the task specs by key and the
+current task (the task files themselves are read by :mod:`amf_ros.data.task_set`).
 
 Why one home: sim_bridge talks to every suite through the same protocol (``task_keys``, ``task``,
 ``instruction``), and an unknown task is refused with the same message whichever suite is hosted.
@@ -8,33 +8,10 @@ Why one home: sim_bridge talks to every suite through the same protocol (``task_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 
-def load_specs(path: Path, spec_cls: type, keys: Sequence[str] | None, what: str) -> list:
-    """Rows of a task-set YAML (``{tasks: [{key, ...}, ...]}``) as ``spec_cls(**row)``, unique keys, optionally
-    only ``keys`` in that order (unknown keys raise ValueError naming the known ones)."""
-    import yaml
-
-    with open(path, encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh) or {}
-    entries = doc.get("tasks") if isinstance(doc, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{path}: expected a non-empty list under 'tasks', got {type(entries).__name__}")
-    specs = [spec_cls(**entry) for entry in entries]
-    by_key = {s.key: s for s in specs}
-    if len(by_key) != len(specs):
-        raise ValueError(f"{path}: duplicate task keys in {[s.key for s in specs]}")
-    if keys is None:
-        return specs
-    unknown = [k for k in keys if k not in by_key]
-    if unknown:
-        raise ValueError(f"unknown {what} task keys {unknown}; known: {sorted(by_key)}")
-    return [by_key[k] for k in keys]
-
-
-class TaskSet:
+class TaskSuite:
     """Task specs by key (configuration order) and the key of the current task (None before the first reset).
 
     Args:

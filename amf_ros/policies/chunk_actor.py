@@ -7,6 +7,9 @@ space). When inference is faster than the control period, every step gets its ow
 SimplerEnv's evaluation); when it is slower (Octo's trunk on a CPU), the control loop runs inference on a
 thread of its own and the steps between two chunks are taken from the chunks already there, up to the
 loop's execution horizon, instead of stalling the arm.
+
+Why in policies/: it is how a chunking policy acts; the runtime's control loop drives it, and the Octo actor
+(policies/octo/actor.py) is one.
 """
 
 from __future__ import annotations

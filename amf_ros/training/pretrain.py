@@ -13,6 +13,9 @@ noise and the action normalisation; everything else is the same for every suite.
 
 The checkpoint directory (a TaskConditionedPolicy checkpoint whose frozen prior is the pre-trained head) is written
 atomically; its ``pretrain.json`` records the config, per-task demonstration counts, losses and timings.
+
+Why in amf_ros/training (above envs, below bringup): policy_server pre-trains on first use
+(amf_ros.bringup.pretrained), and the benchmarks pre-train every seed, so neither may depend on bench/.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.envs.suites import SUITES, get_suite
+from amf_ros.envs.suites import TRAINING_SUITES, get_suite
+from amf_ros.threads import limited_threads
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +72,7 @@ class PretrainConfig:
     """Instruction encoder: "minilm" (all-MiniLM-L6-v2, the paper's) or "hash" (no model; tests)."""
 
     def __post_init__(self) -> None:
-        if self.suite not in SUITES:
-            raise ValueError(f"suite must be one of {list(SUITES)}, got {self.suite=}")
-        suite = get_suite(self.suite)
+        suite = get_suite(self.suite, training=True)  # ValueError naming the training suites
         self.tasks = list(suite.default_tasks if self.tasks is None else self.tasks)
         self.noise_std = suite.noise_std if self.noise_std is None else float(self.noise_std)
         if len(self.tasks) < 2 or len(set(self.tasks)) != len(self.tasks):
@@ -254,14 +256,14 @@ def save_pretrained(policy: Any, out: str | Path, info: dict[str, Any] | None = 
 
 def main(argv: Sequence[str]) -> int:
     """`amf pretrain` entry point."""
-    from amf_ros.bench.results import load_config
+    from amf_ros.config_file import load_config
 
     parser = argparse.ArgumentParser(prog="amf pretrain", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None,
                         help="checkpoint directory to write (default: checkpoints/<suite>_pretrained)")
     parser.add_argument("--config", default=None, help="YAML with PretrainConfig fields")
-    parser.add_argument("--suite", choices=tuple(SUITES), default=None, help="default: metaworld")
+    parser.add_argument("--suite", choices=TRAINING_SUITES, default=None, help="default: metaworld")
     parser.add_argument("--allocation", choices=ALLOCATIONS, default=None, help="default: mismatched")
     parser.add_argument("--seed", type=int, default=None, help="default: 0")
     parser.add_argument("--steps", type=int, default=None, help="gradient steps (default: 1500)")
@@ -272,18 +274,12 @@ def main(argv: Sequence[str]) -> int:
                         help="also measure success per task over this many episodes (default: 0 = skip)")
     args = parser.parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    import torch
-
     cfg = load_config(PretrainConfig, args.config, allocation=args.allocation, seed=args.seed, steps=args.steps,
                       head=args.head, suite=args.suite)
     if args.out is None:
         args.out = f"checkpoints/{cfg.suite}_pretrained"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, args.threads))
-    try:
+    with limited_threads(max(1, args.threads)):  # callers (e.g. `amf run`) call main() in their own process
         return _run(cfg, args, argv)
-    finally:
-        torch.set_num_threads(threads)  # callers (e.g. `amf run`) call main() in their own process
 
 
 def _run(cfg: PretrainConfig, args: argparse.Namespace, argv: Sequence[str]) -> int:

@@ -1,0 +1,68 @@
+"""What `amf run` (loop/run.py) and its fleet mode (loop/fleet.py) share about driving the node graph: the per-node
+parameter overrides of a run, naming the node that died when a step fails, and the scene seeds of demonstrations
+and evaluations (the same scenes for one arm and for a fleet, so that their numbers compare).
+
+Why a module of its own: run.py starts the fleet mode and the report, and both need these; here they sit below all
+three, so that no file of loop/ imports one that imports it back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Protocol, TypeVar
+
+from amf_ros.bringup import graph
+from amf_ros.bringup.params import schema
+from amf_ros.bringup.processes import NodeProcesses
+from amf_ros.core.acquisition import ENSEMBLE_METRICS
+
+T = TypeVar("T")
+
+ENSEMBLE_MEMBERS = 2
+"""policy_server's ``ensemble_members`` for the selectors scored by ensemble disagreement (ENSEMBLE_METRICS: vfd,
+action_l2, gu): a second head fine-tuned every round, as ``amf bench metaworld``."""
+DEMO_SEED_OFFSET = 10_000
+"""Demonstration scenes: sim_bridge's reset seed is this + 100 x the run's seed + the round (fleet: + 10 x round +
+robot)."""
+EVAL_SEED_OFFSET = 1_000_000
+"""Evaluation scenes: sim_bridge's reset seed is this + the episode (fixed scenes, the same every round)."""
+
+
+class RunSettings(Protocol):
+    """What :func:`node_overrides` reads of a run's settings (`amf run`'s LoopConfig)."""
+
+    selector: str
+    seed: int
+
+
+def node_overrides(run_dir: Path, cfg: RunSettings) -> dict[str, list[str]]:
+    """Per-node `-p` overrides: this run's dataset/checkpoint dirs, selector and seed (only declared names); for
+    the ensemble rules also policy_server's ensemble_members and task_selector's selection_policy 'latest' (the
+    config's 'frozen' would keep the pre-trained checkpoint, which has no members; ``amf bench metaworld`` scores
+    the peer rules with the current fine-tuned heads too)."""
+    run_dir = run_dir.resolve()
+    values: dict[str, Any] = {"dataset_dir": str(run_dir / "dataset"), "checkpoint_dir": str(run_dir / "checkpoints"),
+                              "selector": cfg.selector, "seed": cfg.seed}
+    if cfg.selector in ENSEMBLE_METRICS:  # a second head every round, and a selector that follows the rounds
+        values.update(ensemble_members=ENSEMBLE_MEMBERS, selection_policy="latest")
+    out: dict[str, list[str]] = {}
+    for node in graph.SIM_NODES:
+        declared = {p.name for p in schema(node)}
+        args: list[str] = []
+        for key, value in values.items():
+            if key in declared:
+                args += ["-p", f"{key}:={value}"]
+        out[node] = args
+    return out
+
+
+def checked(procs: NodeProcesses, fn: Callable[[], T], what: str) -> T:
+    """Run ``fn``; if it fails and a node has died, say which node and show the end of its log."""
+    try:
+        return fn()
+    except Exception as exc:
+        dead = procs.dead()
+        if dead:
+            tails = "\n".join(f"--- {n} (exit {c}) ---\n{procs.log_tail(n)}" for n, c in dead.items())
+            raise RuntimeError(f"{what} failed ({exc}); node(s) died:\n{tails}") from exc
+        raise
