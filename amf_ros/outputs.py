@@ -24,9 +24,9 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], floatfmt
 
     cells = [[fmt(v) for v in row] for row in rows]
     widths = [max(len(str(h)), *(len(r[i]) for r in cells)) if cells else len(str(h)) for i, h in enumerate(headers)]
-    line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths))
+    line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths, strict=True))
     sep = "  ".join("-" * w for w in widths)
-    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) for r in cells]
     return "\n".join([line, sep, *body])
 
 

@@ -59,3 +59,26 @@ def client_node(rclpy_context) -> Iterator[Any]:
     """A fresh rclpy node spun by a background MultiThreadedExecutor (futures complete while the test waits)."""
     with spinning_node(f"amf_test_client_{os.getpid()}_{random.randint(0, 1_000_000)}") as node:
         yield node
+
+
+# The skip ledger of .ci/run: with AMF_SKIP_LOG=<file>, every skipped test, and every module skipped at collection
+# (importorskip), is appended to that file as "<node id> | <reason>", one line each; .ci/run compares the lines with
+# .ci/expected_skips.txt, so a skip that appears or disappears fails CI instead of passing unnoticed.
+def _log_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
+    path = os.environ.get("AMF_SKIP_LOG")
+    if not path or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    reason = " ".join(str(reason).removeprefix("Skipped: ").split())  # one line
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{report.nodeid} | {reason}\n")
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """Record a module skipped at collection (see _log_skip)."""
+    _log_skip(report)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Record a skipped test (see _log_skip)."""
+    _log_skip(report)

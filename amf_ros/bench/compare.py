@@ -90,6 +90,7 @@ def compare(paths: Sequence[str | Path], labels: Sequence[str] | None = None, me
 
 
 def name_of(e: dict[str, Any]) -> str:
+    """A curve's unique name in tables and plots: label/setting/method."""
     return f"{e['label']}/{e['setting']}/{e['method']}"
 
 
@@ -97,7 +98,7 @@ def table(doc: dict[str, Any], max_columns: int = 5) -> str:
     """Per curve: B, replay, final demos and success (90% CI), success at shared demo counts, demos to reach."""
     xs = doc["shared_demos"][-max_columns:]
     rows = []
-    for e, at in zip(doc["curves"], doc["at_shared_demos"]):
+    for e, at in zip(doc["curves"], doc["at_shared_demos"], strict=True):
         cells = [f"{v[0]:.3f}" if (v := at["success"][str(x)]) else "-" for x in xs]
         rows.append([name_of(e), e["demos_per_round"], e["replay_fraction"], f"{e['demos'][-1]:.0f}",
                      f"{e['mean'][-1]:.3f} [{e['ci_low'][-1]:.2f}, {e['ci_high'][-1]:.2f}]", *cells,
@@ -131,7 +132,8 @@ def plot(doc: dict[str, Any], out: Path) -> list[Path]:
         r = e["demos_to_reach"]
         ax.bar(i, r["mean_curve"] if r["mean_curve"] is not None else r["budget"], color=f"C{i % 10}", alpha=0.5,
                hatch=None if r["mean_curve"] is not None else "//")
-        for dx, v in zip(np.linspace(-0.2, 0.2, max(2, len(r["per_seed"])))[:len(r["per_seed"])], r["per_seed"]):
+        jitter = np.linspace(-0.2, 0.2, max(2, len(r["per_seed"])))[:len(r["per_seed"])]
+        for dx, v in zip(jitter, r["per_seed"], strict=True):
             ax.plot(i + dx, r["budget"] if v is None else v, "o", color=f"C{i % 10}", ms=4,
                     mfc="none" if v is None else f"C{i % 10}")
     ax.set_xticks(range(len(doc["curves"])), [name_of(e) for e in doc["curves"]], rotation=30, ha="right",
@@ -146,6 +148,7 @@ def plot(doc: dict[str, Any], out: Path) -> list[Path]:
 
 
 def main(argv: Sequence[str]) -> int:
+    """Command line of ``amf bench compare``: write compare.json and its plots, print the table."""
     from amf_ros.atomic import atomic_write_json
 
     parser = argparse.ArgumentParser(prog="amf bench compare", description=__doc__.split("\n\n")[0])

@@ -31,12 +31,12 @@ in every phase:
   between /amf/action messages as received here.
 
 A phase lasts ``phase_s`` s and ends with the item under way; an item that fails (an episode never announced, a
-run_policy goal that ends with ok=false) is recorded with its phase and the schedule goes on. CPU per phase from /proc (utime + stime deltas over
-the phase's wall time, % of one core): operator_console, every other node, the Chromium process tree (started with
-``nice`` 19: in deployment browsers run on other machines) and the whole machine (shared machines carry other
-load: compare phases side by side, not with other runs). Each client window is checked at the end of its phase:
-the page says "connected" and camera frames arrived during the phase (counted in the page by a MutationObserver).
-Output: results.json + a table; numbers only, nothing asserted.
+run_policy goal that ends with ok=false) is recorded with its phase and the schedule goes on. CPU per phase from
+/proc (utime + stime deltas over the phase's wall time, % of one core): operator_console, every other node, the
+Chromium process tree (started with ``nice`` 19: in deployment browsers run on other machines) and the whole machine
+(shared machines carry other load: compare phases side by side, not with other runs). Each client window is checked
+at the end of its phase: the page says "connected" and camera frames arrived during the phase (counted in the page
+by a MutationObserver). Output: results.json + a table; numbers only, nothing asserted.
 """
 
 from __future__ import annotations
@@ -222,6 +222,7 @@ class BrowserClients:
         return out
 
     def close(self) -> None:
+        """Quit Chromium and every window it opened."""
         from amf_ros.bench.console_graph import quit_chromium
 
         quit_chromium(self.driver)
@@ -257,6 +258,7 @@ class SimSteps:
         self.latest = (self._stamp_ns(msg), str(msg.task), int(msg.resets), int(msg.steps))
 
     def now_ns(self) -> int:
+        """The client node's ROS clock now, to compare with status stamps."""
         return int(self._client.node.get_clock().now().nanoseconds)
 
     def after(self, since_ns: int, timeout: float = 10.0) -> tuple[int, str, int, int]:

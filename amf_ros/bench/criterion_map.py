@@ -85,6 +85,7 @@ def run_seed(cfg: CriterionMapConfig, seed: int) -> dict:
 
 
 def run(cfg: CriterionMapConfig, progress: bool = True) -> dict:
+    """Average App. L's criterion and return-gain maps over ``cfg.seeds`` seeds; the results.json document."""
     from tqdm import tqdm
 
     t0 = time.perf_counter()
@@ -151,6 +152,7 @@ def plot(res: dict, out: Path) -> Path:
 
 
 def main(argv: Sequence[str]) -> int:
+    """Command line of ``amf bench criterion-map``: run, write results.json and the plot, print the table."""
     parser = argparse.ArgumentParser(prog="amf bench criterion-map", description=__doc__.split("\n\n")[0])
     add_common_args(parser, out="results/criterion_map")
     args = parser.parse_args(list(argv))

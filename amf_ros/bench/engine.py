@@ -109,4 +109,5 @@ class Engine:
 
 
 def cpu_count() -> int:
+    """CPUs of this machine (1 when unknown), for sizing worker pools."""
     return os.cpu_count() or 1

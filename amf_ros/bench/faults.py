@@ -59,6 +59,7 @@ class Probe:
     values: dict[str, Any] = field(default_factory=dict)
 
     def verdict(self) -> str:
+        """The table's verdict word, FAIL in capitals so that it stands out."""
         return "pass" if self.ok else "FAIL"
 
 
@@ -95,8 +96,8 @@ class LiveGraph:
         self.ckpt = tiny_checkpoint(work / "pretrained", TASKS)
         extra = node_overrides(work, LoopConfig(selector="round_robin"))
         extra["task_selector"] += ["-p", f"tasks:=[{', '.join(TASKS)}]"]
-        self.procs = NodeProcesses(plan.sim_plan(str(self.config), checkpoint=str(self.ckpt), console=False), log_dir=work / "logs",
-                                   env=env, extra_args=extra)
+        self.procs = NodeProcesses(plan.sim_plan(str(self.config), checkpoint=str(self.ckpt), console=False),
+                                   log_dir=work / "logs", env=env, extra_args=extra)
         self.statuses: list[tuple[float, int, int, int]] = []  # (monotonic arrival, resets, steps, age at arrival ns)
         self._lock = threading.Lock()
         client.node.create_subscription(TaskStatus, "sim/status", self._on_status, qos.EVENTS)
@@ -110,11 +111,13 @@ class LiveGraph:
             self.statuses.append((time.monotonic(), int(msg.resets), int(msg.steps), age))
 
     def start(self, timeout_s: float = 180.0) -> "LiveGraph":
+        """Start the nodes and wait until the graph answers; returns self for chaining."""
         self.procs.start()
         self.client.wait_ready(timeout=timeout_s)
         return self
 
     def stop(self) -> None:
+        """Stop every node of the graph."""
         self.procs.stop()
 
     def steps(self) -> int:
@@ -123,6 +126,7 @@ class LiveGraph:
             return self.statuses[-1][2] if self.statuses else -1
 
     def status_count(self) -> int:
+        """Statuses received from the simulator so far (a frozen or dead arm stops adding to it)."""
         with self._lock:
             return len(self.statuses)
 
@@ -169,6 +173,7 @@ class LiveGraph:
             time.sleep(1.0)  # the same discovery, seen from policy_server
 
     def next_goal_works(self, timeout_s: float = 60.0) -> tuple[bool, str]:
+        """Whether a short run_policy goal still moves the arm after a fault; returns (ok, the goal's message)."""
         self.client.wait_ready(timeout=timeout_s, recorder=False)  # a goal, not a demonstration
         retry_lost(lambda: self.client.reset("reach", seed=8, timeout=5), timeout_s)
         res = self.client.run_policy("reach", max_steps=10, timeout=timeout_s)
@@ -496,7 +501,8 @@ def _amf_up_once(work: Path, env: dict[str, str], sig_name: str, slack_s: float,
             same = all(after.get(n) == p for n, p in children.items() if n != "demo_recorder")
             why_not = _records_again(client)
             rows.append(Probe("amf up: SIGKILL demo_recorder -> respawned", "4", 2.0, respawned,
-                              same and not why_not and after.get("demo_recorder") not in (None, children["demo_recorder"]),
+                              same and not why_not
+                              and after.get("demo_recorder") not in (None, children["demo_recorder"]),
                               ("the other four kept their pids" if same else "another node restarted") +
                               (f"; it does not record: {why_not}" if why_not else "; it records again")))
             children = after

@@ -46,6 +46,7 @@ class FleetBenchConfig:
 
 
 def run(cfg: FleetBenchConfig, out: Path) -> dict:
+    """Run ``amf run`` once per seed and setting (interleaved), write results.json and fleet.png."""
     from amf_ros.loop.run import LoopConfig, run_loop
 
     t0 = time.monotonic()
@@ -67,6 +68,7 @@ def run(cfg: FleetBenchConfig, out: Path) -> dict:
 
 
 def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per setting: mean success per round with its 90% CI and the throughput, averaged over seeds."""
     out = {}
     for name, per_seed in runs.items():
         succ = np.array([r["mean_success"] for r in per_seed])  # (seeds, rounds + 1)
@@ -81,6 +83,7 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
 
 
 def table(results: dict) -> str:
+    """The results table: throughput against one robot and final success per setting."""
     s = results["settings"]
     one = s.get("1 robot", {})
     rows = []
@@ -96,6 +99,7 @@ def table(results: dict) -> str:
 
 
 def plot(results: dict, path: Path) -> None:
+    """Mean success (90% CI band) against demonstrations, one curve per setting."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,6 +120,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
+    """Command line of ``amf bench fleet``: run the settings, print the table."""
     p = argparse.ArgumentParser(prog="amf bench fleet", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="docs/results/fleet")
     p.add_argument("--seeds", type=int, default=None)

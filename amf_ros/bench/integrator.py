@@ -133,7 +133,7 @@ def run_method(cfg: IntegratorBenchConfig, allocation: int, seed: int, method: s
     env = cfg.env()
     eval_angles = Integrator2D.evaluation_angles(cfg.num_tasks)
     keys = [task_key(a) for a in eval_angles]
-    angle_of = dict(zip(keys, eval_angles))
+    angle_of = dict(zip(keys, eval_angles, strict=True))
     streams = [np.random.default_rng([seed, allocation, i]) for i in range(4)]
     pre_rng, demo_rng, eval_rng, sel_rng = streams
     policy = GPPolicy(cfg.gp(), env.state_dim, env.task_dim, env.action_dim)
@@ -280,7 +280,7 @@ def plots(results: dict, out: Path) -> list[Path]:
         cols = min(4, len(settings))
         rows = int(np.ceil(len(settings) / cols))
         fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
-        for ax, s in zip(axes.ravel(), settings):
+        for ax, s in zip(axes.ravel(), settings, strict=False):
             plot_methods(ax, s[key], ylabel=label, title=f"{s['name']} tasks pre-trained")
         for ax in axes.ravel()[len(settings):]:
             ax.axis("off")
@@ -301,6 +301,7 @@ def plots(results: dict, out: Path) -> list[Path]:
 
 
 def main(argv: Sequence[str]) -> int:
+    """Command line of ``amf bench integrator``: run, write results.json, table.txt and the plots."""
     parser = argparse.ArgumentParser(prog="amf bench integrator", description=__doc__.split("\n\n")[0])
     add_common_args(parser, out="results/integrator")
     parser.add_argument("--allocations", type=int, nargs="*", default=None, help="subset of k in k/12")

@@ -295,7 +295,7 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
             member.fit(data, cfg.finetune_steps, lr=cfg.lr, batch_size=cfg.batch_size, row_weights=weights)
         alphas = policy.fit_alpha(finetune_data(demos, [], 0.0)[0]) if spec.prior and cfg.alpha_steps > 0 else {}
         if selection_copy is not None and cfg.selection_copy == "holdout":
-            holdout = [d for d, w in zip(demos, warm) if not w]
+            holdout = [d for d, w in zip(demos, warm, strict=True) if not w]
             if holdout:
                 selection_copy.fit(finetune_data(holdout, [], 0.0)[0], cfg.finetune_steps, lr=cfg.lr,
                                    batch_size=cfg.batch_size)
@@ -447,7 +447,7 @@ def plot_all(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], out: Pat
 
     paths = []
     fig, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 3.6), squeeze=False)
-    for ax, st in zip(axes[0], settings):
+    for ax, st in zip(axes[0], settings, strict=True):
         plot_methods(ax, st["methods"], ylabel="success rate (all tasks)",
                      title=f"{st['name']} pre-training {list(st['pretrain_counts'].values())}")
     axes[0][0].legend(fontsize=8)
@@ -515,7 +515,7 @@ def plot_demos_per_task(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]
 
     fig, axes = plt.subplots(1, len(settings), figsize=(max(4.0, 0.8 * len(cfg.methods)) * len(settings), 3.6),
                              squeeze=False)
-    for ax, st in zip(axes[0], settings):
+    for ax, st in zip(axes[0], settings, strict=True):
         bottom = np.zeros(len(cfg.methods))
         for i, t in enumerate(cfg.tasks):
             h = np.array([st["demo_counts"][m][t]["mean"][-1] for m in cfg.methods])
@@ -543,14 +543,14 @@ def plot_demos_to_reach(settings: list[dict[str, Any]], methods: Sequence[str], 
 
     fig, axes = plt.subplots(1, len(settings), figsize=(max(4.0, 0.9 * len(methods)) * len(settings), 3.4),
                              squeeze=False)
-    for ax, st in zip(axes[0], settings):
+    for ax, st in zip(axes[0], settings, strict=True):
         reach = st["demos_to_reach"]
         for i, m in enumerate(methods):
             r = reach[m]
             top = r["mean_curve"] if r["mean_curve"] is not None else r["budget"]
             ax.bar(i, top, color=f"C{i % 10}", alpha=0.5, hatch=None if r["mean_curve"] is not None else "//")
             jitter = np.linspace(-0.2, 0.2, len(r["per_seed"])) if len(r["per_seed"]) > 1 else [0.0]
-            for dx, v in zip(jitter, r["per_seed"]):
+            for dx, v in zip(jitter, r["per_seed"], strict=False):
                 ax.plot(i + dx, r["budget"] if v is None else v, "o", color=f"C{i % 10}", ms=4,
                         mfc="none" if v is None else f"C{i % 10}")
         ax.set_xticks(range(len(methods)), list(methods), rotation=30, ha="right")

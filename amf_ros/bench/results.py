@@ -41,6 +41,8 @@ def bootstrap_ci(per_seed: np.ndarray, level: float = 0.9, n_boot: int = 2000,
     Args:
         per_seed: (S, R) values, S seeds by R rounds.
         level: coverage of the interval (0.9 = 90% CI, as in the paper's plots).
+        n_boot: bootstrap resamples of the seeds.
+        seed: seed of the resampling, so that a results table is reproducible.
     Returns:
         mean, ci_low, ci_high, each (R,).
     """
@@ -70,6 +72,7 @@ def demos_to_reach(success: np.ndarray, demos: np.ndarray, threshold: float) -> 
     Args:
         success: (S, R+1) success per seed and round (round 0 = before fine-tuning).
         demos: (S, R+1) fine-tuning demonstrations collected by each round.
+        threshold: the success rate to reach.
     Returns:
         ``per_seed``: the demonstrations at each seed's first round with success >= threshold (None: never);
         ``reached``: how many seeds got there; ``mean_curve``: the same on the seed-mean curve (None: never);
@@ -83,7 +86,7 @@ def demos_to_reach(success: np.ndarray, demos: np.ndarray, threshold: float) -> 
         hit = np.flatnonzero(curve >= threshold)
         return float(d[hit[0]]) if hit.size else None
 
-    per_seed = [first(s, d) for s, d in zip(success, demos)]
+    per_seed = [first(s, d) for s, d in zip(success, demos, strict=True)]
     return {"threshold": float(threshold), "per_seed": per_seed, "reached": sum(v is not None for v in per_seed),
             "mean_curve": first(success.mean(0), demos.mean(0)), "budget": float(demos.max()) if demos.size else 0.0}
 

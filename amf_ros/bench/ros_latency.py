@@ -8,10 +8,10 @@
    on its own) and records the round trip (client side) and the selector's own compute_time (server side), for the
    AMF selector (loss-gradient embeddings + criterion) and for round_robin (ROS + store overhead only).
 2. jitter, per rclpy executor of policy_server (``--executors``; its ``executor`` parameter, chosen one first):
-   idle CPU per thread (/proc; with the 50 Hz observation stream and without), fine-tune steps/s alone, then run_policy at ``--rate`` Hz on observations published
-   by this process, idle and while a fine-tune runs in the background, alternating; the period between
-   consecutive /amf/action messages as received here is the control period the arm sees. An executor that cannot
-   serve the action at all is recorded with its error.
+   idle CPU per thread (/proc; with the 50 Hz observation stream and without), fine-tune steps/s alone, then run_policy
+   at ``--rate`` Hz on observations published by this process, idle and while a fine-tune runs in the background,
+   alternating; the period between consecutive /amf/action messages as received here is the control period the arm
+   sees. An executor that cannot serve the action at all is recorded with its error.
 Every node runs as its own process with its own ROS_DOMAIN_ID, loopback only. Output: results.json + a table.
 """
 
@@ -103,7 +103,7 @@ def _write_store(root: Path, n: int, steps: int, instructions: dict[str, str], s
         t0 = time.time_ns()
         store.write_episode(task, instructions[task], [{"observation": {"state": s}, "action": a,
                                                         "stamp_ns": t0 + k * 100_000_000}
-                                                       for k, (s, a) in enumerate(zip(states, actions))],
+                                                       for k, (s, a) in enumerate(zip(states, actions, strict=True))],
                             robot="synthetic", control_rate_hz=10.0)
 
 

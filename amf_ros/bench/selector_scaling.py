@@ -108,6 +108,7 @@ class SyntheticEmbedder:
         return start + frac[:, None] * (self.goals[task] - start) + 0.02 * rng.normal(size=(h, self.cfg.state_dim))
 
     def __call__(self, states: np.ndarray, task: int) -> np.ndarray:
+        """(rows, D) features of ``states`` paired with ``task``."""
         x = np.concatenate([states, np.broadcast_to(self.task_emb[task], (states.shape[0], self.cfg.task_embed_dim))],
                            axis=1)
         return np.sqrt(2.0 / self.cfg.feature_dim) * np.cos(x @ self.w + self.b)
@@ -299,6 +300,7 @@ def run_size(cfg: SelectorScalingConfig, n: int) -> tuple[dict, dict | None]:
 
 
 def run(cfg: SelectorScalingConfig, progress: bool = True) -> dict:
+    """Time every engine at each demonstration count of ``cfg.demos``; the results.json document."""
     from tqdm import tqdm
 
     t0 = time.perf_counter()
@@ -345,6 +347,7 @@ def _table(res: dict) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
+    """Command line of ``amf bench selector-scaling``: run, write results.json and the plot, print the table."""
     parser = argparse.ArgumentParser(prog="amf bench selector-scaling", description=__doc__.split("\n\n")[0])
     add_common_args(parser, out="results/selector_scaling")
     parser.add_argument("--demos", type=int, nargs="*", default=None, help="demonstration counts to time")
@@ -359,7 +362,7 @@ def main(argv: Sequence[str]) -> int:
     for ref in res["reference"]:
         print(f"brute force (feature_criterion, all rows) at {ref['demos']} demos: {ref['time_s']:.2f} s")
     for name, e in res["engines"].items():
-        for n, s in zip(res["demos"], e["switch_to_feature_space_s"]):
+        for n, s in zip(res["demos"], e["switch_to_feature_space_s"], strict=True):
             if s is not None:
                 print(f"{name}: the first new episode at {n} demos switched to feature space ({s:.2f} s, once)")
     _plot(res, Path(args.out))

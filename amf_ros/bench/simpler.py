@@ -78,6 +78,7 @@ class SimplerBenchConfig:
 
     @property
     def seed_values(self) -> list[int]:
+        """Policy seeds 0, 2, 4, ... as SimplerEnv's scripts use them."""
         return [2 * i for i in range(self.seeds)]
 
 
@@ -141,6 +142,7 @@ def results_dict(success: dict[str, np.ndarray], suite: Any, config: SimplerBenc
 
 
 def table(results: dict[str, Any]) -> str:
+    """Per task: our success with its 90% CI next to the published Octo-Small and Octo-Base numbers."""
     rows = []
     for st in results["settings"]:
         m = next(iter(st["methods"].values()))
@@ -151,6 +153,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> Path:
+    """Success per task (bars with the 90% CI) beside the published Octo numbers; returns the PNG path."""
     import matplotlib
 
     matplotlib.use("Agg")

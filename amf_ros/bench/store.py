@@ -82,6 +82,7 @@ class FrameSource:
         self.h, self.w = height, width
 
     def frame(self, k: int) -> np.ndarray:
+        """Frame ``k`` of the synthetic camera stream: moving discs on a gradient, with noise so codecs cannot cheat."""
         img = self.background.copy()
         for x, y, r, color, v in self.objects:
             cx, cy = (x + v[0] * k) % self.w, (y + v[1] * k) % self.h
@@ -248,8 +249,8 @@ def main(argv: Sequence[str]) -> int:
                      f"{p['dropped_frames']} ({p['dropped_by_store']})", p["achieved_hz"],
                      p["add_step_ms_p99"], p["commit_s"], m["max_write_hz"], "yes" if r["sustains_rate"] else "NO",
                      p["bytes_per_step"] / 1e3,
-                     "exact" if r["fidelity"]["exact"] else f"{r['fidelity']['psnr_db_min']:.1f}", rd["load_steps_per_s"],
-                     rd["samples_per_s"]])
+                     "exact" if r["fidelity"]["exact"] else f"{r['fidelity']['psnr_db_min']:.1f}",
+                     rd["load_steps_per_s"], rd["samples_per_s"]])
     print(format_table(["codec", "written", "dropped (by store)", "paced Hz", "add_step p99 ms", "commit s",
                         "max write Hz", f"sustains {cfg.rate_hz:g} Hz", "kB/step", "PSNR min dB", "load steps/s",
                         "batch samples/s"], rows, floatfmt=".1f"))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from amf_ros.paths import PACKAGE, package_root, resolve_config  # noqa: F401 - re-exported for launch files
+from amf_ros.paths import PACKAGE, package_root, resolve_config
 
 NAMESPACE = "amf"  # default namespace of every node (relative names resolve under it: /amf/next_task)
 ROBOTS = ("real", "simpler", "sim", "sim_widowx")
@@ -115,8 +115,10 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
             path is taken relative to the directory the launch was started from (made absolute here).
         tasks: candidate task keys for task_selector, a list or a comma-separated string ("" = keep the YAML's).
         workspace: root of the nodes' relative data paths ("" = the nodes' default, see amf_ros.paths).
-        console: start operator_console; ``console_host`` / ``console_port`` / ``console_token`` override its
-            ``host`` / ``port`` / ``token`` ("" = keep the YAML's).
+        console: start operator_console.
+        console_host: operator_console's ``host`` ("" = keep the YAML's).
+        console_port: operator_console's ``port`` ("" = keep the YAML's).
+        console_token: operator_console's ``token`` ("" = keep the YAML's).
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
-from amf_ros.bringup.lifetime import die_with_parent
 from amf_ros.bringup.graph import NodeSpec, find_executable
+from amf_ros.bringup.lifetime import die_with_parent
 
 log = logging.getLogger(__name__)
 

@@ -51,10 +51,12 @@ class StreamMonitor:
         self._lock = threading.Lock()
 
     def watch(self, topic: str) -> None:
+        """Start tracking ``topic`` before its first message, so that silence shows as "never heard"."""
         with self._lock:
             self._arrivals.setdefault(topic, deque(maxlen=4096))
 
     def arrived(self, topic: str) -> None:
+        """Record one message of ``topic`` at the monitor's clock."""
         t = self._clock()
         with self._lock:
             self._arrivals.setdefault(topic, deque(maxlen=4096)).append(t)
@@ -71,6 +73,7 @@ class StreamMonitor:
             return out
 
     def topics(self) -> list[str]:
+        """The tracked topics, in the order they were first seen."""
         with self._lock:
             return list(self._arrivals)
 
@@ -115,16 +118,19 @@ class ConsoleModel:
 
     # -- reading ---------------------------------------------------------------------------------------------
     def versions(self) -> dict[str, int]:
+        """Each section's version; the server pushes a section whose version moved since its last look."""
         with self._lock:
             return dict(self._version)
 
     def section(self, name: str) -> Any:
+        """A deep copy of one section (refreshing stream ages first), safe to serialise outside the lock."""
         if name == "streams":
             self.refresh_streams()
         with self._lock:
             return _copy(self._data[name])
 
     def snapshot(self) -> dict[str, Any]:
+        """Every section, as sent to a browser when it connects."""
         return {name: self.section(name) for name in SECTIONS}
 
     def _set(self, name: str, value: Any) -> None:
@@ -164,11 +170,13 @@ class ConsoleModel:
 
     # -- the policy ------------------------------------------------------------------------------------------
     def on_checkpoint(self, path: str, round_: int, tasks: Sequence[str], alphas: Sequence[float]) -> None:
+        """A new checkpoint was loaded: its path, fine-tuning round and per-task alphas."""
         self._update("policy", checkpoint=str(path), round=int(round_),
-                     alphas={t: _finite(float(a)) for t, a in zip(tasks, alphas)})
+                     alphas={t: _finite(float(a)) for t, a in zip(tasks, alphas, strict=False)})
 
     def on_fine_tune(self, running: bool, step: int = 0, total: int = 0, loss: float | None = None,
                      message: str = "") -> None:
+        """Progress of the fine-tune worker; keeps the loss curve of the running (or the last finished) fine-tune."""
         with self._lock:
             old = self._data["policy"].get("fine_tune") or {}
         # the curve of the running fine-tune; a finished one keeps its curve until the next one starts
@@ -200,7 +208,7 @@ class ConsoleModel:
     # -- the recorder and its streams ------------------------------------------------------------------------
     def on_recorder_status(self, s: Mapping[str, Any]) -> None:
         """A RecorderStatus as a dict; also registers its topics with the stream monitor."""
-        for topic, nominal in zip(s.get("topics", []), s.get("topic_nominal_hz", []) or []):
+        for topic, nominal in zip(s.get("topics", []), s.get("topic_nominal_hz", []) or [], strict=False):
             if nominal and nominal > 0:
                 self._nominal[topic] = float(nominal)
         for topic in s.get("topics", []):
@@ -229,9 +237,11 @@ class ConsoleModel:
 
     # -- the arm, episodes, outcomes -------------------------------------------------------------------------
     def on_sim(self, available: bool, **status: Any) -> None:
+        """The simulator's status: ``available`` (sim_bridge's reset service is up) and its task counters."""
         self._set("sim", {"available": bool(available), **{k: _plain(v) for k, v in status.items()}})
 
     def on_episode(self, info: Mapping[str, Any]) -> None:
+        """A saved episode (EpisodeInfo as a dict), listed newest first; the page keeps the last 20."""
         with self._lock:
             self._episodes.appendleft({k: _plain(v) for k, v in info.items()})
             self._data["episodes"] = list(self._episodes)

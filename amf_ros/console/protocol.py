@@ -29,7 +29,7 @@ OPS: dict[str, tuple[str, ...]] = {
 """Operation -> its fields (all strings). Every operation answers with a ``result`` message (ok, text)."""
 
 
-class BadCommand(ValueError):
+class BadCommandError(ValueError):
     """A message that the console refuses (the text says why)."""
 
 
@@ -48,28 +48,28 @@ def parse_command(raw: str | bytes, tasks: Collection[str]) -> Command:
         raw: the message text.
         tasks: the task keys a ``task`` field may name ("" is allowed where the decision or current task is meant).
     Raises:
-        BadCommand: with the reason, for anything but a well-formed known operation.
+        BadCommandError: with the reason, for anything but a well-formed known operation.
     """
     if isinstance(raw, bytes):
-        raise BadCommand("binary messages are not accepted; send a JSON object as text")
+        raise BadCommandError("binary messages are not accepted; send a JSON object as text")
     if len(raw.encode("utf-8", "replace")) > MAX_MESSAGE_BYTES:
-        raise BadCommand(f"message longer than {MAX_MESSAGE_BYTES} bytes")
+        raise BadCommandError(f"message longer than {MAX_MESSAGE_BYTES} bytes")
     try:
         doc: Any = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise BadCommand(f"not JSON: {exc.msg} at position {exc.pos}") from None
+        raise BadCommandError(f"not JSON: {exc.msg} at position {exc.pos}") from None
     if not isinstance(doc, dict):
-        raise BadCommand(f"expected a JSON object, got {type(doc).__name__}")
+        raise BadCommandError(f"expected a JSON object, got {type(doc).__name__}")
     op = doc.get("op")
     if not isinstance(op, str) or op not in OPS:
-        raise BadCommand(f"unknown op {str(op)[:40]!r}; known: {', '.join(OPS)}")
+        raise BadCommandError(f"unknown op {str(op)[:40]!r}; known: {', '.join(OPS)}")
     extra = set(doc) - {"op", *OPS[op]}
     if extra:
-        raise BadCommand(f"{op}: unexpected field(s) {sorted(str(k)[:40] for k in extra)}")
+        raise BadCommandError(f"{op}: unexpected field(s) {sorted(str(k)[:40] for k in extra)}")
     task = doc.get("task", "")
     if "task" in OPS[op]:
         if not isinstance(task, str):
-            raise BadCommand(f"{op}: task must be a string")
+            raise BadCommandError(f"{op}: task must be a string")
         if task and task not in tasks:
-            raise BadCommand(f"{op}: unknown task {task[:80]!r}; candidates: {', '.join(sorted(tasks))}")
+            raise BadCommandError(f"{op}: unknown task {task[:80]!r}; candidates: {', '.join(sorted(tasks))}")
     return Command(op=op, task=task)

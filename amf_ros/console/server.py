@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from amf_ros.console.model import SECTIONS, ConsoleModel
-from amf_ros.console.protocol import MAX_MESSAGE_BYTES, BadCommand, Command, parse_command
+from amf_ros.console.protocol import MAX_MESSAGE_BYTES, BadCommandError, Command, parse_command
 
 STATIC_DIR = Path(__file__).with_name("static")
 Reply = Callable[[bool, str], None]
@@ -60,6 +60,7 @@ class FrameSlot:
         self._seq = 0
 
     def put(self, name: str, frame: Any) -> None:
+        """Keep only the newest frame of stream ``name``: an older frame is worthless once a newer one exists."""
         with self._lock:
             self._seq += 1
             self._frames[name] = (self._seq, frame)
@@ -167,12 +168,14 @@ class ConsoleServer:
 
     @property
     def url(self) -> str:
+        """The page's address to print for the operator, with the token when one is set."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}/" + (f"?token={self.token}" if self.token else "")
 
     @property
     def num_clients(self) -> int:
+        """Browsers connected right now."""
         return len(self._clients)
 
     async def _serve(self) -> int:
@@ -281,7 +284,7 @@ class ConsoleServer:
 
         try:
             cmd = parse_command(raw, self.model.tasks)
-        except BadCommand as exc:
+        except BadCommandError as exc:
             self.stats["bad_messages"] += 1
             self.model.log("error", f"refused a message: {exc}")
             reply("invalid")(False, f"refused: {exc}")

@@ -47,9 +47,11 @@ def posterior_criterion(post: KernelPosterior | FeaturePosterior, target_x: np.n
 
     Args:
         post: posterior conditioned on the data (kernel or feature form).
-        target_x: (Q, d) target inputs; target_weights: (Q,) >= 0 or None (all 1).
+        target_x: (Q, d) target inputs.
+        target_weights: (Q,) >= 0 or None (all 1).
         candidates: per candidate, (M, d), (J, M, d) or a list of (M_j, d) hallucinated demonstration inputs.
         candidate_weights: per candidate, (J,) omega_j >= 0 or None (uniform 1/J).
+        form: "log_variance" (entropy) or "variance".
     Returns:
         (num_candidates,) scores, lower = more informative. Always finite.
     """
@@ -137,7 +139,8 @@ def feature_criterion(data_phi: np.ndarray, candidate_phi: Sequence[np.ndarray],
             (or (J, M, D) / list of (M_j, D) alternatives, averaged with ``candidate_weights``).
         target_phi: (K, D) features of the target points (states x target tasks).
         target_weights: (K,) importance weights >= 0 (None = all 1).
-        noise_var, prior_var: observation noise and weight prior of the linear-Gaussian model.
+        noise_var: observation noise of the linear-Gaussian model.
+        prior_var: weight prior variance of the linear-Gaussian model.
         form: "log_variance" (entropy, default) or "variance".
         candidate_weights: per candidate, (J,) omega_j of its alternatives (None = uniform).
         space: "auto" (cheaper of sample/feature space), "sample" or "feature".
@@ -222,11 +225,18 @@ def feature_score_fn(data_phi: np.ndarray, candidate_phi_of: Callable[[str], Any
                      form: str = "log_variance", info: dict | None = None) -> ScoreFn:
     """A :data:`~amf_ros.core.selection.ScoreFn` for the amf selector from features.
 
+    Batch selection: tasks already chosen this round are conditioned on (their heaviest alternative) first.
+
     Args:
+        data_phi: (N, D) features of the points already demonstrated (N may be 0).
         candidate_phi_of: task key -> (M, D) features of its hallucinated demonstration, or a tuple
             ((J, M, D) alternatives, (J,) weights).
+        target_phi: (K, D) features of the target points (states x target tasks).
+        target_weights: (K,) importance weights >= 0 (None = all 1).
+        noise_var: observation noise of the linear-Gaussian model.
+        prior_var: weight prior variance of the linear-Gaussian model.
+        form: "log_variance" (entropy, default) or "variance".
         info: extra diagnostics (e.g. effective sample sizes) exposed as ``score_fn.last_info``.
-    Batch selection: tasks already chosen this round are conditioned on (their heaviest alternative) first.
     """
     target_phi = as_float64_2d(target_phi, "target_phi")
     data_phi = np.asarray(data_phi, dtype=np.float64)

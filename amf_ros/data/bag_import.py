@@ -55,7 +55,9 @@ def resolve_topics(available: Mapping[str, str], action: str | None = None, stat
 
     Args:
         available: topic -> msgtype in the bag.
-        action, state: topic names (None = default topic if present, else the only topic of a fitting type).
+        action: topic name of the action stream (None = the default topic if present, else the only topic of a
+            fitting type).
+        state: topic name of the state stream (None = chosen as for ``action``).
         images: stream name -> topic (e.g. ``{"image_primary": "/blue/image_raw"}``); None = default/by type;
             an empty dict records no image.
     Returns:
@@ -105,8 +107,11 @@ def iter_bag_messages(bag: str | os.PathLike, topics: Mapping[str, str], stamp: 
     """Yield ``(topic, stamp_ns, msg)`` in bag order for the given topics (deserialised rosbags dataclasses).
 
     Args:
+        bag: the rosbag2 directory.
+        topics: topic -> stream name; messages of other topics are skipped.
         stamp: ``"header"`` (``header.stamp``, what the live recorder uses) or ``"receive"`` (bag time).
-        start_ns, end_ns: only messages whose chosen stamp lies in [start_ns, end_ns].
+        start_ns: only messages whose chosen stamp is >= start_ns (None = from the start).
+        end_ns: only messages whose chosen stamp is <= end_ns (None = to the end).
     """
     if stamp not in ("header", "receive"):
         raise ValueError(f"stamp must be 'header' or 'receive', got {stamp=}")

@@ -20,8 +20,11 @@ def write_bag(path: str | os.PathLike, messages: Iterable[tuple[int, str, str, A
     """Write ``(receive_time_ns, topic, msgtype, msg_or_cdr_bytes)`` in the given order; returns the bag dir.
 
     Args:
+        path: the bag directory to create.
+        messages: ``(receive_time_ns, topic, msgtype, msg)``; msgtype is the full rosbags name, e.g.
+            ``"sensor_msgs/msg/Image"``, ``"amf_ros/msg/EefDeltaAction"``; msg a rosbags message or its CDR bytes.
         storage: ``"mcap"`` or ``"sqlite3"``.
-        msgtype: full rosbags name, e.g. ``"sensor_msgs/msg/Image"``, ``"amf_ros/msg/EefDeltaAction"``.
+        typestore: rosbags typestore that knows every msgtype (None = :func:`make_typestore`, with amf_ros's types).
     """
     rosbag2 = require("rosbags.rosbag2", "writing rosbag2 files")
     plugins = {"mcap": rosbag2.StoragePlugin.MCAP, "sqlite3": rosbag2.StoragePlugin.SQLITE3}

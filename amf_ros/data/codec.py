@@ -68,7 +68,7 @@ def unpack(data: np.ndarray, offsets: np.ndarray) -> list[bytes]:
         raise ValueError(f"corrupt packed image offsets (data has {data.size} bytes, offsets end at "
                          f"{int(offsets[-1]) if offsets.size else None})")
     raw = data.tobytes()
-    return [raw[int(a):int(b)] for a, b in zip(offsets[:-1], offsets[1:])]
+    return [raw[int(a):int(b)] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
 
 
 def encode_video(images: np.ndarray, codec: str, crf: int = 23) -> bytes:

@@ -546,7 +546,7 @@ def _read_tasks(pq: Any, path: Path) -> dict[int, str]:
     names = t.get("task") or t.get("__index_level_0__")
     if names is None:
         raise ValueError(f"{path}: no task column (expected 'task' or the pandas index)")
-    return dict(zip((int(i) for i in t["task_index"]), names))
+    return dict(zip((int(i) for i in t["task_index"]), names, strict=True))
 
 
 def read_info(root: str | os.PathLike) -> dict[str, Any]:
@@ -574,6 +574,7 @@ def import_lerobot(src: str | os.PathLike, store: EpisodeStore, *, task: str | N
         success: verdict for episodes that carry none (default: amf_ros's verdict, else ``next.success`` on the
             last frame, else unknown).
         episodes: only these source episode indices (default all).
+        progress: show a progress bar (tqdm) over the episodes.
     Raises:
         ValueError / FileNotFoundError: not a v3 dataset, no ``action`` feature, missing or short files.
     """

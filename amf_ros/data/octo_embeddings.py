@@ -56,6 +56,7 @@ class EmbeddingCache:
         self._lock = threading.Lock()
 
     def path(self, episode_id: str, instruction: str) -> Path:
+        """Cache file of one episode's embeddings under ``instruction`` (a changed instruction gets a new file)."""
         return self.root / f"{episode_id}-{_instr_hash(instruction)}.npz"
 
     def _read(self, path: Path, num_steps: int, instruction: str) -> np.ndarray | None:

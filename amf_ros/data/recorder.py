@@ -61,14 +61,17 @@ class EpisodeRecorder:
 
     @property
     def recording(self) -> bool:
+        """True while an episode is open (between start and stop)."""
         return self._writer is not None
 
     @property
     def episode_id(self) -> str:
+        """Id of the open episode ("" when not recording)."""
         return self._writer.episode_id if self._writer else ""
 
     @property
     def num_steps(self) -> int:
+        """Control steps written to the open episode so far (0 when not recording)."""
         return self._writer.num_steps if self._writer else 0
 
     @property

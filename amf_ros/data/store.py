@@ -68,8 +68,8 @@ from amf_ros.data.writer import (
     tidy_committed,
 )
 
-__all__ = ["WRITER_ALIVE", "WRITER_GONE", "WRITER_UNKNOWN", "Episode", "EpisodeStore", "EpisodeWriter", "PartialEpisode",
-           "RecoveryResult", "StoreConfig", "StoreScan", "StoreWriteError", "new_episode_id"]
+__all__ = ["WRITER_ALIVE", "WRITER_GONE", "WRITER_UNKNOWN", "Episode", "EpisodeStore", "EpisodeWriter",
+           "PartialEpisode", "RecoveryResult", "StoreConfig", "StoreScan", "StoreWriteError", "new_episode_id"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ class Episode:
 
     @property
     def episode_id(self) -> str:
+        """Id of the episode, from its meta.json."""
         return self.meta.episode_id
 
     def __len__(self) -> int:
@@ -208,6 +209,7 @@ class EpisodeStore:
         """Load one committed episode.
 
         Args:
+            episode_id: the committed episode to load.
             images: True = decode every image key, False = none, or the keys to decode (``"image_primary"``).
             validate: run the schema checks (shapes, dtypes, stamps, NaN).
             verify_checksums: re-hash the chunk files against meta.json (catches bit rot).

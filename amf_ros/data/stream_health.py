@@ -50,6 +50,7 @@ class StreamReport:
     slow_s: float = 0.0  # stream time spent slow
 
     def as_dict(self) -> dict:
+        """The report as JSON-able values for the episode metadata, floats rounded to 4 digits."""
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 

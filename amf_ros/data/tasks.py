@@ -19,7 +19,7 @@ def checkpoint_tasks(path: str | Path) -> dict[str, str]:
     keys, texts = list(meta.get("tasks", [])), list(meta.get("instructions", []))
     if not keys or len(keys) != len(texts):
         raise ValueError(f"{path}: checkpoint metadata lists no tasks/instructions")
-    return dict(zip(keys, texts))
+    return dict(zip(keys, texts, strict=True))
 
 
 def task_set(tasks_file: str, policy: Policy | None = None, keys: Sequence[str] = ()) -> dict[str, str]:

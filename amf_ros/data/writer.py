@@ -264,10 +264,12 @@ class EpisodeWriter:
     # -- producer side -------------------------------------------------------------------------------------
     @property
     def episode_id(self) -> str:
+        """Id of the episode being written (its directory name once committed)."""
         return self.meta.episode_id
 
     @property
     def num_steps(self) -> int:
+        """Control steps accepted so far (including those still queued for the background writer)."""
         return self._num_steps
 
     def add_step(self, observation: Mapping[str, Any], action: Any, *, stamp_ns: int | None = None,

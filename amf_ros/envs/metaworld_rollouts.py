@@ -138,7 +138,7 @@ class EvalPool:
             if actions.shape != (len(running), self.action_dim):
                 raise ValueError(f"act_fn must return ({len(running)}, {self.action_dim}) actions, "
                                  f"got {actions.shape}")
-            for env, a in zip(running, actions):
+            for env, a in zip(running, actions, strict=True):
                 env.step(a)
             running = [e for e in running if not e.done]
 

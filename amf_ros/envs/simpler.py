@@ -139,7 +139,8 @@ class SimplerTaskEnv:
             self._env = simpler_env.make(spec.env_name, **make_kwargs)
         except RuntimeError as exc:
             if is_vulkan_error(exc):
-                raise RuntimeError(f"SIMPLER cannot render {spec.env_name!r}: {VULKAN_HELP} (SAPIEN said: {exc})") from None
+                raise RuntimeError(f"SIMPLER cannot render {spec.env_name!r}: {VULKAN_HELP} "
+                                   f"(SAPIEN said: {exc})") from None
             raise
         self._obs: dict | None = None
         self.steps = 0
@@ -208,6 +209,7 @@ class SimplerTaskEnv:
         return self.state, self.success, self.done
 
     def close(self) -> None:
+        """Release the SIMPLER environment and its renderer."""
         self._env.close()
 
 
@@ -231,6 +233,7 @@ class SimplerSuite(TaskSuite):
 
     @property
     def current(self) -> SimplerTaskEnv:
+        """The environment of the task of the last :meth:`reset`; RuntimeError before any reset."""
         if self._current is None:
             raise RuntimeError("call reset(task, seed) first")
         return self._envs[self._current]
@@ -251,6 +254,7 @@ class SimplerSuite(TaskSuite):
 
     @property
     def success(self) -> bool:
+        """Whether the current episode has succeeded."""
         return self.current.success
 
     @property
@@ -272,6 +276,7 @@ class SimplerSuite(TaskSuite):
         return cv2.resize(img, (width, height), interpolation=cv2.INTER_AREA)
 
     def close(self) -> None:
+        """Release every task's environment."""
         for env in self._envs.values():
             env.close()
         self._envs.clear()

@@ -129,6 +129,7 @@ class Suite:
         """The scripted experts of the tasks of ``tasks_file`` ("" = the suite's default task set), keyed by task.
 
         Args:
+            tasks_file: the task-set YAML ("" = the suite's default task set).
             noise_std: std of the expert noise (the suite's units: Metaworld native action, WidowX metres of
                 translation); 0 = the exact expert.
             seed: seed of that noise (one generator shared by all tasks).

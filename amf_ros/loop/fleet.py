@@ -47,9 +47,9 @@ def demonstrate(client: AMFClient, robot: str, r: int, k: int, seed: int, barrie
     ep = client.start_episode(d.task, d.instruction)
     info = client.wait_episode(ep.episode_id, timeout=300.0)
     return {"robot": robot, "task": d.task, "warm_start": bool(d.warm_start),
-            "pending": [list(p) for p in zip(d.pending_robots, d.pending_tasks)],
-            "scores": dict(zip(d.tasks, map(float, d.scores))),
-            "demo_counts": dict(zip(d.tasks, map(int, d.demo_counts))),
+            "pending": [list(p) for p in zip(d.pending_robots, d.pending_tasks, strict=True)],
+            "scores": dict(zip(d.tasks, map(float, d.scores), strict=True)),
+            "demo_counts": dict(zip(d.tasks, map(int, d.demo_counts), strict=True)),
             "episode": {"id": info.episode_id, "steps": int(info.num_steps), "success": bool(info.success)},
             "demo_time_s": time.monotonic() - t0}
 
@@ -84,6 +84,7 @@ def wait_adopted(clients: dict[str, Any], round_: int, timeout: float = 120.0) -
 
 
 def print_fleet_round(row: dict, tasks: Sequence[str]) -> None:
+    """Print one round of the fleet loop as it ends: who demonstrated what, conditioned on what, and the success."""
     from amf_ros.outputs import format_table
 
     ev = row["evaluation"]["success"]
@@ -133,8 +134,8 @@ def run_fleet(cfg: Any, checkpoint: Path, run_dir: Path, instructions: dict[str,
             for r in range(1, cfg.rounds + 1):
                 t0 = time.monotonic()
                 barrier = threading.Barrier(len(names))
-                demos = checked(procs, lambda r=r: _parallel([
-                    lambda n=n, k=k: demonstrate(clients[n], n, r, k, cfg.seed, barrier)
+                demos = checked(procs, lambda r=r, b=barrier: _parallel([
+                    lambda n=n, k=k: demonstrate(clients[n], n, r, k, cfg.seed, b)
                     for k, n in enumerate(names)]), f"demonstrations of round {r}")
                 t1 = time.monotonic()
                 ft = fleet.fine_tune(steps=cfg.fine_tune_steps, timeout=1800.0)
@@ -144,7 +145,7 @@ def run_fleet(cfg: Any, checkpoint: Path, run_dir: Path, instructions: dict[str,
                 checked(procs, lambda r=r: wait_adopted(clients, r), f"checkpoint of round {r}")
                 row = {"round": r, "demos": demos, "demo_phase_s": t1 - t0, "fine_tune_s": t2 - t1,
                        "fine_tune": {"checkpoint": ft.checkpoint, "final_loss": float(ft.final_loss),
-                                     "alphas": dict(zip(ft.tasks, map(float, ft.alphas)))}}
+                                     "alphas": dict(zip(ft.tasks, map(float, ft.alphas), strict=True))}}
                 row["evaluation"] = checked(procs, lambda: evaluate_fleet(clients, tasks, cfg, max_steps),
                                             f"evaluation of round {r}")
                 row["round_time_s"] = time.monotonic() - t0

@@ -92,7 +92,8 @@ def write_outputs(results: dict, run_dir: Path) -> None:
     with np.errstate(all="ignore"), warnings.catch_warnings():  # --eval-episodes 0: nothing evaluated, all NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(succ, axis=1)
-    results["summary"] = {"mean_success": mean.tolist(), "final_success": dict(zip(tasks, succ[-1].tolist())),
+    results["summary"] = {"mean_success": mean.tolist(),
+                          "final_success": dict(zip(tasks, succ[-1].tolist(), strict=True)),
                           "chosen": [r["task"] for r in results["rounds"][1:]]}
     atomic_write_json(run_dir / "results.json", nan_to_null(results))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))

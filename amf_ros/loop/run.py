@@ -183,11 +183,12 @@ def _one_round(client: AMFClient, r: int, cfg: LoopConfig) -> dict[str, Any]:
     if not ft.ok:
         raise RuntimeError(f"fine_tune failed: {ft.message}")
     return {"round": r, "task": d.task, "instruction": d.instruction, "warm_start": bool(d.warm_start),
-            "scores": dict(zip(d.tasks, map(float, d.scores))), "demo_counts": dict(zip(d.tasks, map(int,
-            d.demo_counts))), "selector_time_s": float(d.compute_time), "next_task_round_trip_s": t_select,
+            "scores": dict(zip(d.tasks, map(float, d.scores), strict=True)),
+            "demo_counts": dict(zip(d.tasks, map(int, d.demo_counts), strict=True)),
+            "selector_time_s": float(d.compute_time), "next_task_round_trip_s": t_select,
             "episode": {"id": info.episode_id, "steps": int(info.num_steps), "success": bool(info.success)},
             "fine_tune": {"checkpoint": ft.checkpoint, "final_loss": float(ft.final_loss),
-                          "alphas": dict(zip(ft.tasks, map(float, ft.alphas)))},
+                          "alphas": dict(zip(ft.tasks, map(float, ft.alphas), strict=True))},
             "round_time_s": time.monotonic() - t0}
 
 
@@ -197,7 +198,7 @@ def _field_docs(cls: type) -> dict[str, str]:
     import inspect
 
     body = ast.parse(inspect.getsource(cls)).body[0].body
-    return {a.target.id: b.value.value.strip() for a, b in zip(body, body[1:])
+    return {a.target.id: b.value.value.strip() for a, b in zip(body, body[1:], strict=False)
             if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
 
 

@@ -94,8 +94,11 @@ def ddpm_chain(head: nn.Module, emb: torch.Tensor, init: torch.Tensor, steps: to
     valid), calling ``visit(t, x_t, time, eps)`` at every step t = T-1 .. 0 before moving on.
 
     Args:
+        head: the DiffusionActionHead whose chain is run (its config gives T = diffusion_steps).
         emb: (..., E) head inputs, broadcast against ``init``.
-        init: (..., H*A) x_T. steps: (T, ..., H*A) the step noise in loop order.
+        init: (..., H*A) x_T.
+        steps: (T, ..., H*A) the step noise in loop order.
+        visit: called as ``visit(t, x_t, time, eps)`` at every step (None = no callback).
     """
     c = head.config
     x = init.to(emb.dtype)

@@ -62,10 +62,12 @@ class GPPolicy:
 
     @property
     def noise_var(self) -> float:
+        """Observation noise sigma^2 of the GP (from the config), which the criterion shares."""
         return self.config.noise_var
 
     @property
     def num_points(self) -> int:
+        """Demonstrated (state, task) points the GP is conditioned on."""
         return self._y.shape[0]
 
     @property
@@ -338,7 +340,7 @@ class GPScoreFn:
         missing = list(dict.fromkeys(k for k in keys if k not in self._cache))
         if missing:
             vecs = np.stack([np.frombuffer(k, dtype=np.float64) for k in missing])
-            for k, col in zip(missing, self._loglik_uncached(vecs).T):
+            for k, col in zip(missing, self._loglik_uncached(vecs).T, strict=True):
                 self._cache[k] = col
         return np.stack([self._cache[k] for k in keys], axis=1)
 
@@ -377,7 +379,7 @@ class GPScoreFn:
         if chosen_tasks is not None and len(chosen_tasks):
             post = copy.copy(post)
             _, _, alts, weights, _ = self.inputs(np.atleast_2d(chosen_tasks))
-            for a, w in zip(alts, weights):
+            for a, w in zip(alts, weights, strict=True):
                 post.add(a[int(np.argmax(w))])
         tx, tw, cx, cw, info = self.inputs(candidate_tasks)
         self.last_info = {"form": self.form, "normalize": self.normalize,
@@ -386,10 +388,11 @@ class GPScoreFn:
         return posterior_criterion(post, tx, tw, cx, cw, self.form)
 
     def __call__(self, candidates: list[str], chosen: list[str]) -> np.ndarray:
+        """ScoreFn: criterion per candidate task key after hallucinating the ``chosen`` ones; ESS keyed by candidate."""
         vec = lambda keys: np.stack([np.asarray(self.task_vector(k), dtype=np.float64) for k in keys])  # noqa: E731
         scores = self.scores_for_vectors(vec(candidates), vec(chosen) if chosen else None)
         ess = self.last_info["effective_sample_size"]
         # keyed by candidate, like the NN score functions (what the task_selector node reports per task)
-        self.last_info["effective_sample_size"] = dict(zip(candidates, ess["candidate"]))
+        self.last_info["effective_sample_size"] = dict(zip(candidates, ess["candidate"], strict=True))
         self.last_info["effective_sample_size_targets"] = ess["target"]
         return scores

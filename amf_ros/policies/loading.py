@@ -106,6 +106,13 @@ def initial_policy(backend: str, checkpoint: str, checkpoint_dir: str | Path, *,
             octo: the Octo checkpoint directory; the head is ``head_checkpoint`` if given, else the newest round
             made from that Octo checkpoint, else Octo's pretrained head from ``trunk``, saved as ``round_0000`` for
             the task set ``instructions`` (:func:`amf_ros.policies.octo.heads.initial_octo_head`).
+        checkpoint_dir: where the rounds of fine-tuned checkpoints live (``round_NNNN``).
+        pretrained: native: makes (on first use) and returns the pre-trained checkpoint when none is found; None =
+            no fallback.
+        warn: told about every corrupt checkpoint that is skipped.
+        trunk: octo: the loaded Octo trunk (its pretrained head becomes ``round_0000``).
+        instructions: octo: ``{task: instruction}`` of the task set the head is saved for.
+        head_checkpoint: octo: a head checkpoint to start from instead of the newest round.
     Raises:
         ValueError: an unknown backend, no checkpoint to start from, or one that does not load.
     """

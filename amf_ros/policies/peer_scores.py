@@ -85,7 +85,8 @@ def dropout_score_fn(policy: HeadPolicy, candidates: Mapping[str, Transitions], 
     Args:
         policy: the fine-tuned policy (its head; the adaptive prior is not involved).
         candidates: {task: transitions}, states of each task's demonstrations.
-        masks, rate: n dropout masks of rate p (embeddings.py's "dropout" embeddings use the same masks).
+        masks: number n of dropout masks (embeddings.py's "dropout" embeddings use the same masks).
+        rate: dropout rate p of each mask.
         form: "log_variance" (Gaussian entropy, default) or "variance" (trace of the covariance).
         seed: seed of the masks and of the shared chain noise.
 
@@ -112,10 +113,14 @@ def peer_score_fn(rule: str, policy: HeadPolicy, episodes: Sequence[Transitions]
     home for task_selector and ``amf bench metaworld``.
 
     Args:
+        rule: one of :data:`~amf_ros.core.acquisition.PEER_RULES`.
         policy: the fine-tuned policy (dropout, diversity; members[0] of the ensemble rules when ``members`` is
             empty is an error).
         episodes: recorded episodes (transitions dicts, one task each); candidates per
             :func:`~amf_ros.core.acquisition.recorded_candidates`.
+        tasks: the candidate tasks (those without an episode are left out: the selector warm-starts them).
+        frames: evenly spaced steps taken from each episode as candidate states.
+        seed: seed of the dropout masks and chain noise of the rules that sample.
         members: the ensemble of the disagreement rules (>= 2 policies sharing trunk and task encoder).
     """
     if rule not in PEER_RULES:

@@ -183,6 +183,7 @@ class StickyGripper:
         self._count = 0
 
     def __call__(self, gripper: float) -> float:
+        """1.0 (open) or 0.0 (closed) for the command ``gripper``, switching only after ``num_steps`` requests."""
         if (float(gripper) < self.threshold) != self.is_closed:
             self._count += 1
         else:

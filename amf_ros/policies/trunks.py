@@ -13,7 +13,7 @@ from typing import Mapping
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from amf_ros.policies.normalizer import Normalizer

@@ -112,9 +112,13 @@ def ik_space(Slist: np.ndarray, M: np.ndarray, T_target: np.ndarray, q0: np.ndar
     """Newton-Raphson IK in the space frame (``modern_robotics.IKinSpace``, as Interbotix calls it).
 
     Args:
+        Slist: (6, n) screw axes of the joints in the space frame at the home configuration.
+        M: (4, 4) end-effector pose at the home configuration.
         T_target: desired end-effector pose (4, 4) in the space (base) frame.
         q0: initial guess (n,).
-        eomg, ev: tolerances on the orientation (rad) and position (m) parts of the error twist.
+        eomg: tolerance on the orientation part of the error twist (rad).
+        ev: tolerance on the position part of the error twist (m).
+        max_iterations: Newton steps before giving up (then ``converged`` is False).
     Returns:
         (q (n,), converged).
     """

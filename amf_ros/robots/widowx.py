@@ -99,6 +99,7 @@ class WidowXLimits:
 
     @property
     def gripper_pwm(self) -> float:
+        """Gripper PWM for ``gripper_pressure``, linear between the two PWM limits."""
         lo, hi = self.gripper_pwm_limits
         return lo + self.gripper_pressure * (hi - lo)
 
@@ -123,7 +124,7 @@ def parse_joint_state(names: Sequence[str], positions: Sequence[float]) -> tuple
     Raises:
         ValueError: an arm joint is missing (e.g. a message from another robot).
     """
-    lookup = dict(zip(names, positions))
+    lookup = dict(zip(names, positions, strict=False))
     missing = [j for j in wx250s.ARM_JOINTS if j not in lookup]
     if missing:
         raise ValueError(f"joint_states lacks arm joints {missing}; got names {list(names)}")

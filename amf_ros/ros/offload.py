@@ -35,6 +35,7 @@ class Offload:
             node.create_subscription(Empty, "~/_offload_done", lambda _msg: self._deliver(), qos.EVENTS)
 
     async def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` without blocking the executor thread (inline on a pooled executor); return its result."""
         if self.inline:
             return fn(*args)
         future: Future = Future()
@@ -42,13 +43,13 @@ class Offload:
         def work() -> None:
             try:
                 out, err = fn(*args), None
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the awaiting callback
+            except BaseException as exc:
                 out, err = None, exc
             with self._lock:
                 self._finished.append((future, out, err))
             try:
                 self._done.publish(Empty())
-            except Exception:  # noqa: BLE001 - shutting down: the context is gone and nobody awaits the result
+            except Exception:
                 if rclpy.ok():
                     raise
 

@@ -8,10 +8,11 @@ shows up as an invalid context (an RCLError from the constructor) and also exits
 ends the process with a traceback.
 
 Executors (``executor=``): ``multi`` (:class:`PooledExecutor`: rclpy's MultiThreadedExecutor with the fix of
-ros2/rclpy#1452 back-ported, for nodes whose action execute callbacks wait on a runtime thread while other
-callbacks must keep running), ``multi_rclpy`` (the unpatched MultiThreadedExecutor of the installed rclpy, kept to
-measure against), ``single`` (SingleThreadedExecutor), ``events`` (rclpy.experimental.EventsExecutor). A node with an ``executor_kind`` attribute (set from its ``executor``
-parameter) picks its own. Which node uses which, and why: docs/ros-system.md ("Executors").
+ros2/rclpy#1452 back-ported, for nodes whose action execute callbacks wait on a runtime thread while other callbacks
+must keep running), ``multi_rclpy`` (the unpatched MultiThreadedExecutor of the installed rclpy, kept to measure
+against), ``single`` (SingleThreadedExecutor), ``events`` (rclpy.experimental.EventsExecutor). A node with an
+``executor_kind`` attribute (set from its ``executor`` parameter) picks its own. Which node uses which, and why:
+docs/ros-system.md ("Executors").
 """
 
 from __future__ import annotations
@@ -23,8 +24,15 @@ import threading
 from typing import Any, Callable, Sequence
 
 import rclpy
-from rclpy.executors import (ConditionReachedException, ExternalShutdownException, Executor, MultiThreadedExecutor,
-                             ShutdownException, SingleThreadedExecutor, TimeoutException)
+from rclpy.executors import (
+    ConditionReachedException,
+    Executor,
+    ExternalShutdownException,
+    MultiThreadedExecutor,
+    ShutdownException,
+    SingleThreadedExecutor,
+    TimeoutException,
+)
 from rclpy.node import Node
 
 from amf_ros.bringup.lifetime import die_with_parent_if_asked
@@ -86,7 +94,7 @@ def _close(node: Node | None) -> None:
     if close is not None:
         try:
             close()
-        except Exception:  # noqa: BLE001 - shutdown goes on; the error is logged
+        except Exception:
             logging.getLogger(__name__).exception("error while closing %s", node.get_name() if node else "?")
 
 

@@ -18,12 +18,12 @@ from rclpy.duration import Duration
 from amf_ros.bringup.graph import NAMESPACE
 from amf_ros.ros.client import AMFClient
 
-
 SETTLE_S = 1.0
 """Discovery has settled when no new subscriber paired for this long, s (all of a local graph pair within ~0.5 s)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Command line of ``amf stop``: publish one ArmStop once the arms have discovered this publisher."""
     ap = argparse.ArgumentParser(prog="amf stop", description=__doc__.splitlines()[0])
     ap.add_argument("--reason", default="operator stop", help="why (shown in every node's log)")
     ap.add_argument("--namespace", default=NAMESPACE, help=f"namespace of the graph (default {NAMESPACE})")

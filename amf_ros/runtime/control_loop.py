@@ -62,6 +62,7 @@ class Latest:
         self._count = 0
 
     def set(self, value: Any) -> None:
+        """Store a new value and wake every waiter."""
         with self._cond:
             self._value, self._time = value, time.monotonic()
             self._count += 1
@@ -168,6 +169,7 @@ class ControlLoop:
 
     # -- the thread ------------------------------------------------------------------------------------------
     def start(self) -> "ControlLoop":
+        """Start the control thread; returns self for chaining."""
         self._thread.start()
         return self
 
@@ -184,7 +186,7 @@ class ControlLoop:
     def _run_safely(self) -> None:
         try:
             self._run() if self.cfg.execution_horizon == 1 else self._run_chunked()
-        except Exception as exc:  # noqa: BLE001 - a policy or publisher error ends the goal, never the node
+        except Exception as exc:
             self._end(False, f"control loop failed at step {self.result.steps}: {type(exc).__name__}: {exc}")
 
     def _end(self, ok: bool, message: str, success: bool = False) -> None:
@@ -448,7 +450,7 @@ class ControlLoop:
                 with self._chunks:
                     self._newest = (step, t_obs)
                     self._chunks.notify_all()
-        except Exception as exc:  # noqa: BLE001 - a policy error ends the goal, never the node
+        except Exception as exc:
             with self._chunks:
                 self._infer_error = f"control loop failed at step {r.steps}: {type(exc).__name__}: {exc}"
                 self._chunks.notify_all()

@@ -46,7 +46,7 @@ def stream_topics(action_topic: str, state_topic: str, image_topics: Sequence[st
     if len(keys) != len(image_topics) or not all(k.startswith("image") for k in keys):
         raise ValueError(f"image_keys must name every image topic with a key starting with 'image', got "
                          f"{list(image_keys)} for {list(image_topics)}")
-    topics = {action_topic: "action", **dict(zip(image_topics, keys))}
+    topics = {action_topic: "action", **dict(zip(image_topics, keys, strict=True))}
     if state_topic:
         topics[state_topic] = "state"
     if len(topics) != 1 + len(image_topics) + bool(state_topic):
@@ -128,6 +128,7 @@ def handle_partial(store: EpisodeStore, policy: str, min_age_s: float) -> list[s
     one line per partial episode saying what was done with it.
 
     Args:
+        store: the episode store to clean up.
         policy: "recover" (commit the complete chunks; meta.recovered = true), "ignore" or "discard".
         min_age_s: a partial episode without writer.lock modified more recently may belong to a live recorder.
     """
@@ -270,7 +271,7 @@ class DemoRecorder:
                 self.rec.feed(topic, stamp, self.converters[topic](msg))
             except ValueError as exc:
                 return self._error(f"topic {topic}: {exc}; message refused", (topic, str(exc).split(":")[0]))
-            except Exception as exc:  # noqa: BLE001 - e.g. StoreWriteError (disk full): report, keep recording
+            except Exception as exc:
                 return self._error(f"topic {topic}: recording failed: {type(exc).__name__}: {exc}",
                                    (topic, type(exc).__name__))
             finally:
@@ -292,6 +293,9 @@ class DemoRecorder:
         """Begin an episode of ``task`` (an empty ``instruction`` comes from the tasks file).
 
         Args:
+            task: key of the task to record (one of the tasks file's).
+            instruction: the language instruction ("" = the tasks file's for ``task``).
+            note: the operator's note, kept in the episode's metadata.
             now_ns: node clock now; actions stamped earlier are not recorded.
             action_publishers: publishers on the action topic (teleop must be there; it starts with the episode).
         """
@@ -350,7 +354,7 @@ class DemoRecorder:
             return StartResult(False, f"{why}; still recording {old}")
         try:
             self.rec.end(None, discard=True)
-        except Exception as exc:  # noqa: BLE001 - OSError removing the directory: the sweep recovers it later
+        except Exception as exc:
             return StartResult(False, f"could not discard {old}: {type(exc).__name__}: {exc}")
         res = self._begin(task, instruction, note, now_ns)
         if res.ok:
@@ -363,6 +367,8 @@ class DemoRecorder:
 
         Args:
             episode_id: must be the current episode.
+            success: the operator's verdict, stored with the episode.
+            discard: drop the episode instead of committing it.
             now_ns: node clock at the request: a topic whose newest message is stamped at/after it has settled.
         """
         with self._cond:
@@ -400,7 +406,7 @@ class DemoRecorder:
             return EndResult(False, f"episode id {episode_id!r} is not the current episode {self.rec.episode_id!r}")
         try:
             path = self.rec.end(success=success, discard=discard)
-        except Exception as exc:  # noqa: BLE001 - ValueError (no steps), StoreWriteError (disk), anything else
+        except Exception as exc:
             return EndResult(False, f"episode {episode_id} not saved: {type(exc).__name__}: {exc}")
         if path is None:
             return EndResult(True, "discarded")
@@ -448,7 +454,8 @@ class DemoRecorder:
                           topics=list(self.received),
                           topic_age_s=[now - r if r >= 0 else -1.0 for r in self.received.values()],
                           not_ready_reason=blocker,
-                          topic_rate_hz=[r.recent_hz for r in reports], topic_nominal_hz=[r.nominal_hz for r in reports],
+                          topic_rate_hz=[r.recent_hz for r in reports],
+                          topic_nominal_hz=[r.nominal_hz for r in reports],
                           topic_dropped=[r.dropped for r in reports], topic_duplicated=[r.duplicated for r in reports],
                           rate_warnings=self.rec.health.warnings() if recording else [])
 

@@ -172,7 +172,7 @@ def _worker_main(jobs: Any, events: Any, cancel: Any, torch_threads: int, nicene
             events.put(("done", _train(FineTuneJob(**job), events, cancel, cache)))
         except FineTuneCancelled as exc:
             events.put(("cancelled", str(exc)))
-        except Exception as exc:  # noqa: BLE001 - reported to the parent, which answers the goal with ok=false
+        except Exception as exc:
             events.put(("error", f"{type(exc).__name__}: {exc}"))
 
 
@@ -267,7 +267,7 @@ class FineTuneWorker:
             return
         try:
             self._jobs.put_nowait(None)
-        except Exception:  # noqa: BLE001 - a full or broken queue: terminate below
+        except Exception:
             pass
         proc.join(timeout_s)
         if proc.is_alive():

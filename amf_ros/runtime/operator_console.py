@@ -34,15 +34,32 @@ Reply = Callable[[bool, str], None]
 class ConsoleOutputs(Protocol):
     """What the console asks of the ROS graph (implemented by the node); every call returns at once."""
 
-    def next_task(self, done: Done) -> None: ...
-    def start_episode(self, task: str, instruction: str, done: Done) -> None: ...
-    def rerecord(self, task: str, done: Done) -> None: ...
-    def end_episode(self, episode_id: str, success: bool, discard: bool, done: Done) -> None: ...
-    def fine_tune(self, feedback: Callable[[int, int, float], None], done: Done) -> None: ...
-    def run_policy(self, task: str, feedback: Callable[[int], None], done: Done) -> None: ...
-    def cancel(self, goal: str, done: Done) -> None: ...  # goal: "fine_tune" | "evaluate"
-    def stop_arm(self, reason: str) -> None: ...
-    def reset_sim(self, task: str, done: Done) -> None: ...
+    def next_task(self, done: Done) -> None:
+        """Ask task_selector for the next task (/next_task, batch 1); ``done`` gets the decision's fields."""
+
+    def start_episode(self, task: str, instruction: str, done: Done) -> None:
+        """Ask the recorder to start recording an episode of ``task``."""
+
+    def rerecord(self, task: str, done: Done) -> None:
+        """Ask the recorder to discard the episode being recorded and start one of ``task`` in its place."""
+
+    def end_episode(self, episode_id: str, success: bool, discard: bool, done: Done) -> None:
+        """Ask the recorder to save (with the verdict ``success``) or discard the episode ``episode_id``."""
+
+    def fine_tune(self, feedback: Callable[[int, int, float], None], done: Done) -> None:
+        """Send a fine_tune goal; ``feedback(step, total, loss)`` reports progress."""
+
+    def run_policy(self, task: str, feedback: Callable[[int], None], done: Done) -> None:
+        """Send a run_policy goal (the evaluation of ``task``); ``feedback(step)`` reports progress."""
+
+    def cancel(self, goal: str, done: Done) -> None:
+        """Cancel this console's ``goal`` ("fine_tune" or "evaluate")."""
+
+    def stop_arm(self, reason: str) -> None:
+        """Publish an ArmStop: the arm holds and the teleop drops its take."""
+
+    def reset_sim(self, task: str, done: Done) -> None:
+        """Reset the embedded simulation to a new scene of ``task``."""
 
 
 class OperatorConsole:
@@ -68,6 +85,7 @@ class OperatorConsole:
 
     # -- inputs from ROS ---------------------------------------------------------------------------------------
     def on_recorder_status(self, status: Mapping[str, Any]) -> None:
+        """A RecorderStatus as a dict: remembered (to refuse a second Start) and shown on the page."""
         with self._lock:
             self._recording = (bool(status.get("recording")), str(status.get("episode_id", "")),
                                str(status.get("task", "")))
@@ -82,6 +100,7 @@ class OperatorConsole:
             self.ask()
 
     def on_checkpoint(self, path: str, round_: int, tasks: list[str], alphas: list[float]) -> None:
+        """A (re-)announced checkpoint: shown, ends a fine-tune started elsewhere, and refreshes the decision."""
         with self._lock:
             new = path != self._checkpoint
             self._checkpoint = path
@@ -95,6 +114,7 @@ class OperatorConsole:
             self.ask()
 
     def on_sim(self, available: bool, **status: Any) -> None:
+        """Whether sim_bridge answers (Evaluate then resets the scene first), with its status for the page."""
         with self._lock:
             self._sim = available
         self.model.on_sim(available, **status)

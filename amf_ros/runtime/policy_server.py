@@ -351,6 +351,7 @@ class PolicyServer:
 
     # -- inputs (subscription callbacks: store the newest value, nothing else) ------------------------------------
     def observe_state(self, values: Sequence[float]) -> None:
+        """The arm's newest state vector (with the newest camera frame); the native policy acts on it."""
         obs: dict[str, np.ndarray] = {"state": np.asarray(values, dtype=np.float32)}
         if self._image is not None:
             obs["image"] = self._image
@@ -358,11 +359,13 @@ class PolicyServer:
             self.observations.set(obs)
 
     def observe_image(self, rgb: np.ndarray) -> None:
+        """The newest camera frame; the Octo policy acts on it (with the newest wrist frame)."""
         self._image = rgb
         if self.octo is not None:  # Octo acts on the camera frame (+ the newest wrist frame)
             self.observations.set({"image": rgb} if self._wrist is None else {"image": rgb, "wrist": self._wrist})
 
     def observe_wrist(self, rgb: np.ndarray) -> None:
+        """The newest wrist frame, sent along with the next camera frame to Octo."""
         self._wrist = rgb
 
     def observe_status(self, value: Any) -> None:
@@ -432,6 +435,7 @@ class PolicyServer:
 
     @property
     def fine_tuning(self) -> bool:
+        """True while the fine-tune worker is training."""
         return self.runtime.fine_tuning
 
     def close(self) -> None:

@@ -240,7 +240,7 @@ class ScriptedTeleop:
             a7 = np.asarray(self.experts[ep.task].act(obs), dtype=np.float64).reshape(-1)
             if a7.shape != (7,) or not np.all(np.isfinite(a7)):
                 raise ValueError(f"expected 7 finite values, got {a7.tolist()}")
-        except Exception as exc:  # noqa: BLE001 - reported; the operator throws the episode away
+        except Exception as exc:
             self._finish(ep.episode_id, False, True, "error", f"expert failed: {type(exc).__name__}: {exc}; "
                          "discarding it")
             return

@@ -163,16 +163,19 @@ class TaskSelection:
 
     @property
     def policy(self) -> Policy | None:
+        """The policy the next request scores with (None before a checkpoint loads)."""
         with self._lock:
             return self._state.policy
 
     @property
     def checkpoint(self) -> str:
+        """Path of the checkpoint of that policy ("" before one loads)."""
         with self._lock:
             return self._state.checkpoint
 
     @property
     def pretrain_counts(self) -> dict[str, int] | None:
+        """Pre-training demonstrations per task of that checkpoint (rebalancing needs them; None = unknown)."""
         with self._lock:
             return self._state.pretrain_counts
 
@@ -399,10 +402,12 @@ class TaskSelectorRuntime:
 
     @property
     def instructions(self) -> dict[str, str]:
+        """The candidate task set ``{key: instruction}``."""
         return self.selection.instructions
 
     @property
     def checkpoint(self) -> str:
+        """Path of the checkpoint the selector scores with ("" before one loads)."""
         return self.selection.checkpoint
 
     def next_task(self, candidates: Sequence[str] = (), batch_size: int = 1, robot: str = "") -> Decision:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from amf_ros.console.model import ConsoleModel, gains
-from amf_ros.console.protocol import MAX_MESSAGE_BYTES, OPS, BadCommand, Command, parse_command
+from amf_ros.console.protocol import MAX_MESSAGE_BYTES, OPS, BadCommandError, Command, parse_command
 from amf_ros.runtime.operator_console import OperatorConsole
 
 TASKS = {"carrot": "put carrot on plate", "spoon": "put the spoon on the towel"}
@@ -32,7 +32,7 @@ TASKS = {"carrot": "put carrot on plate", "spoon": "put the spoon on the towel"}
     ('{"op": "ask", "pad": "' + "x" * MAX_MESSAGE_BYTES + '"}', "longer than"),
 ])
 def test_malformed_messages_are_refused_with_a_reason(raw, why):
-    with pytest.raises(BadCommand, match=why):
+    with pytest.raises(BadCommandError, match=why):
         parse_command(raw, TASKS)
 
 

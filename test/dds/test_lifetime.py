@@ -42,12 +42,16 @@ def test_a_node_does_not_outlive_the_process_that_started_it_when_asked(ros_env,
             time.sleep(0.1)
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
+        # ask: the kernel sends SIGTERM at once (PR_SET_PDEATHSIG) and spin stops the node; 20 s only bounds a node
+        # that ignores it (how fast a loaded machine runs the shutdown is no property of the code). Not ask: the
+        # node is still running after 5 s.
+        limit = 20.0 if ask else 5.0
         t0 = time.monotonic()
-        while alive(child) and time.monotonic() - t0 < 5.0:
+        while alive(child) and time.monotonic() - t0 < limit:
             time.sleep(0.02)
         gone = not alive(child)
         if ask:
-            assert gone and time.monotonic() - t0 < 3.0, "the node outlived its parent"
+            assert gone, f"the node outlived its parent by {limit} s"
             assert "Traceback" not in log.read_text(errors="replace")
         else:
             assert not gone, "without the variable a node keeps running (a shell's background job)"

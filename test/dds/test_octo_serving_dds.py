@@ -111,8 +111,9 @@ def test_run_policy_acts_with_octo_on_camera_frames(octo_graph) -> None:
         before = len(client.seen.actions)
         res = client.run_policy("carrot_on_plate", max_steps=30, timeout=90)
         assert res.ok, res.message
+        # counts, not rates: the control rate is `amf bench ros_latency`'s number (on a loaded machine a mean or
+        # median period measures the machine)
         assert res.steps == 30
-        assert res.mean_period_s < 4.0 / RATE_HZ, res.message  # loose: one stall of a loaded machine dominates a mean
         client.wait_for(lambda: len(client.seen.actions) >= before + 30, 10, "30 actions")
         acts = client.seen.actions[before:before + 30]
         a = np.array([list(m.translation) + list(m.rotation) + [m.gripper] for _, m in acts])
@@ -120,8 +121,6 @@ def test_run_policy_acts_with_octo_on_camera_frames(octo_graph) -> None:
         assert np.all(np.abs(a[:, :3]) <= 0.05 + 1e-9) and np.all(np.abs(a[:, 3:6]) <= 0.25 + 1e-9)
         assert set(np.unique(a[:, 6])) <= {0.0, 1.0}  # Octo's sticky binary gripper
         assert np.ptp(a[:, :6], axis=0).max() > 0  # actions follow the changing frames
-        received = np.diff([t for t, _ in acts])  # the configured rate (within 20%), as a subscriber sees it
-        assert abs(np.median(received) - 1.0 / RATE_HZ) < 0.2 / RATE_HZ, received
         bad = client.run_policy("fly-to-the-moon", max_steps=3, timeout=60)
         assert not bad.ok and "unknown task" in bad.message
     finally:

@@ -88,15 +88,17 @@ def test_end_episode_while_messages_keep_arriving_is_bounded_and_keeps_them(star
         publisher.join(timeout=10.0)
         client_node.destroy_client(client)
     assert end.ok, end.message
-    # The settle wait itself (measured by the recorder, logged) is what end_timeout_s bounds; the client's round trip
-    # adds the commit of the remaining PNG steps and DDS, which a loaded run stretched to 2.5 s, so it is only
-    # checked for not wedging.
+    # The settle wait itself (measured by the recorder, logged with 2 decimals) is what end_timeout_s bounds: never
+    # shorter (the code's deadline). An unbounded wait would last as long as the stream, 1000 frames of >= 2
+    # messages with 10 ms pauses (>= 20 s), so 10 s tells the two apart with 9 s for a loaded machine's
+    # scheduling. The client's round trip adds the commit of the remaining PNG steps and DDS (a loaded run: 2.5 s);
+    # wait_future's 20 s bounds it.
     log = procs.log_tail("demo_recorder", 4000)
     match = re.search(r"topics not settled after ([0-9.]+) s", log)
     assert match, log[-1500:]
     settle = float(match.group(1))
-    assert end_timeout - 0.05 <= settle <= end_timeout + 0.25, f"settle wait {settle:.2f} s"
-    assert end_timeout - 0.05 <= waited <= end_timeout + 5.0, f"EndEpisode took {waited:.2f} s"
+    assert end_timeout - 0.005 <= settle < 10.0, f"settle wait {settle:.2f} s"
+    assert waited >= settle - 0.005, f"EndEpisode answered after {waited:.2f} s, before its {settle:.2f} s wait"
     # `before` (actions sent when EndEpisode was requested) bounds what the recorder had then from above, so any
     # step beyond it arrived during the wait. How many arrive in 1 s depends on the machine's load (one loaded CI run
     # recorded 9), so the test asserts the property, not a delivery rate.

@@ -58,7 +58,6 @@ def test_node_without_interbotix_exits_with_one_line_naming_the_package(distro):
     import os
     import subprocess
     import sys
-    import time
 
     from build_products import missing_build_product
 
@@ -73,12 +72,12 @@ def test_node_without_interbotix_exits_with_one_line_naming_the_package(distro):
     env = {k: v for k, v in os.environ.items() if k != "ROS_DISTRO"}
     if distro:
         env["ROS_DISTRO"] = distro
-    t0 = time.monotonic()
+    # timeout: a node that waits for the missing arm instead of exiting raises TimeoutExpired; how fast a loaded
+    # machine imports rclpy is no property of the code
     proc = subprocess.run([sys.executable, str(exe), "--ros-args", "-r", "__ns:=/amf"], env=env,
                           capture_output=True, text=True, timeout=30)
-    took = time.monotonic() - t0
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-    assert proc.returncode != 0 and took < 10.0, (proc.returncode, took)
+    assert proc.returncode != 0, proc.returncode
     assert len(lines) == 1 and "Traceback" not in lines[0], lines
     package = f"ros-{distro}-interbotix-xs-msgs" if distro else "your ROS 2 distribution"
     assert lines[0].startswith("widowx_driver: interbotix_xs_msgs is not installed") and package in lines[0], lines

@@ -9,10 +9,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import pytest
+from build_products import missing_build_product
 
 from amf_ros._optional import has
-from build_products import missing_build_product
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_LIB = REPO / "install" / "amf_ros" / "lib" / "amf_ros"

@@ -104,8 +104,8 @@ def infer_type(value: Any, name: str = "?") -> str:
     raise ValueError(f"parameter {name!r}: unsupported value type, got {type(value).__name__} {value!r}")
 
 
-def param(default: Any, description: str, range: tuple[float, float] | None = None,  # noqa: A002 - as Param
-          choices: tuple[str, ...] | None = None, type: str = "", read_only: bool = True) -> Any:  # noqa: A002
+def param(default: Any, description: str, range: tuple[float, float] | None = None,
+          choices: tuple[str, ...] | None = None, type: str = "", read_only: bool = True) -> Any:
     """A dataclass field that is also a ROS parameter (arguments as :class:`Param`; list defaults are tuples)."""
     return dataclasses.field(default=default, metadata={"param": {"description": description, "range": range,
                                                                   "choices": choices, "type": type,

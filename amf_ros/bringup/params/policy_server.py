@@ -47,7 +47,9 @@ class PolicyServerParams(OctoTrunkParams):
     fine_tune_batch_size: int = param(
         FINE_TUNE.batch_size, "Minibatch size of fine-tuning.", range=(1, 65536)
     )
-    fine_tune_lr: float = param(FINE_TUNE.lr, "Learning rate of the action head during fine-tuning.", range=(1e-07, 1.0))
+    fine_tune_lr: float = param(
+        FINE_TUNE.lr, "Learning rate of the action head during fine-tuning.", range=(1e-07, 1.0)
+    )
     alpha_steps: int = param(
         FINE_TUNE.alpha_steps,
         "Gradient steps of the adaptive-prior alpha(c) fit after each fine-tune (0 = keep alpha).",

@@ -127,7 +127,7 @@ def actuators_xml(prefix: str = "") -> str:
     p = prefix
     arm = "\n".join(
         f'<position name="{p}{a}" joint="{p}{jn}" kp="{ARM_KP}" ctrlrange="{lo[i]:.6f} {hi[i]:.6f}" '
-        f'forcerange="-50 50"/>' for i, (a, jn) in enumerate(zip(ARM_ACTUATORS, wx250s.ARM_JOINTS)))
+        f'forcerange="-50 50"/>' for i, (a, jn) in enumerate(zip(ARM_ACTUATORS, wx250s.ARM_JOINTS, strict=True)))
     return f"""
   <equality><joint joint1="{p}right_finger" joint2="{p}left_finger" polycoef="0 1 0 0 0" solref="0.004 1"/></equality>
   <actuator>

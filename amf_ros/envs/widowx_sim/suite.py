@@ -211,9 +211,11 @@ class WidowXSimSuite(TaskSuite):
 
     @property
     def done(self) -> bool:
+        """True once the task is solved or the episode reached its step budget."""
         return self.success or self.steps >= self._spec(self._current).max_steps
 
     def render(self, width: int = 256, height: int = 256, camera: str = "primary") -> np.ndarray:
+        """RGB (height, width, 3) uint8 from the named scene camera, for the image topics and the console."""
         return self.arm.render(width, height, camera)
 
     # -- the task ----------------------------------------------------------------------------------------------

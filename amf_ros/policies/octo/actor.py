@@ -45,6 +45,7 @@ class OctoActor(ChunkActor):
         self.calls = 0
 
     def reset(self, task: str) -> None:  # type: ignore[override]
+        """Start an episode of ``task`` (a key the policy knows): empty the window, the ensemble and the gripper."""
         self.actor.reset(task)
         super().reset()
         self.gripper.reset()

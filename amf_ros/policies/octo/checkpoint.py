@@ -112,6 +112,7 @@ class OctoCheckpointInfo:
 
     @property
     def latest_step(self) -> int:
+        """Newest orbax step present (what is restored by default); ValueError if there is none."""
         if not self.steps:
             raise ValueError(f"{self.path}: no orbax step directory (e.g. 300000/) found")
         return self.steps[-1]
@@ -123,6 +124,7 @@ class OctoCheckpointInfo:
 
     @property
     def head_name(self) -> str:
+        """Class name of the action head in the config (e.g. "DiffusionActionHead"); "" when it names none."""
         return str(self.config["model"]["heads"]["action"].get("name", ""))
 
     @property
@@ -137,10 +139,12 @@ class OctoCheckpointInfo:
 
     @property
     def action_horizon(self) -> int:
+        """H, actions per predicted chunk (1 when the head does not say)."""
         return int(self.head_kwargs.get("action_horizon", 1))
 
     @property
     def action_dim(self) -> int:
+        """A, width of one action (7 when the head does not say: WidowX EEF delta + gripper)."""
         return int(self.head_kwargs.get("action_dim", 7))
 
     @property
@@ -172,7 +176,8 @@ def normalize_config(config: Mapping[str, Any]) -> tuple[dict, list[str]]:
 
 
 def normalize_example_batch(batch: Mapping[str, Any]) -> tuple[dict, list[str]]:
-    """Copy of the example batch with 1.0 keys renamed (``tasks`` -> ``task``, ``pad_mask`` -> ``timestep_pad_mask``)."""
+    """Copy of the example batch with Octo 1.0 keys renamed (``tasks`` -> ``task``, ``pad_mask`` ->
+    ``timestep_pad_mask``)."""
     b = dict(batch)
     renamed = []
     if "tasks" in b and "task" not in b:

@@ -43,6 +43,7 @@ class NoTaskEncoder:
     dim = 0
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), 0) float32: no task features, the instruction is already in the embedding."""
         return np.zeros((len(texts), 0), dtype=np.float32)
 
 
@@ -62,6 +63,8 @@ def octo_policy(head_params: Mapping[str, Any], action_stats: Mapping[str, Any],
         action_stats: the dataset's action statistics (mean, std, optional mask), e.g. Bridge's.
         tasks: {task key: instruction}.
         config: PolicyConfig (trunk must be "state", head "diffusion"); default: PolicyConfig with Octo's horizon.
+        action_horizon: H of the head's action chunks (Octo: 4).
+        action_dim: A, the width of one action (Octo's WidowX: 7).
     """
     from amf_ros.policies.agent import TaskConditionedPolicy
     from amf_ros.policies.config import PolicyConfig

@@ -58,6 +58,7 @@ class ChunkSimplerPolicy:
         """The ensembled action in Bridge convention (7,) before the SIMPLER conversion (for logging)."""
 
     def reset(self, instruction: str, seed: int) -> None:
+        """New episode: empty the history window and the ensemble, and seed the sampler if it takes a seed."""
         self.instruction = str(instruction)
         self.window.reset()
         self.post.reset()
@@ -65,6 +66,7 @@ class ChunkSimplerPolicy:
             self.seed_fn(int(seed))
 
     def step(self, image: np.ndarray) -> np.ndarray:
+        """(480, 640, 3) uint8 camera frame -> SIMPLER action (7,), through the chunk predictor and post-processing."""
         obs = self.window.add(image)
         chunk = np.asarray(self.chunk_fn(obs, self.instruction), dtype=np.float64)
         if chunk.ndim == 3:  # (1, H, A) from a batched sampler

@@ -28,8 +28,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from amf_ros._optional import load_object, require
-from amf_ros.policies.octo.checkpoint import (DEFAULT_DATASET, OctoCheckpointInfo, prepare_offline_checkpoint,
-                                              read_checkpoint)
+from amf_ros.policies.octo.checkpoint import (
+    DEFAULT_DATASET,
+    OctoCheckpointInfo,
+    prepare_offline_checkpoint,
+    read_checkpoint,
+)
 from amf_ros.policies.octo.observation import ObservationWindow
 
 log = logging.getLogger(__name__)
@@ -62,6 +66,7 @@ class OctoTrunk:
         """Load ``checkpoint`` (a local directory; see :mod:`amf_ros.policies.octo.checkpoint`).
 
         Args:
+            checkpoint: the local Octo checkpoint directory.
             step: orbax step to restore (default: latest).
             dataset_name: key of the action statistics used to un-normalise (pretrained: "bridge_dataset").
             t5_path: local t5-base tokenizer/config directory for offline loading (see module doc).
@@ -141,7 +146,9 @@ class OctoTrunk:
 
         Args:
             images: (T, H, W, 3) uint8 primary camera frames.
+            instruction: the language instruction every frame is embedded with.
             wrist: (T, h, w, 3) uint8 wrist frames, if the model has a wrist camera (None = primary only).
+            batch_size: frames per model call (bounds the memory of one call).
         """
         images = np.asarray(images)
         if images.ndim != 4:

@@ -114,7 +114,7 @@ class DemoRecorderNode(Node):
         """Apply on_partial to partial episodes that appeared since the start (DemoRecorder.sweep_partial)."""
         try:
             lines = self.rt.sweep_partial()
-        except Exception as exc:  # noqa: BLE001 - a failed sweep must not end the node; the next one retries
+        except Exception as exc:
             self.get_logger().error(f"partial-episode sweep failed: {type(exc).__name__}: {exc}")
             return
         for line in lines:

@@ -11,7 +11,7 @@ executor; no callback waits on anything.
 from __future__ import annotations
 
 import queue
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from rclpy.action import ActionClient
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -19,6 +19,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 
 from amf_ros._optional import load_object
+from amf_ros.action import FineTune, RunPolicy
 from amf_ros.bringup.params.operator_console import OperatorConsoleParams
 from amf_ros.console.model import ConsoleModel
 from amf_ros.console.protocol import Command
@@ -30,7 +31,6 @@ from amf_ros.ros.calls import GoalCall, call_bounded, send_goal_bounded
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import StartupError, spin
 from amf_ros.runtime.operator_console import Done, OperatorConsole
-from amf_ros.action import FineTune, RunPolicy
 from amf_ros.srv import EndEpisode, NextTask, ResetTask, StartEpisode
 
 
@@ -120,7 +120,7 @@ class OperatorConsoleNode(Node):
                 return
             try:
                 self.console.handle(cmd, reply)
-            except Exception as exc:  # noqa: BLE001 - one failing command must not stop the console
+            except Exception as exc:
                 self.get_logger().error(f"{cmd.op}: {type(exc).__name__}: {exc}")
                 reply(False, f"{cmd.op} failed: {type(exc).__name__}: {exc}")
 
@@ -175,6 +175,7 @@ class OperatorConsoleNode(Node):
                      lambda res, why: done(fields(res) if res is not None else None, why))
 
     def next_task(self, done: Done) -> None:
+        """/next_task (batch 1); refused at once while task_selector is down, asked again once it is up (auto_ask)."""
         if not self._next.service_is_ready():
             self._ask_when_ready = self.p.auto_ask  # asked again once task_selector is up
             done(None, f"{self._next.srv_name} is not available (is task_selector running?)")
@@ -183,30 +184,37 @@ class OperatorConsoleNode(Node):
         self._call(self._next, NextTask.Request(batch_size=1), done, self.p.next_task_timeout_s)
 
     def start_episode(self, task: str, instruction: str, done: Done) -> None:
+        """StartEpisode on the recorder, noted as started from the operator console."""
         self._call(self._start, StartEpisode.Request(task=task, instruction=instruction, note="operator console"),
                    done)
 
     def rerecord(self, task: str, done: Done) -> None:
+        """The recorder's re-record service: discard the episode being recorded and start ``task`` anew."""
         self._call(self._rerecord, StartEpisode.Request(task=task, note="operator console: re-record"), done)
 
     def end_episode(self, episode_id: str, success: bool, discard: bool, done: Done) -> None:
+        """EndEpisode on the recorder: save ``episode_id`` with the verdict ``success``, or discard it."""
         self._call(self._end, EndEpisode.Request(episode_id=episode_id, success=success, discard=discard), done)
 
     def reset_sim(self, task: str, done: Done) -> None:
+        """sim_bridge's reset to a new scene (seed -1 = the simulator's next seed) of ``task``."""
         self._call(self._reset, ResetTask.Request(task=task, seed=-1), done)
 
     def fine_tune(self, feedback: Callable[[int, int, float], None], done: Done) -> None:
+        """A fine_tune goal with the node's default steps; its progress arrives on the fine-tune topic instead."""
         self._goals["fine_tune"] = send_goal_bounded(
             self, self._fine_tune, FineTune.Goal(steps=0), self.p.fine_tune_timeout_s,
             lambda res, why: done(fields(res) if res is not None else None, why))  # progress: _on_fine_tune_feedback
 
     def run_policy(self, task: str, feedback: Callable[[int], None], done: Done) -> None:
+        """A run_policy goal on ``task`` with the node's step limit (max_steps 0); ``feedback`` gets the step count."""
         self._goals["evaluate"] = send_goal_bounded(
             self, self._run, RunPolicy.Goal(task=task, max_steps=0), self.p.evaluate_timeout_s,
             lambda res, why: done(fields(res) if res is not None else None, why),
             lambda fb: feedback(int(fb.step)))
 
     def cancel(self, goal: str, done: Done) -> None:
+        """Cancel the last ``goal`` ("fine_tune" or "evaluate") this console sent."""
         call = self._goals.get(goal)
         if call is None:
             done(None, f"no {goal} goal sent")
@@ -214,12 +222,14 @@ class OperatorConsoleNode(Node):
         call.cancel(lambda res, why: done({"ok": res is not None} if res is not None else None, why))
 
     def stop_arm(self, reason: str) -> None:
+        """Publish an ArmStop from this node, stamped now."""
         msg = ArmStop(source=self.get_fully_qualified_name(), reason=reason)
         msg.header.stamp = self.get_clock().now().to_msg()
         self._stop_pub.publish(msg)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def log(self, level: str, text: str) -> None:
+        """Write one of the runtime's outcome lines to the node's ROS log at its level."""
         {"info": self.get_logger().info, "warn": self.get_logger().warn}.get(level, self.get_logger().error)(text)
 
     def close(self) -> None:

@@ -90,6 +90,7 @@ class PolicyServerNode(Node):
         self.server.close()
 
     def publish_action(self, action: np.ndarray) -> None:
+        """Publish one action for the arm, stamped now and valid for ``action_valid_for_s``."""
         self.pub.publish(action_msg(action, self.get_clock().now().to_msg(), self.p.action_valid_for_s))
 
     def publish_stop(self, reason: str) -> None:
@@ -121,7 +122,7 @@ class PolicyServerNode(Node):
                     self.announce()
                     self.get_logger().info(f"adopted round {msg.round} from {self.p.follow_checkpoint_topic}: "
                                            f"{msg.path}")
-            except Exception as exc:  # noqa: BLE001 - a bad checkpoint must not stop the node
+            except Exception as exc:
                 self.get_logger().error(f"cannot adopt {msg.path!r}: {type(exc).__name__}: {exc}")
             finally:
                 self._adopting.release()

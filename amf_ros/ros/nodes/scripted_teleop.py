@@ -70,10 +70,12 @@ class ScriptedTeleop(Node):
 
     # ---- TeleopOutputs ------------------------------------------------------------------------------------------
     def send_action(self, a7: np.ndarray, stamp_ns: int) -> None:
+        """Publish one 7-D action stamped ``stamp_ns`` and valid for ``action_valid_for_s``."""
         stamp = Time(sec=int(stamp_ns) // 1_000_000_000, nanosec=int(stamp_ns) % 1_000_000_000)
         self._action_pub.publish(action_msg(a7, stamp, self.p.action_valid_for_s))
 
     def end_episode(self, episode_id: str, success: bool, discard: bool) -> None:
+        """EndEpisode on the recorder, bounded and asynchronous; the answer is only logged."""
         def done(res: Any, why: str) -> None:
             if res is not None and res.ok:
                 self.get_logger().info(f"episode {episode_id} ended: {res.num_steps} steps, {res.path or 'discarded'}")
@@ -83,6 +85,7 @@ class ScriptedTeleop(Node):
                      self.p.call_timeout_s, done)
 
     def reset_sim(self, episode_id: str, task: str) -> None:
+        """sim_bridge's reset (seed -1), bounded and asynchronous; the answer goes to the runtime."""
         if not self._reset.service_is_ready():
             self.get_logger().warn(f"{self.p.reset_service} not available yet; asking anyway")
 
@@ -91,6 +94,7 @@ class ScriptedTeleop(Node):
         call_bounded(self, self._reset, ResetTask.Request(task=task, seed=-1), self.p.call_timeout_s, done)
 
     def log(self, level: str, text: str) -> None:
+        """Write one of the runtime's lines to the node's ROS log at its level."""
         {"info": self.get_logger().info, "warn": self.get_logger().warn}.get(level, self.get_logger().error)(text)
 
 

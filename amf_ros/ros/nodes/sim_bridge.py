@@ -9,8 +9,9 @@ its validity horizon and newer than the last ArmStop on ``stop_topic`` (amf_ros/
 it is dropped, the simulator does not step and the drop is logged). Every action the simulator stepped on is echoed
 unchanged on ``applied_action_topic`` just before the observation it led to: demo_recorder records that topic, so a
 dropped command never enters a demonstration. A simulated arm with an emergency stop (backend widowx) offers
-widowx_driver's ``estop_service`` (std_srvs/SetBool); while engaged every action is refused. ``success_service`` still answers the current task,
-success since the reset and steps, but readers should take the latched status instead of calling it per tick.
+widowx_driver's ``estop_service`` (std_srvs/SetBool); while engaged every action is refused. ``success_service`` still
+answers the current task, success since the reset and steps, but readers should take the latched status instead of
+calling it per tick.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class SimBridge(Node):
             response.ok, response.message = True, f"reset to {request.task!r}, seed {seed}"
             response.instruction = self.sim.instruction(request.task)
             self.get_logger().info(response.message)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller; the node keeps serving
+        except Exception as exc:
             response.ok = False
             response.message = str(exc) if isinstance(exc, ValueError) else (
                 f"reset to {request.task!r} failed: {type(exc).__name__}: {exc}")
@@ -116,7 +117,7 @@ class SimBridge(Node):
     def _on_estop(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
         try:
             response.message, response.success = self.sim.estop(bool(request.data)), True
-        except Exception as exc:  # noqa: BLE001 - reported to the caller; the node keeps serving
+        except Exception as exc:
             response.message, response.success = f"e-stop failed: {type(exc).__name__}: {exc}", False
         if request.data:
             self.get_logger().warn(response.message)

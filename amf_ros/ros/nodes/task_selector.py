@@ -52,7 +52,7 @@ class TaskSelectorNode(Node):
         """Reload the policy copy (in this callback group, so next_task keeps answering with the old copy)."""
         try:
             reloaded, note = self.runtime.on_checkpoint(msg.path)
-        except Exception as exc:  # noqa: BLE001 - a bad checkpoint must not kill the node
+        except Exception as exc:
             self.get_logger().error(f"cannot load announced checkpoint {msg.path!r}: {exc}")
             return
         if reloaded:
@@ -61,6 +61,7 @@ class TaskSelectorNode(Node):
             self.get_logger().info(note)
 
     def on_episode(self, robot: str, msg: EpisodeInfo) -> None:
+        """A saved episode of ``robot``: its assignment is done; log the assignments that expired unrecorded."""
         if self.runtime.on_episode(robot, msg.task):
             self.get_logger().info(f"{robot}: assignment {msg.task} done ({msg.episode_id})")
         for r, t in self.runtime.assignments.expired:
@@ -68,9 +69,10 @@ class TaskSelectorNode(Node):
         self.runtime.assignments.expired.clear()
 
     def on_next_task(self, request: NextTask.Request, response: NextTask.Response) -> NextTask.Response:
+        """The /next_task service: the runtime's decision (announced on the decision topic too), or ok=false, why."""
         try:
             d = self.runtime.next_task(list(request.candidate_tasks), int(request.batch_size), str(request.robot))
-        except Exception as exc:  # noqa: BLE001 - caller errors and library failures alike -> ok=false
+        except Exception as exc:
             response.ok, response.message = False, bounded(str(exc), 2000)
             response.selector = self.p.selector
             line = self._refusals.line(("next_task", "refused"), f"next_task refused: {bounded(str(exc))}")
