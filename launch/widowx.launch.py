@@ -10,7 +10,7 @@ driver adapter (widowx_driver, topics /wx250s/...).
 Without `ros2 launch`: `amf up config/widowx.yaml --robot real ...` starts the same nodes (amf_ros.bringup.graph).
 """
 
-from amf_ros.bringup import graph
+from amf_ros.bringup import graph, graph_lock
 from amf_ros.bringup.lifetime import DIE_WITH_PARENT_ENV
 
 # Launch arguments: name -> (default, description). Read by the static launch test.
@@ -45,13 +45,18 @@ def generate_launch_description():
     from launch.substitutions import LaunchConfiguration
     from launch_ros.actions import Node
 
+    held = []  # this graph's lock (bringup/graph_lock.py), held while `ros2 launch` runs
+
     def _nodes(context):
         values = {k: LaunchConfiguration(k).perform(context) for k in LAUNCH_ARGUMENTS}
+        specs = node_plan(**values)
+        # one graph per namespace and workspace: a second one is refused before any node starts, in one line
+        held.append(graph_lock.claim_graph(specs, values["workspace"], values["namespace"]))
         return [Node(package=graph.PACKAGE, executable=s.executable, name=s.name, namespace=s.namespace,
                      output="screen", parameters=[s.params_file, s.overrides], respawn=s.respawn,
                      respawn_delay=s.respawn_delay_s, respawn_max_retries=s.respawn_max_retries,
                      additional_env={DIE_WITH_PARENT_ENV: "1"})
-                for s in node_plan(**values)]
+                for s in specs]
 
     args = [DeclareLaunchArgument(k, default_value=d, description=h) for k, (d, h) in LAUNCH_ARGUMENTS.items()]
     return LaunchDescription([*args, OpaqueFunction(function=_nodes)])

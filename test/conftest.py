@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 # Nodes resolve relative data folders under the workspace (amf_ros.paths): never the user's ~/.ros/amf in tests.
 os.environ.setdefault("AMF_WORKSPACE", tempfile.mkdtemp(prefix="amf_test_workspace_"))
 
-from ros_testing import require_ros, spinning_node  # noqa: E402
+from ros_testing import require_ros, spinning_node
 
-from amf_ros.bringup.ros_env import free_domain_id, isolated_ros_env  # noqa: E402
+from amf_ros.bringup.ros_env import free_domain_id, isolated_ros_env
 
 
 @pytest.fixture(scope="session")

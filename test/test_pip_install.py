@@ -12,7 +12,6 @@ import venv
 from pathlib import Path
 
 import pytest
-
 from testpaths import REPO
 
 pytestmark = pytest.mark.slow

@@ -155,32 +155,8 @@ def plan(robot: str = "sim", config: str | os.PathLike = "", checkpoint: str = "
     cfg = str(resolve_config(config or ROBOT_CONFIG.get(robot, "config/sim.yaml")))
     console = as_bool(console)
     over = overrides(robot, checkpoint, tasks, workspace, console, console_host, console_port, console_token)
-    first_use = first_use_tasks(cfg, over)
-    if first_use:
-        over["task_selector"]["tasks"] = first_use
     return [NodeSpec(name=n, executable=n, params_file=cfg, overrides=over[n], namespace=namespace)
             for n in node_names(robot, console)]
-
-
-def first_use_tasks(params_file: str | os.PathLike, over: dict[str, dict[str, Any]]) -> list[str]:
-    """task_selector's candidate tasks when policy_server will pre-train its policy on first use, else [].
-
-    Why: without a checkpoint at start, task_selector takes the candidates from its ``tasks_file`` (config/sim.yaml:
-    all six Metaworld tasks), while policy_server pre-trains (``pretrain_if_missing``) a policy of the embedded
-    suite's default tasks only; a demonstration of any other task is then refused by fine_tune. So when neither
-    node is given a checkpoint or candidate tasks (YAML or override), the candidates are those of the pre-trained
-    policy, as `amf run` (which passes that checkpoint) gets them.
-    """
-    if "policy_server" not in over or "task_selector" not in over:
-        return []
-    server = {**node_section(params_file, "policy_server"), **over["policy_server"]}
-    selector = {**node_section(params_file, "task_selector"), **over["task_selector"]}
-    given = server.get("checkpoint") or selector.get("checkpoint") or selector.get("tasks")
-    if given or not server.get("pretrain_if_missing") or server.get("backend", "native") != "native":
-        return []
-    from amf_ros.envs.suites import get_suite
-
-    return list(get_suite(str(server.get("pretrain_suite") or "metaworld")).default_tasks)
 
 
 def sim_plan(config: str | os.PathLike = "", checkpoint: str = "", namespace: str = NAMESPACE,

@@ -14,6 +14,15 @@ import signal
 
 DIE_WITH_PARENT_ENV = "AMF_DIE_WITH_PARENT"
 """Set to "1" in a node's environment (the launch files do): the node gets SIGTERM when its parent exits."""
+NO_RESPAWN_EXIT = 78
+"""Exit status of a node (or `amf up`) that must not be started again as it is: its place is taken by another
+graph (bringup.graph_lock), or its configuration is wrong. `amf up` does not respawn a node that exits with it
+(78 = EX_CONFIG of sysexits.h; under systemd: ``RestartPreventExitStatus=78``)."""
+
+
+class NoRespawnError(RuntimeError):
+    """Raised while a node starts when a restart cannot help: ``amf_ros.ros.spin`` prints the message as one line
+    and exits with :data:`NO_RESPAWN_EXIT`, no traceback."""
 
 
 def alive(pid: int) -> bool:

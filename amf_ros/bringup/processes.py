@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Mapping, Sequence
 
 from amf_ros.bringup.graph import NodeSpec, find_executable
-from amf_ros.bringup.lifetime import die_with_parent
+from amf_ros.bringup.lifetime import NO_RESPAWN_EXIT, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class NodeProcesses:
         self.killed: set[str] = set()
         self.restarts: dict[str, int] = {}  # respawns per node (supervise)
         self.given_up: dict[str, int] = {}  # nodes left down after respawn_max_retries, with their last exit code
+        self.down_reason: dict[str, str] = {}  # why each node of given_up stays down
         self._exited_at: dict[str, float] = {}
         self._logs: list[IO[bytes]] = []
 
@@ -82,7 +83,8 @@ class NodeProcesses:
     def supervise(self) -> list[str]:
         """Respawn policy, called periodically by the supervisor (`amf up`): a node that exited on its own is
         started again ``respawn_delay_s`` later, at most ``respawn_max_retries`` times, else left down (listed in
-        :attr:`given_up`). Returns log lines for what happened."""
+        :attr:`given_up`); a node that exited with NO_RESPAWN_EXIT (its place is taken by another graph, or its
+        configuration is wrong) is left down at once. Returns log lines for what happened."""
         lines, now = [], time.monotonic()
         for spec in self.specs:
             name = spec.key
@@ -92,9 +94,14 @@ class NodeProcesses:
             first = self._exited_at.setdefault(name, now)
             if first == now:
                 lines.append(f"{name} exited with code {code}")
-            if not spec.respawn or self.restarts.get(name, 0) >= spec.respawn_max_retries:
+            refused = code == NO_RESPAWN_EXIT
+            if refused or not spec.respawn or self.restarts.get(name, 0) >= spec.respawn_max_retries:
                 self.given_up[name] = code
-                lines.append(f"{name} stays down (respawn {'off' if not spec.respawn else 'retries used up'}); "
+                why = (f"it refused to start (exit {NO_RESPAWN_EXIT}: a restart cannot help)" if refused else
+                       "respawn off" if not spec.respawn else
+                       f"it exited {self.restarts.get(name, 0) + 1} times, respawn retries used up")
+                self.down_reason[name] = why
+                lines.append(f"{name} stays down ({'respawn off' if not spec.respawn else why}); "
                              "the other nodes keep running")
             elif now - first >= spec.respawn_delay_s:
                 self.restarts[name] = self.restarts.get(name, 0) + 1
@@ -102,6 +109,34 @@ class NodeProcesses:
                 self._launch(spec)
                 lines.append(f"{name} respawned ({self.restarts[name]}/{spec.respawn_max_retries})")
         return lines
+
+    def log_path(self, name: str) -> Path | None:
+        """The log file of node ``name`` (None without ``log_dir``: its output goes to the terminal)."""
+        return self.log_dir / f"{name}.log" if self.log_dir is not None else None
+
+    def down_report(self, name: str) -> str:
+        """The line that says node ``name`` of :attr:`given_up` is down for good: its last exit code, why, where its
+        log is, and that the rest of the graph runs without it."""
+        where = self.log_path(name) or "the terminal above (no --log-dir)"
+        return (f"NODE DOWN FOR GOOD: {name} exited with code {self.given_up[name]} and will not be restarted "
+                f"({self.down_reason.get(name, 'left down')}); its log: {where}; the rest of the graph keeps running "
+                f"WITHOUT it: fix the cause, then restart the graph")
+
+    def states(self) -> dict[str, dict[str, object]]:
+        """``{node: {state, pid, exit_code, restarts, reason, log}}``: state "running", "respawning" (exited,
+        about to be started again) or "down" (:attr:`given_up`); what `amf up` writes to its status file."""
+        out: dict[str, dict[str, object]] = {}
+        for spec in self.specs:
+            name = spec.key
+            proc = self.procs.get(name)
+            code = proc.poll() if proc is not None else None
+            state = "down" if name in self.given_up else ("running" if proc is not None and code is None
+                                                          else "respawning")
+            log_file = self.log_path(name)
+            out[name] = {"state": state, "pid": proc.pid if proc is not None else None, "exit_code": code,
+                         "restarts": self.restarts.get(name, 0), "reason": self.down_reason.get(name, ""),
+                         "log": str(log_file) if log_file is not None else ""}
+        return out
 
     def dead(self) -> dict[str, int]:
         """Nodes that have exited, with their exit codes."""

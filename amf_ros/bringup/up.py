@@ -7,9 +7,14 @@
 
 Runs until Ctrl-C, SIGTERM or SIGHUP (what a terminal, a process supervisor or a test harness sends), then stops
 every node it started (SIGINT, then SIGKILL after STOP_TIMEOUT_S). A node that exits on its own is respawned as
-launch's ``respawn`` would (graph.NodeSpec: after 2 s, at most 3 times), while the others keep running; exits
-non-zero if a node stayed down or had to be killed. The nodes also die with `amf up` itself if it is killed
-(amf_ros.bringup.processes).
+launch's ``respawn`` would (graph.NodeSpec: after 2 s, at most 3 times), while the others keep running; a node down
+for good is reported with an error line (its last exit code and log file) and in
+``<workspace>/graphs/<namespace>/status.json``; exits non-zero if a node stayed down or had to be killed. The nodes
+also die with `amf up` itself if it is killed (amf_ros.bringup.processes).
+
+One graph per namespace and workspace (amf_ros.bringup.graph_lock): before it starts any node, `amf up` refuses
+with one line naming the graph already there, and exit code 78 (NO_RESPAWN_EXIT), when another `amf up` or a node
+of its graph holds that namespace on that workspace, or when nodes of the same names answer in the ROS graph.
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ import argparse
 import logging
 import signal
 import threading
+from pathlib import Path
 from typing import Sequence
 
+from amf_ros.bringup import graph_lock
 from amf_ros.bringup.graph import NAMESPACE, ROBOT_CONFIG, ROBOTS, plan
+from amf_ros.bringup.lifetime import NO_RESPAWN_EXIT
 from amf_ros.bringup.processes import NodeProcesses
 
 STOP_TIMEOUT_S = 5.0
@@ -59,6 +67,19 @@ def default_robot(config: str) -> str:
     return "sim" if name.startswith("sim") else "real"
 
 
+def supervise_step(nodes: NodeProcesses, status: Path | None = None) -> None:
+    """One pass of the supervisor: respawn what exited (NodeProcesses.supervise), say loudly which node is now down
+    for good (an error line: its last exit code and log file), and rewrite the status file when anything changed."""
+    before = set(nodes.given_up)
+    lines = nodes.supervise()
+    for line in lines:
+        logging.warning(line)
+    for name in sorted(set(nodes.given_up) - before):
+        logging.error(nodes.down_report(name))
+    if status is not None and (lines or not status.exists()):
+        graph_lock.write_status(status, nodes.states())
+
+
 def main(argv: Sequence[str]) -> int:
     """Entry point of `amf up`."""
     args = build_parser().parse_args(list(argv))
@@ -81,11 +102,16 @@ def main(argv: Sequence[str]) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
+    try:
+        place = graph_lock.claim_graph(specs, args.workspace, args.namespace)
+    except graph_lock.PlaceTakenError as exc:
+        logging.error("%s", exc)
+        return NO_RESPAWN_EXIT
+    status = graph_lock.graph_dir(args.workspace, args.namespace) / graph_lock.STATUS_FILE
     nodes.start()
     try:
         while not stop.wait(0.5):
-            for line in nodes.supervise():
-                logging.warning(line)
+            supervise_step(nodes, status)
             if len(nodes.given_up) == len(specs):
                 logging.error("every node is down: %s", nodes.given_up)
                 break
@@ -93,6 +119,9 @@ def main(argv: Sequence[str]) -> int:
         if received:
             logging.info("%s: stopping %d nodes", received[0], len(specs))
         codes = nodes.stop(timeout=STOP_TIMEOUT_S)
+        graph_lock.write_status(status, {n: {**s, "state": "down" if s["state"] == "down" else "stopped"}
+                                         for n, s in nodes.states().items()})
+        place.release()
     killed = sorted(name for name in nodes.killed)
     if killed:
         logging.error("node(s) did not stop within %.0f s and were killed: %s", STOP_TIMEOUT_S, killed)

@@ -11,7 +11,9 @@ which must not block; its answer comes back to that browser as a ``result`` mess
 Access: bound to 127.0.0.1 by default. Any other ``host`` requires a token (refused at start without one); every
 request must then carry it (``?token=`` on the page and WebSocket URLs, or ``Authorization: Bearer``), compared in
 constant time. WebSocket upgrades from another origin are refused (a page elsewhere in the operator's browser cannot
-drive the robot through a loopback console).
+drive the robot through a loopback console). Every HTTP and WebSocket request must name an accepted host in its
+``Host`` header (:func:`accepted_hosts`), else 403: a page served from an attacker's name that resolves to this
+machine (DNS rebinding) carries its own name in both Host and Origin, so the Origin check alone lets it through.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import base64
 import hmac
 import ipaddress
 import json
+import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -45,6 +48,34 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+"""Bind addresses that listen on every interface."""
+
+
+def host_name(header: str) -> str:
+    """The host name of a ``Host`` header (port and IPv6 brackets dropped, lower case, no trailing dot); "" when it
+    is missing or malformed."""
+    try:
+        name = urlsplit(f"//{header.strip()}").hostname or ""
+    except ValueError:
+        return ""
+    return name.rstrip(".")
+
+
+def accepted_hosts(host: str, allowed: Sequence[str] = ()) -> frozenset[str]:
+    """Host names a request may carry in its ``Host`` header: the bound ``host`` (on every interface: this
+    machine's host name and fully qualified name), the loopback names (localhost, 127.0.0.1, ::1) when the console
+    listens on loopback, and ``allowed`` (the node's ``allowed_hosts``: the names and addresses operators use)."""
+    names = {host_name(h) for h in allowed if h.strip()}
+    if host in WILDCARD_HOSTS:
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    else:
+        names.add(host_name(host if ":" not in host else f"[{host}]"))
+    if host in WILDCARD_HOSTS or is_loopback(host):
+        names |= {"localhost", "127.0.0.1", "::1"}
+    return frozenset(n for n in names if n)
 
 
 class FrameSlot:
@@ -99,17 +130,19 @@ class ConsoleServer:
         frames: the camera slot (None = no camera panel); ``to_rgb`` turns a stored frame into an RGB array.
         display_rate_hz: camera frames per second sent to browsers at most.
         push_period_s: how often changed sections are pushed.
+        allowed_hosts: further names (or addresses) a request's ``Host`` header may carry (:func:`accepted_hosts`).
     """
 
     def __init__(self, model: ConsoleModel, dispatch: Dispatch, host: str = "127.0.0.1", port: int = 8765,
                  token: str = "", frames: FrameSlot | None = None, to_rgb: Callable[[Any], np.ndarray] | None = None,
                  display_rate_hz: float = 2.0, push_period_s: float = 0.2,
-                 log: Callable[[str, str], None] | None = None) -> None:
+                 log: Callable[[str, str], None] | None = None, allowed_hosts: Sequence[str] = ()) -> None:
         if not token and not is_loopback(host):
             raise ValueError(f"host {host!r} is reachable from other machines: set a 'token' (every browser must then "
                              "open the page with ?token=...), or bind to 127.0.0.1")
         self.model, self.dispatch = model, dispatch
         self.host, self.port, self.token = host, int(port), token
+        self.hosts = accepted_hosts(host, allowed_hosts)
         self.frames, self.to_rgb = frames, to_rgb
         self.display_period_s = 1.0 / max(display_rate_hz, 1e-3)
         self.push_period_s = float(push_period_s)
@@ -186,6 +219,7 @@ class ConsoleServer:
         app.router.add_get("/ws", self._websocket)
         app.router.add_get("/api/state", self._state)
         app.router.add_get("/static/{name:.+}", self._static)
+        app.middlewares.append(self._host_middleware())  # first: a foreign Host learns nothing, not even 401
         app.middlewares.append(self._auth_middleware())
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -212,6 +246,23 @@ class ConsoleServer:
         if not given and header.startswith("Bearer "):
             given = header[len("Bearer "):]
         return hmac.compare_digest(given.encode(), self.token.encode())
+
+    def _host_middleware(self) -> Any:
+        from aiohttp import web
+
+        @web.middleware
+        async def check(request: Any, handler: Any) -> Any:
+            given = request.headers.get("Host", "")
+            if host_name(given) not in self.hosts:
+                self._log("warn", f"refused {request.method} {request.path} from {request.remote}: Host "
+                                  f"{given[:100]!r} is not one of this console's names {sorted(self.hosts)}")
+                return web.Response(status=403, text=f"operator console: refused: Host {given[:100]!r} is not a name "
+                                                     "of this console (a guard against DNS rebinding); open it by the "
+                                                     "address it is bound to, or add the name to the node's "
+                                                     "'allowed_hosts' parameter\n")
+            return await handler(request)
+
+        return check
 
     def _auth_middleware(self) -> Any:
         from aiohttp import web

@@ -105,9 +105,9 @@ class EmbeddingCache:
                     cancelled: Callable[[], bool] | None = None) -> dict[str, np.ndarray] | None:
         """Transitions with ``state`` = Octo embeddings (N, E) and ``action`` = recorded 7-D EefDeltaAction;
         None if the store has no (matching) episode. ``cancelled`` is polled before every episode (True ->
-        :class:`~amf_ros.policies.fine_tuning.FineTuneCancelled`; the episodes embedded so far stay cached)."""
+        :class:`~amf_ros.policies.fine_tuning.FineTuneCancelledError`; the episodes embedded so far stay cached)."""
         from amf_ros.data.store import EpisodeStore
-        from amf_ros.policies.fine_tuning import FineTuneCancelled
+        from amf_ros.policies.fine_tuning import FineTuneCancelledError
 
         if not self.dataset_dir.is_dir():
             return None
@@ -120,7 +120,7 @@ class EmbeddingCache:
         cols: dict[str, list[np.ndarray]] = {"state": [], "action": [], "task": [], "episode_index": [], "step": []}
         for i, eid in enumerate(ids):
             if cancelled is not None and cancelled():
-                raise FineTuneCancelled(f"fine-tune cancelled while embedding episode {i + 1} of {len(ids)} "
+                raise FineTuneCancelledError(f"fine-tune cancelled while embedding episode {i + 1} of {len(ids)} "
                                         "(nothing saved)")
             emb, ep = self.episode(store, eid)
             n = len(ep)

@@ -46,6 +46,43 @@ STAMP_PREFIX = "stamp/"
 FLAGS = ("is_first", "is_last", "is_terminal")
 
 
+MAX_TASK_KEY_CHARS = 128
+"""Longest task key (keys name episodes' metadata, log lines and plots; amf_ros/data/tasks.py checks keys)."""
+MAX_INSTRUCTION_CHARS = 1000
+"""Longest language instruction stored with an episode (a sentence; Octo's tokenizer reads 16 tokens of it)."""
+MAX_NOTE_CHARS = 2000
+"""Longest operator note stored with an episode."""
+MAX_NAME_CHARS = 256
+"""Longest robot name or episode id stored with an episode (and robot name a service takes)."""
+
+TEXT_LIMITS: dict[str, int] = {"task": MAX_TASK_KEY_CHARS, "instruction": MAX_INSTRUCTION_CHARS,
+                               "operator_note": MAX_NOTE_CHARS, "robot": MAX_NAME_CHARS,
+                               "episode_id": MAX_NAME_CHARS}
+"""The free-text fields of :class:`EpisodeMeta` and their longest value in characters. Why bounded: every field is
+stored in meta.json, the first three also in the store's index.json (rewritten at every commit), announced on
+/amf/episodes and echoed in logs; a 1 MB instruction made index.json 1 MB (issue 33). Services refuse longer values
+with the same limits (demo_recorder's StartEpisode), and :meth:`amf_ros.data.store.EpisodeStore.begin` refuses
+them too."""
+
+
+def text_problem(name: str, value: str, limit: int) -> str:
+    """Why ``value`` cannot be ``name`` ("" if it can): longer than ``limit`` characters. The message states the
+    limit and quotes at most 40 characters of the value (bounded answers and logs)."""
+    if len(value) <= limit:
+        return ""
+    return f"{name} of {len(value)} characters is too long (at most {limit}): {value[:40]!r}..."
+
+
+def text_limit_problem(**fields: str) -> str:
+    """The first of ``fields`` (names of :data:`TEXT_LIMITS`, e.g. ``instruction=..., operator_note=...``) that is
+    too long, said as :func:`text_problem` says it, or "" if none is."""
+    for name, value in fields.items():
+        problem = text_problem(name.replace("_", " "), value, TEXT_LIMITS[name])
+        if problem:
+            return problem
+    return ""
+
+
 def is_image_key(key: str) -> bool:
     """Observation keys ``observation/image*`` hold uint8 (H, W, 3) images, compressed by the store."""
     return key.startswith(OBS_PREFIX + "image")

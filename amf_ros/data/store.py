@@ -16,13 +16,14 @@ Layout of a dataset directory::
         .chunk-NNNNNN.npz.*.tmp      the chunk being written (complete if the writer died before the rename)
         verdict.json                 the operator's success and note, written first by commit
 
-Why this shape: a recorder killed at any instant leaves (a) committed episodes untouched (nothing writes
-into them again), and (b) a ``.partial-*`` directory whose complete chunks can be committed by
-:meth:`EpisodeStore.recover` (``recovered=True``; ``success`` from verdict.json if a commit got that far, else
-None) or removed by :meth:`EpisodeStore.discard_partial`. Whether its writer is still alive is read from
-writer.lock (:class:`amf_ros.data.writer.WriterLock`): held = alive, never touched; free = dead, recoverable at
-any age; absent (older layout) = the directory's age decides. A full disk raises from ``add_step``/``commit``
-and leaves only the partial directory. No pickle anywhere (``allow_pickle=False``).
+Why this shape: a recorder killed at any instant leaves (a) committed episodes untouched (nothing writes into them
+again), and (b) a ``.partial-*`` directory whose complete chunks can be committed by :meth:`EpisodeStore.recover`
+(``recovered=True``; ``success`` from verdict.json if a commit got that far and every step it counted was recovered,
+else None: a prefix may have lost the steps that solved the task) or removed by :meth:`EpisodeStore.discard_partial`.
+Whether its writer is still alive is read from writer.lock (:class:`amf_ros.data.writer.WriterLock`): held = alive,
+never touched; free = dead, recoverable at any age; absent (older layout) = the directory's age decides. A full disk
+raises from ``add_step``/``commit`` and leaves only the partial directory. No pickle anywhere
+(``allow_pickle=False``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from amf_ros.data.schema import (
     EpisodeMeta,
     EpisodeValidationError,
     is_image_key,
+    text_limit_problem,
     validate_meta,
     validate_steps,
 )
@@ -161,6 +163,10 @@ class EpisodeStore:
         """Start a new episode; returns its writer (call ``commit`` or ``discard`` on it)."""
         if not task:
             raise ValueError(f"task must be a non-empty task key, got {task=}")
+        too_long = text_limit_problem(task=task, instruction=instruction, operator_note=operator_note, robot=robot,
+                                      episode_id=episode_id or "")
+        if too_long:
+            raise ValueError(f"cannot start an episode: {too_long}")
         meta = EpisodeMeta(episode_id=episode_id or new_episode_id(), task=task, instruction=instruction,
                            robot=robot, control_rate_hz=float(control_rate_hz), topics=dict(topics or {}),
                            state_names=list(state_names or []), operator_note=operator_note,
@@ -378,11 +384,13 @@ class EpisodeStore:
     def recover(self, episode_id: str, min_age_s: float = 0.0) -> RecoveryResult:
         """Commit the complete chunks of a partial episode whose writer is gone (``recovered=True``).
 
-        ``success`` (and the operator note) come from verdict.json when a commit got that far, else success is
-        None. A partial whose writer.lock is held (writer alive) is never touched; one whose lock is free is
-        recovered at any age; one without writer.lock (older layout) only once untouched for ``min_age_s``. An
-        episode without a readable start.json or without any complete chunk is ignored (left in place) and the
-        result says why; :meth:`discard_partial` removes it.
+        ``success`` comes from verdict.json when a commit got that far and the recovered steps are all the steps it
+        counted (the last step is recorded); otherwise success is None (unknown: the lost steps may be the ones that
+        solved the task, or failed it) and a cut-short verdict is kept in ``extra["operator_verdict"]``. The
+        operator note comes from verdict.json whenever it is there. A partial whose writer.lock is held (writer
+        alive) is never touched; one whose lock is free is recovered at any age; one without writer.lock (older
+        layout) only once untouched for ``min_age_s``. An episode without a readable start.json or without any
+        complete chunk is ignored (left in place) and the result says why; :meth:`discard_partial` removes it.
         """
         src = self.root / f"{PARTIAL_PREFIX}{episode_id}"
         if not src.is_dir():
@@ -435,7 +443,9 @@ class EpisodeStore:
             base = key.split("@")[0]
             if is_image_key(base):
                 meta.image_codec[base] = "raw" if "@" not in key else self._guess_codec(parts[0], base)
-        meta.success = None if verdict is None else verdict["success"]
+        meta.success = verdict["success"] if whole else None
+        if verdict is not None and not whole:
+            meta.extra["operator_verdict"] = {"success": verdict["success"], "num_steps": verdict.get("num_steps")}
         if verdict is not None and verdict.get("operator_note") is not None:
             meta.operator_note = verdict["operator_note"]
         meta.recovered = True
@@ -462,9 +472,11 @@ class EpisodeStore:
         tidy_committed(final)
         self._after_commit(meta)
         reason = f"{len(parts)} complete chunk(s)" + (f", {len(temps)} adopted from a temp file" if temps else "")
-        if verdict is not None:
-            reason += f", operator's verdict kept (success={meta.success}" + \
-                ("" if whole else f", {n} of {verdict.get('num_steps')} steps") + ")"
+        if verdict is not None and whole:
+            reason += f", operator's verdict kept (success={meta.success})"
+        elif verdict is not None:
+            reason += (f", {n} of the {verdict.get('num_steps')} steps of the operator's verdict "
+                       f"(success={verdict['success']}): success unknown")
         return RecoveryResult(episode_id, "recovered", reason, n, final)
 
     @staticmethod

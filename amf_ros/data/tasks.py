@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from amf_ros.data.schema import MAX_TASK_KEY_CHARS
 from amf_ros.data.task_set import load_task_set
 from amf_ros.policies.base import Policy
 
@@ -23,20 +24,21 @@ def checkpoint_tasks(path: str | Path) -> dict[str, str]:
 
 
 def task_set(tasks_file: str, policy: Policy | None = None, keys: Sequence[str] = ()) -> dict[str, str]:
-    """The candidate task set ``{key: instruction}``.
+    """The candidate task set ``{key: instruction}``: a function of the configuration, the same on every start.
 
-    ``keys`` if given; else the tasks the policy knows (a policy cannot be embedded for a task it has never
-    encoded); else every task of ``tasks_file``. Instructions come from ``tasks_file`` when it lists the task, else
-    from the policy.
+    ``keys`` if given; else every task of ``tasks_file``; else (no task file configured) the tasks the policy
+    knows. Instructions come from ``tasks_file`` when it lists the task, else from the policy. A configured task the
+    policy does not know is still a candidate: the node adds it to its policy copy
+    (:func:`amf_ros.policies.loading.learn_tasks`) and policy_server learns it from its demonstrations (issue 33).
     """
     table = load_task_set(tasks_file).instructions if tasks_file else {}
     known = dict(policy.instructions) if policy is not None else {}
     if keys:
         chosen = list(keys)
-    elif known:
-        chosen = list(known)
     elif table:
         chosen = list(table)
+    elif known:
+        chosen = list(known)
     else:
         raise ValueError("no task set: set the 'tasks_file' or 'tasks' parameter, or load a checkpoint")
     out: dict[str, str] = {}
@@ -50,8 +52,19 @@ def task_set(tasks_file: str, policy: Policy | None = None, keys: Sequence[str] 
     return out
 
 
-MAX_TASK_KEY_CHARS = 128
-"""Longest task key a node accepts (keys name episodes' metadata, log lines and plots)."""
+def episode_instructions(dataset_dir: str | Path) -> dict[str, str]:
+    """``{task: instruction}`` of the tasks with a committed episode in the store (the oldest episode's
+    instruction); {} without a store. What a fine-tune teaches a policy for a task its checkpoint lacks."""
+    from amf_ros.data.store import EpisodeStore
+
+    if not Path(dataset_dir).is_dir():
+        return {}
+    store = EpisodeStore(dataset_dir, create=False)
+    out: dict[str, str] = {}
+    for eid in store.episode_ids():
+        meta = store.meta(eid)
+        out.setdefault(meta.task, meta.instruction)
+    return out
 
 
 def task_key_problem(key: str) -> str:
@@ -75,7 +88,13 @@ def check_task_keys(keys: Sequence[str], known: Sequence[str] = ()) -> None:
             raise ValueError(problem)
     repeated = sorted(k for k, n in Counter(keys).items() if n > 1)
     if repeated:
-        raise ValueError(f"task(s) {repeated} given more than once")
+        raise ValueError(f"task(s) {_some(repeated)} given more than once")
     unknown = [k for k in keys if known and k not in known]
     if unknown:
-        raise ValueError(f"unknown task(s) {unknown}; known tasks: {list(known)}")
+        raise ValueError(f"unknown task(s) {_some(unknown)}; known tasks: {list(known)}")
+
+
+def _some(keys: Sequence[str], shown: int = 10) -> str:
+    """The first ``shown`` keys as a list, and how many there are in all when there are more (a request may name
+    any number of keys; the answer stays bounded)."""
+    return str(list(keys[:shown])) + (f" (and {len(keys) - shown} more)" if len(keys) > shown else "")

@@ -49,6 +49,7 @@ from amf_ros.data.schema import (
     EpisodeMeta,
     EpisodeValidationError,
     is_image_key,
+    text_limit_problem,
     validate_steps,
 )
 
@@ -330,6 +331,9 @@ class EpisodeWriter:
         """
         if self._closed:
             raise ValueError(f"episode {self.episode_id} is closed (committed, discarded or failed)")
+        too_long = text_limit_problem(operator_note=operator_note or "")
+        if too_long:  # refused before anything is written: the episode stays open, to commit with a shorter note
+            raise ValueError(f"episode {self.episode_id}: {too_long}")
         if self._num_steps == 0:
             raise ValueError(f"episode {self.episode_id}: cannot commit an episode with no steps (discard it)")
         try:

@@ -113,7 +113,7 @@ def run_fleet(cfg: Any, checkpoint: Path, run_dir: Path, instructions: dict[str,
     tasks = list(instructions)
     results["robots"] = names
     clients: dict[str, Any] = {}
-    extra = node_overrides(run_dir, cfg)
+    extra = node_overrides(run_dir, cfg, tasks=tasks)  # the candidates it evaluates
     for k, name in enumerate(names, start=1):  # each arm its own scenes and noise (after the run's seed: wins)
         for node in ("sim_bridge", "scripted_teleop"):
             extra[f"{name}.{node}"] = ["-p", f"seed:={cfg.seed * 100 + k}"]

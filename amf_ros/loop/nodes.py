@@ -9,7 +9,7 @@ three, so that no file of loop/ imports one that imports it back.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from amf_ros.bringup import graph
 from amf_ros.bringup.params import schema
@@ -35,14 +35,17 @@ class RunSettings(Protocol):
     seed: int
 
 
-def node_overrides(run_dir: Path, cfg: RunSettings) -> dict[str, list[str]]:
-    """Per-node `-p` overrides: this run's dataset/checkpoint dirs, selector and seed (only declared names); for
-    the ensemble rules also policy_server's ensemble_members and task_selector's selection_policy 'latest' (the
-    config's 'frozen' would keep the pre-trained checkpoint, which has no members; ``amf bench metaworld`` scores
-    the peer rules with the current fine-tuned heads too)."""
+def node_overrides(run_dir: Path, cfg: RunSettings, tasks: Sequence[str] = ()) -> dict[str, list[str]]:
+    """Per-node `-p` overrides: this run's dataset/checkpoint dirs and workspace, selector and seed (only declared
+    names); for the ensemble rules also policy_server's ensemble_members and task_selector's selection_policy
+    'latest' (the config's 'frozen' would keep the pre-trained checkpoint, which has no members; ``amf bench
+    metaworld`` scores the peer rules with the current fine-tuned heads too). ``tasks``: task_selector's
+    candidates (`amf run`: the pre-trained checkpoint's tasks, which it evaluates; empty = the YAML's tasks_file)."""
     run_dir = run_dir.resolve()
+    # the run dir is the graph's workspace: its nodes' locks (bringup/graph_lock.py) live there, so a run never
+    # collides with an `amf up` graph of the same namespace on the default workspace (its own DDS domain, own data)
     values: dict[str, Any] = {"dataset_dir": str(run_dir / "dataset"), "checkpoint_dir": str(run_dir / "checkpoints"),
-                              "selector": cfg.selector, "seed": cfg.seed}
+                              "workspace": str(run_dir), "selector": cfg.selector, "seed": cfg.seed}
     if cfg.selector in ENSEMBLE_METRICS:  # a second head every round, and a selector that follows the rounds
         values.update(ensemble_members=ENSEMBLE_MEMBERS, selection_policy="latest")
     out: dict[str, list[str]] = {}
@@ -53,6 +56,8 @@ def node_overrides(run_dir: Path, cfg: RunSettings) -> dict[str, list[str]]:
             if key in declared:
                 args += ["-p", f"{key}:={value}"]
         out[node] = args
+    if tasks:
+        out["task_selector"] += ["-p", f"tasks:=[{', '.join(tasks)}]"]
     return out
 
 

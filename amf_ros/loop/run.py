@@ -143,7 +143,7 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     results: dict[str, Any] = {"benchmark": "amf-run", "config": dataclasses.asdict(cfg), "metric": "success",
                                "tasks": list(instructions), "pretrained_checkpoint": str(checkpoint),
                                "run_dir": str(run_dir), "rounds": []}
-    extra = node_overrides(run_dir, cfg)
+    extra = node_overrides(run_dir, cfg, tasks=list(instructions))  # the candidates it evaluates
     extra[graph.CONSOLE_NODE] = ["-p", "auto_ask:=false"]  # watching must not ask: asks advance the selector's draws
     procs = NodeProcesses(specs, log_dir=run_dir / "logs", env=env, extra_args=extra)
     with procs, session("amf_run") as client:

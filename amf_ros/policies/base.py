@@ -116,6 +116,11 @@ class Policy(Protocol):
     def instructions(self) -> Mapping[str, str]:
         """``{task key: instruction}`` for every key of :attr:`tasks` (task_selector's and Octo's task text)."""
 
+    def set_tasks(self, tasks: Mapping[str, str]) -> None:
+        """Add (or re-word) tasks ``{key: instruction}``: a new key gets its instruction's embedding and alpha(c) at its
+        initial value, so the policy acts for it (mostly from the prior) and learns it from its demonstrations at the
+        next :meth:`fit`. A backend that cannot add a task raises ValueError (the GP: a task is a given vector)."""
+
     @property
     def alphas(self) -> Mapping[str, float]:
         """``{task key: alpha(c)}`` of the adaptive prior (empty without one); reported after each fine-tune."""

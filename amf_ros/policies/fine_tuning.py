@@ -40,5 +40,5 @@ FINE_TUNE = FineTuneSettings()
 """The defaults, for the tables and configs that take theirs from :class:`FineTuneSettings`."""
 
 
-class FineTuneCancelled(Exception):
+class FineTuneCancelledError(Exception):
     """A fine-tune was cancelled (its goal cancelled, or shutdown) before it saved anything."""

@@ -187,6 +187,15 @@ class GPTaskPolicy:
         """Known task keys."""
         return list(self.task_vectors)
 
+    def set_tasks(self, tasks: Mapping[str, str]) -> None:
+        """Re-word known tasks; a new key is refused (ValueError): a GP task is a given task vector, not an
+        instruction it could embed."""
+        new = sorted(set(tasks) - set(self.task_vectors))
+        if new:
+            raise ValueError(f"the GP policy cannot add task(s) {new}: its tasks are the task vectors it was built "
+                             f"with ({self.tasks})")
+        self.instructions.update({str(k): str(v) for k, v in tasks.items()})
+
     @property
     def alphas(self) -> dict[str, float]:
         """Empty: the GP policy has no adaptive prior."""

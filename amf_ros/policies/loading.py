@@ -60,6 +60,16 @@ def load_sharing_encoder(loader: str, path: str | Path, encoder: TaskEncoder | N
         return load(path)
 
 
+def learn_tasks(policy: Policy, instructions: Mapping[str, str]) -> list[str]:
+    """Add to ``policy`` the tasks of ``instructions`` it does not know yet (:meth:`Policy.set_tasks`); returns
+    their keys. What makes a configured task the checkpoint lacks a task with no data: task_selector scores it (warm
+    start first), and the fine-tune learns it from its demonstrations. ValueError from a backend that cannot."""
+    new = {str(k): str(v) for k, v in instructions.items() if k not in policy.instructions}
+    if new:
+        policy.set_tasks(new)
+    return list(new)
+
+
 def load_newest_good(checkpoint_dir: str | Path, load: Callable[[Path], T],
                      warn: Callable[[str], None]) -> tuple[T, Path] | None:
     """Load the newest ``round_NNNN`` that loads; a newer one that does not (corrupt, half-copied by hand, from an

@@ -18,7 +18,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from amf_ros.robots import widowx
-from amf_ros.robots.action_gate import ActionGate
+from amf_ros.robots.action_gate import ESTOP, INVALID, NO_IK, NO_JOINT_STATE, ActionCounts, ActionGate
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,9 @@ class WidowXArm:
         self._grip_driving = False  # a nonzero PWM is applied and the gripper has not reached its end yet
         self._throttle = throttle
         self.gate = ActionGate(config.action_timeout_s)
+        self.counts = ActionCounts()
+        """Actions applied and refused by reason, and the e-stop (published as amf_ros/ArmStatus)."""
+        self.counts.set_estop(bool(config.start_stopped))
 
     @property
     def stopped(self) -> bool:
@@ -132,19 +135,25 @@ class WidowXArm:
         out = ArmCommands()
         dropped = self.gate.refusal(stamp_ns, valid_for_ns, now_ns)
         if dropped:
+            self.counts.refuse(self.gate.last_drop)
             self._log(out, "warn", "stale", dropped, now)
             return out
         try:
             cmd = self.adapter.apply(np.asarray(a7, dtype=np.float64))
         except ValueError as exc:
+            self.counts.refuse(INVALID)
             self._log(out, "error", "refused", f"refused action: {exc}", now)
             return out
         if cmd is None:
+            self.counts.refuse(ESTOP if self.adapter.stopped else NO_JOINT_STATE)
             reason = "e-stop engaged" if self.adapter.stopped else "no joint state yet"
             self._log(out, "warn", "ignored", f"action ignored: {reason}", now)
             return out
         if not cmd.ik_ok:
+            self.counts.refuse(NO_IK)
             self._log(out, "warn", "ik", "no IK solution within joint limits; holding", now)
+        else:
+            self.counts.applied += 1
         out.arm = [float(v) for v in cmd.arm]
         out.applied = bool(cmd.ik_ok)
         if cmd.gripper_pwm != 0.0 and cmd.gripper_open != self._last_grip:
@@ -156,6 +165,7 @@ class WidowXArm:
         """Engage (the arm holds its measured joints, the gripper stops squeezing, actions are refused) or
         release (the target re-anchors at the arm) the emergency stop; returns the commands and a message."""
         self.adapter.emergency_stop(bool(engage))
+        self.counts.set_estop(bool(engage))
         out = ArmCommands()
         if engage:
             hold = self.adapter.hold_command()

@@ -1,4 +1,5 @@
-"""The arm's command messages in one place: EefDeltaAction (stamp + validity horizon) and ArmStop, both ways.
+"""The arm's command messages in one place: EefDeltaAction (stamp + validity horizon), ArmStop and ArmStatus, both
+ways.
 
 Why one home: policy_server, scripted_teleop, the client and the tests publish actions; sim_bridge and
 widowx_driver read them. The stamp/horizon convention (amf_ros/robots/action_gate.py) must be the same for all.
@@ -9,7 +10,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from amf_ros.data.ros_convert import time_ns as stamp_ns
-from amf_ros.msg import ArmStop, EefDeltaAction
+from amf_ros.msg import ArmStatus, ArmStop, EefDeltaAction
+from amf_ros.robots.action_gate import ActionCounts
 
 NS = 1_000_000_000
 
@@ -35,3 +37,18 @@ def stop_msg(stamp: Any, source: str, reason: str) -> ArmStop:
     msg = ArmStop(source=source, reason=reason)
     msg.header.stamp = stamp
     return msg
+
+
+def arm_status_msg(counts: ActionCounts, stamp: Any) -> ArmStatus:
+    """An ArmStatus of ``counts`` stamped ``stamp`` (builtin_interfaces/Time)."""
+    msg = ArmStatus(estop=bool(counts.estop), estop_engagements=int(counts.estop_engagements),
+                    applied=int(counts.applied), refused_reasons=list(counts.refused),
+                    refused_counts=[int(n) for n in counts.refused.values()])
+    msg.header.stamp = stamp
+    return msg
+
+
+def arm_counts(msg: ArmStatus) -> ActionCounts:
+    """The ActionCounts of an ArmStatus."""
+    return ActionCounts(applied=int(msg.applied), estop=bool(msg.estop), estop_engagements=int(msg.estop_engagements),
+                        refused={str(k): int(n) for k, n in zip(msg.refused_reasons, msg.refused_counts, strict=False)})

@@ -93,14 +93,15 @@ class AMFClient:
         self._fine_tune_handles: list[ClientGoalHandle] = []
         self._lock = threading.Lock()
         n = self.node
-        self.next_task_cli = n.create_client(NextTask, next_task_service)  # a fleet robot: /fleet/next_task
-        self.reset_cli = n.create_client(ResetTask, "sim/reset")
-        self.success_cli = n.create_client(TaskSuccess, "sim/success")
-        self.start_cli = n.create_client(StartEpisode, "recorder/start_episode")
-        self.end_cli = n.create_client(EndEpisode, "recorder/end_episode")
-        self.estop_cli = n.create_client(SetBool, "widowx/estop")
-        self.fine_tune_cli = ActionClient(n, FineTune, "fine_tune")
-        self.run_cli = ActionClient(n, RunPolicy, "run_policy")
+        # a fleet robot asks /fleet/next_task
+        self.next_task_cli = n.create_client(NextTask, next_task_service, qos_profile=qos.SERVICES)
+        self.reset_cli = n.create_client(ResetTask, "sim/reset", qos_profile=qos.SERVICES)
+        self.success_cli = n.create_client(TaskSuccess, "sim/success", qos_profile=qos.SERVICES)
+        self.start_cli = n.create_client(StartEpisode, "recorder/start_episode", qos_profile=qos.SERVICES)
+        self.end_cli = n.create_client(EndEpisode, "recorder/end_episode", qos_profile=qos.SERVICES)
+        self.estop_cli = n.create_client(SetBool, "widowx/estop", qos_profile=qos.SERVICES)
+        self.fine_tune_cli = ActionClient(n, FineTune, "fine_tune", **qos.action_services())
+        self.run_cli = ActionClient(n, RunPolicy, "run_policy", **qos.action_services())
         n.create_subscription(EpisodeInfo, "episodes", lambda m: self._add(self.seen.episodes, m), qos.EVENTS)
         n.create_subscription(CheckpointInfo, "checkpoint", lambda m: self._add(self.seen.checkpoints, m),
                               qos.LATCHED)

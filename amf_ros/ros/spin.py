@@ -35,7 +35,7 @@ from rclpy.executors import (
 )
 from rclpy.node import Node
 
-from amf_ros.bringup.lifetime import die_with_parent_if_asked
+from amf_ros.bringup.lifetime import NO_RESPAWN_EXIT, NoRespawnError, die_with_parent_if_asked
 
 EXECUTORS = ("multi", "multi_rclpy", "single", "events")
 
@@ -130,6 +130,9 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
     except StartupError as exc:
         print(f"{exc}", file=sys.stderr)
         exit_code = 1
+    except NoRespawnError as exc:  # e.g. another graph holds this node's place (bringup/graph_lock.py)
+        print(f"{exc}", file=sys.stderr)
+        exit_code = NO_RESPAWN_EXIT
     except Exception:
         if rclpy.ok():
             raise  # a real error; an interrupted start shows up as an invalid context instead

@@ -14,7 +14,9 @@ stale: nothing is computed from it, and unless a fresh one arrives the goal ends
 the later of "it went stale" and "this thread started waiting for a new one" (a slow inference starves the
 process's executor, so frames arrive late without the arm being at fault), so a stopped arm or camera is never
 commanded for long. With a task status stream, the verdict after the
-last action waits at most ``status_timeout_s`` for the status of that action and otherwise ends ok=false; cancel,
+last action waits at most ``status_timeout_s`` for the status of that action and otherwise ends ok=false; a status
+saying the arm's episode is over (``done``: solved, or the arm's own step limit, after which a simulator takes no
+action and sends no observation) ends the goal at once with that verdict, never as a stale observation; cancel,
 an ArmStop from someone else (:meth:`ControlLoop.abort`) and shutdown are seen within one period.
 
 Execution horizon (``ControlLoopConfig.execution_horizon`` > 1), for a policy slower than the period (Octo's trunk on a
@@ -222,6 +224,27 @@ class ControlLoop:
             return False
         return first is None or value.resets != first.resets or value.steps > first.steps
 
+    def _arm_episode_over(self, first: TaskStatusValue | None) -> bool:
+        """True, with the goal ended, once the arm's task status says this run's episode is over (``done``): solved,
+        or the arm's own step limit reached (a simulator's max_steps; it refuses further actions and sends no
+        more observations, so without this the goal would end later as "observation stale"). A verdict like the
+        one after ``max_steps`` actions: ok, success as the arm says."""
+        if self.status is None:
+            return False
+        value, _, _ = self.status.get()
+        if value is None or value.task != self.task or not value.done:
+            return False
+        if first is not None and value.resets == first.resets and value.steps <= first.steps:
+            return False  # a status from before this run's first action
+        r = self.result
+        if self._solved(first):
+            self._end(True, f"solved at step {r.steps}", success=True)
+        else:
+            self._end(True, f"the arm's episode of {self.task!r} is over after {value.steps} steps, not solved (the "
+                            f"arm's step limit: it takes no more actions); {r.steps} actions of this goal "
+                            f"(max_steps {self.cfg.max_steps}); reset it (sim/reset) to run again", success=False)
+        return True
+
     def _lead_s(self, capped: bool = True) -> float:
         """How long before its tick an action is computed: 1.5 x the slowest of the last 10 inferences + 1 ms,
         at most 80% of a period when ``capped`` (the action is then published AT the tick, so the period the arm
@@ -267,7 +290,7 @@ class ControlLoop:
         waiting_since: float | None = None
         used = 0  # count of the observation the previous action was computed from
         while True:
-            if self._interrupted():
+            if self._interrupted() or self._arm_episode_over(first_status):
                 return
             now = time.monotonic()
             if waiting_since is None and next_tick - self._lead_s() > now:  # too early to compute this tick's action
@@ -360,7 +383,7 @@ class ControlLoop:
         inference.start()
         try:
             while True:
-                if self._interrupted():
+                if self._interrupted() or self._arm_episode_over(first_status):
                     return
                 now = time.monotonic()
                 if waiting_since is None and next_tick > now:

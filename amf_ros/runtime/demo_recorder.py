@@ -16,6 +16,11 @@ Partial episodes (left by a crash, or by a commit that failed) get ``on_partial`
 periodic sweep (:meth:`DemoRecorder.sweep_partial`), so that none waits for a restart. Whether a partial's
 writer is alive is read from its writer.lock (:mod:`amf_ros.data.store`), never guessed from its age, except for
 directories without that file (older layout), for which ``recover_min_age_s`` still decides.
+
+The arm's e-stop (:meth:`DemoRecorder.observe_arm`, from its latched ArmStatus): an episode during which it engaged
+is interrupted, so EndEpisode discards it (ok=false, saying why) whatever the verdict: a demonstration cut off by
+the e-stop is neither a success nor a failure of the task, and stored as a failure it would teach the policy and the
+task selector something false. While the e-stop is engaged no episode starts.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from amf_ros.data import ros_convert
 from amf_ros.data.recorder import EpisodeRecorder
+from amf_ros.data.schema import text_limit_problem
 from amf_ros.data.store import WRITER_ALIVE, WRITER_UNKNOWN, EpisodeStore, PartialEpisode, StoreConfig
 from amf_ros.data.sync import SyncConfig
 from amf_ros.data.tasks import check_task_keys
@@ -251,6 +257,9 @@ class DemoRecorder:
         self.episodes_in_store = len(self.store)
         self._episode_meta = ("", "")  # (task, instruction) of the current episode
         self._throttle = ErrorThrottle(period_s=1.0)
+        self._arm: tuple[bool, int] | None = None  # the arm's (e-stop engaged, times engaged), None = not heard
+        self._estops_at_start: int | None = None  # times engaged when the current episode started
+        self._interrupted = ""  # why the current episode will be discarded ("" = it will not)
         self._cond = threading.Condition(threading.RLock())  # guards everything above; notified per message
         self._closed = False
 
@@ -277,6 +286,20 @@ class DemoRecorder:
             finally:
                 self._cond.notify_all()  # an EndEpisode waiting for messages in flight re-checks settled()
         return None
+
+    def observe_arm(self, engaged: bool, engagements: int) -> str | None:
+        """The arm's e-stop (engaged now, times engaged since the arm started). Returns a line to log (warn) when it
+        interrupts the episode being recorded: that episode is discarded at EndEpisode."""
+        with self._cond:
+            self._arm = (bool(engaged), int(engagements))
+            started = self._estops_at_start
+            if not self.rec.recording or self._interrupted or not (
+                    engaged or (started is not None and engagements != started)):
+                return None
+            self._interrupted = (f"the arm's e-stop was engaged during episode {self.rec.episode_id} (after "
+                                 f"{self.rec.num_steps} recorded steps)")
+            self.last_error = f"{self._interrupted}: it will be discarded at EndEpisode"
+            return self.last_error
 
     def rate_events(self) -> list[tuple[str, str]]:
         """(level, line) for each recorded stream that fell below ``min_rate_fraction`` of its nominal rate or
@@ -310,23 +333,30 @@ class DemoRecorder:
 
     def _start(self, task: str, instruction: str, note: str, now_ns: int, action_publishers: int) -> StartResult:
         instruction = instruction or self.instructions.get(task, "")
-        why = self._refusal(task, instruction, action_publishers, while_recording=False)
+        why = self._refusal(task, instruction, action_publishers, while_recording=False, note=note)
         return StartResult(False, why) if why else self._begin(task, instruction, note, now_ns)
 
-    def _refusal(self, task: str, instruction: str, action_publishers: int, while_recording: bool) -> str:
-        """Why an episode of ``task`` cannot start now ("" = it can); ``while_recording``: for a re-record."""
+    def _refusal(self, task: str, instruction: str, action_publishers: int, while_recording: bool,
+                 note: str = "") -> str:
+        """Why an episode of ``task`` cannot start now ("" = it can); ``while_recording``: for a re-record. Free
+        text longer than the store keeps (amf_ros/data/schema.py TEXT_LIMITS) is refused with the limit."""
         stale = start_problem(self.received, time.monotonic(), self.p.topic_timeout_s, self.p.action_topic,
                               action_publishers)
         if self._closed:
             return "shutting down"
         if self.rec.recording and not while_recording:
             return f"already recording episode {self.rec.episode_id}; end it first"
+        if self._arm is not None and self._arm[0]:
+            return "the arm's e-stop is engaged: release it (e.g. widowx/estop false) before recording"
         try:
             check_task_keys([task], sorted(self.instructions))
         except ValueError as exc:
             return str(exc)
         if not instruction:
             return f"no instruction for task {task!r} (set tasks_file or pass one)"
+        too_long = text_limit_problem(instruction=instruction, operator_note=note)
+        if too_long:
+            return too_long
         return stale
 
     def _begin(self, task: str, instruction: str, note: str, now_ns: int) -> StartResult:
@@ -335,6 +365,7 @@ class DemoRecorder:
         except (ValueError, OSError) as exc:  # e.g. the dataset directory is not writable
             return StartResult(False, f"cannot start an episode: {type(exc).__name__}: {exc}")
         self._episode_meta = (task, instruction)
+        self._interrupted, self._estops_at_start = "", (self._arm[1] if self._arm is not None else None)
         return StartResult(True, f"recording {task!r}", episode_id)
 
     def rerecord(self, task: str, instruction: str, note: str, now_ns: int, action_publishers: int) -> StartResult:
@@ -349,7 +380,7 @@ class DemoRecorder:
         old, (old_task, old_instruction) = self.rec.episode_id, self._episode_meta
         task = task or old_task
         instruction = instruction or (old_instruction if task == old_task else self.instructions.get(task, ""))
-        why = self._refusal(task, instruction, action_publishers, while_recording=True)
+        why = self._refusal(task, instruction, action_publishers, while_recording=True, note=note)
         if why:
             return StartResult(False, f"{why}; still recording {old}")
         try:
@@ -404,6 +435,14 @@ class DemoRecorder:
             return EndResult(False, f"not recording (EndEpisode for {episode_id!r})")
         if episode_id != self.rec.episode_id:
             return EndResult(False, f"episode id {episode_id!r} is not the current episode {self.rec.episode_id!r}")
+        interrupted, self._interrupted = self._interrupted, ""
+        if interrupted and not discard:
+            try:
+                self.rec.end(success=False, discard=True)
+            except Exception as exc:
+                return EndResult(False, f"{interrupted}; discarding it failed: {type(exc).__name__}: {exc}")
+            return EndResult(False, f"{interrupted}: discarded, nothing saved (an interrupted demonstration is never "
+                                    "stored); record it again")
         try:
             path = self.rec.end(success=success, discard=discard)
         except Exception as exc:
@@ -446,6 +485,7 @@ class DemoRecorder:
             by_stream = self.rec.health.reports()
             reports = [by_stream[self.topics[t]] for t in self.received]
             blocker = ("recording" if recording else "shutting down" if self._closed else
+                       "the arm's e-stop is engaged" if self._arm is not None and self._arm[0] else
                        start_problem(self.received, now, self.p.topic_timeout_s, self.p.action_topic,
                                      action_publishers))
             return Status(recording=recording, episode_id=self.rec.episode_id, num_steps=self.rec.num_steps,

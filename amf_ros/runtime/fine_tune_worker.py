@@ -26,12 +26,12 @@ import math
 import multiprocessing as mp
 import queue
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from amf_ros.policies.fine_tuning import FineTuneCancelled
-from amf_ros.policies.loading import LOADERS, load_sharing_encoder
+from amf_ros.policies.fine_tuning import FineTuneCancelledError
+from amf_ros.policies.loading import LOADERS, learn_tasks, load_sharing_encoder
 
 if TYPE_CHECKING:
     from amf_ros.policies.base import FitResult, Policy
@@ -61,6 +61,9 @@ class FineTuneJob:
             is fine-tuned after the acting copy on the same transitions with seed ``seed + k * MEMBER_SEED_OFFSET``
             (no adaptive-prior fit: the disagreement rules read the heads) and saved to
             ``<out_dir>/members/member_k``. Empty = no ensemble (one checkpoint, as before).
+        new_tasks: ``{task: instruction}`` of tasks in the transitions that ``checkpoint`` does not know; they are
+            added to the copy (and the members) before training (policies.loading.learn_tasks), so the new round
+            knows them.
     """
 
     checkpoint: str
@@ -74,17 +77,20 @@ class FineTuneJob:
     loader: str = LOADERS["native"]
     torch_threads: int = 1
     members: tuple[str, ...] = ()
+    new_tasks: dict[str, str] = field(default_factory=dict)
 
 
 def _load(job: FineTuneJob, checkpoint: str, cache: dict[str, Any]) -> Policy:
-    """Load ``checkpoint`` with the job's loader, sharing the language model between loads and jobs."""
+    """Load ``checkpoint`` with the job's loader, sharing the language model between loads and jobs; the job's new
+    tasks are added to it."""
     policy = load_sharing_encoder(job.loader, checkpoint, cache.get("encoder"), "fine-tune checkpoint loader")
+    learn_tasks(policy, job.new_tasks)
     cache["encoder"] = policy.encoder
     return policy
 
 
 def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) -> dict[str, Any]:
-    """Run one job inside the worker; returns the result dict (raises FineTuneCancelled when cancelled)."""
+    """Run one job inside the worker; returns the result dict (raises FineTuneCancelledError when cancelled)."""
     import numpy as np
 
     student = _load(job, job.checkpoint, cache)
@@ -113,7 +119,7 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
                                      "saved, the acting checkpoint stays (lower fine_tune_lr, or look for non-finite "
                                      "values in the recorded episodes)")
         if result.cancelled or cancel.is_set():
-            raise FineTuneCancelled(f"fine-tune cancelled after {offset + result.steps} of {total} steps (nothing "
+            raise FineTuneCancelledError(f"fine-tune cancelled after {offset + result.steps} of {total} steps (nothing "
                                     "saved)")
         return result
 
@@ -122,7 +128,7 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
     if job.alpha_steps > 0 and student.prior is not None:
         student.fit_alpha(transitions, steps=job.alpha_steps, seed=job.seed)
     if cancel.is_set():
-        raise FineTuneCancelled("fine-tune cancelled before saving (nothing saved)")
+        raise FineTuneCancelledError("fine-tune cancelled before saving (nothing saved)")
     alphas = {str(k): float(v) for k, v in student.alphas.items()}
     bad = {k: v for k, v in alphas.items() if not math.isfinite(v)}
     if bad:
@@ -135,7 +141,7 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
         members.append(member)
         member_losses.append(float(fitted.final_loss))
     if cancel.is_set():
-        raise FineTuneCancelled("fine-tune cancelled before saving (nothing saved)")
+        raise FineTuneCancelledError("fine-tune cancelled before saving (nothing saved)")
     if members:
         from amf_ros.policies.checkpoint_dirs import member_checkpoints, save_with_members
 
@@ -170,7 +176,7 @@ def _worker_main(jobs: Any, events: Any, cancel: Any, torch_threads: int, nicene
             return
         try:
             events.put(("done", _train(FineTuneJob(**job), events, cancel, cache)))
-        except FineTuneCancelled as exc:
+        except FineTuneCancelledError as exc:
             events.put(("cancelled", str(exc)))
         except Exception as exc:
             events.put(("error", f"{type(exc).__name__}: {exc}"))
@@ -218,11 +224,11 @@ class FineTuneWorker:
         """Run ``job`` in the worker and wait for it (bounded); returns the result dict.
 
         Raises:
-            FineTuneCancelled: ``cancelled()`` became true, or the worker was closed (shutdown).
+            FineTuneCancelledError: ``cancelled()`` became true, or the worker was closed (shutdown).
             RuntimeError: the worker failed, died, or the job overran ``timeout_s``.
         """
         if self._closed:
-            raise FineTuneCancelled("policy_server is shutting down")
+            raise FineTuneCancelledError("policy_server is shutting down")
         self._ensure_started()
         proc, events = self._proc, self._events  # close() may clear self._proc from another thread
         self._cancel.clear()
@@ -235,7 +241,7 @@ class FineTuneWorker:
                 event = events.get(timeout=POLL_S)
             except queue.Empty:
                 if self._closed:
-                    raise FineTuneCancelled("policy_server is shutting down; fine-tune stopped") from None
+                    raise FineTuneCancelledError("policy_server is shutting down; fine-tune stopped") from None
                 if not proc.is_alive():
                     raise RuntimeError(f"the fine-tune worker died (exit code {proc.exitcode}); the acting "
                                        "checkpoint is unchanged") from None
@@ -250,26 +256,32 @@ class FineTuneWorker:
             elif kind == "done":
                 return event[1]
             elif kind == "cancelled":
-                raise FineTuneCancelled(event[1])
+                raise FineTuneCancelledError(event[1])
             else:
                 raise RuntimeError(event[1])
 
     def close(self, timeout_s: float = 1.0) -> None:
-        """Stop the worker for good (shutdown); idempotent, returns within about 3 * ``timeout_s``."""
-        self._closed = True
-        self._stop(timeout_s)
+        """Stop the worker for good (shutdown); idempotent, returns within about 2 * ``timeout_s``.
 
-    def _stop(self, timeout_s: float = 1.0) -> None:
-        """Cancel the job, ask the worker to exit, then terminate/kill it (a later job starts a new one)."""
+        No graceful exit at shutdown: the worker is niced, so on a loaded machine its interpreter teardown (torch
+        loaded) took seconds and pushed the node past `amf up`'s 5 s SIGKILL. It holds nothing to flush (checkpoints
+        are written to a temporary name and renamed), so SIGTERM ends it at once.
+        """
+        self._closed = True
+        self._stop(timeout_s, graceful=False)
+
+    def _stop(self, timeout_s: float = 1.0, graceful: bool = True) -> None:
+        """Cancel the job, ask the worker to exit (``graceful``), then terminate/kill it (a later job starts anew)."""
         self._cancel.set()
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        try:
-            self._jobs.put_nowait(None)
-        except Exception:
-            pass
-        proc.join(timeout_s)
+        if graceful:
+            try:
+                self._jobs.put_nowait(None)
+            except Exception:
+                pass
+            proc.join(timeout_s)
         if proc.is_alive():
             proc.terminate()
             proc.join(timeout_s)

@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from amf_ros.data import transitions as datasets
-from amf_ros.data.tasks import check_task_keys
+from amf_ros.data.tasks import check_task_keys, episode_instructions
 from amf_ros.policies.checkpoint_dirs import member_dir, newest_checkpoint, round_of
 from amf_ros.policies.fine_tuning import FINE_TUNE, FineTuneSettings
 from amf_ros.policies.loading import LOADERS, initial_policy, load_sharing_encoder
+from amf_ros.robots.action_gate import ActionCounts
 from amf_ros.runtime.fine_tune_worker import FineTuneJob, FineTuneWorker, write_transitions
 from amf_ros.threads import limit_threads
 
@@ -47,6 +48,12 @@ if TYPE_CHECKING:
     from amf_ros.policies.octo.actor import OctoActor
 
 log = logging.getLogger(__name__)
+
+ESTOP_REFUSED = ("refused: the arm's e-stop is engaged (arm_status_topic); release it (e.g. widowx/estop false) and "
+                 "send the goal again")
+"""run_policy's result while the arm's e-stop is engaged."""
+ESTOP_ENDED = "the arm's e-stop was engaged: the goal ended and the arm holds"
+"""run_policy's result when the e-stop engages mid-goal (the control loop adds "; stopped after N steps")."""
 
 
 @dataclass
@@ -99,7 +106,7 @@ class PolicyRuntime:
         loader: ``"module:function"`` that loads a checkpoint of this policy (path -> policy; default: the native
             one, see policies.loading.LOADERS); the worker process loads the copy it trains with it, and this
             process the result.
-        transitions_fn: ``(tasks, cancelled) -> transitions or None``, may raise FineTuneCancelled (default: the
+        transitions_fn: ``(tasks, cancelled) -> transitions or None``, may raise FineTuneCancelledError (default: the
             store's states and actions; Octo: cached trunk embeddings, see data/octo_embeddings.py).
         after_save: called with each new checkpoint directory before it becomes the acting one (Octo: marker).
         torch_threads: torch threads of the worker process.
@@ -161,14 +168,16 @@ class PolicyRuntime:
             tasks: restrict the data to these task keys (empty = all episodes).
             feedback: called with (step, total_steps, loss) as training progresses (total_steps = steps x
                 ``ensemble_members``: the members' steps follow the acting head's).
-            cancelled: polled while waiting; True -> the worker stops, FineTuneCancelled is raised (nothing saved).
+            cancelled: polled while waiting; True -> the worker stops, FineTuneCancelledError is raised (nothing saved).
             timeout_s: the job's bound per trained head (x ``ensemble_members``; the worker is stopped and the goal
                 fails after it, nothing saved).
         Raises:
             ValueError: no data, unknown task, or a fine-tune already running.
-            FineTuneCancelled: cancelled or shutting down; RuntimeError: the worker failed or died.
+            FineTuneCancelledError: cancelled or shutting down; RuntimeError: the worker failed or died.
         """
-        check_task_keys(list(tasks), self.policy.tasks)
+        known = self.policy.tasks  # and the tasks it learns at this fine-tune: those with recorded episodes
+        check_task_keys(list(tasks), known + (list(episode_instructions(self.dataset_dir))
+                                              if set(tasks) - set(known) else []))
         if not self._busy.acquire(blocking=False):
             raise ValueError("a fine-tune is already running; wait for its result or cancel it")
         try:
@@ -188,18 +197,22 @@ class PolicyRuntime:
             raise ValueError(f"no episodes{what} in the dataset {str(self.dataset_dir)!r}: record a "
                              "demonstration first (nothing to fine-tune on)")
         acting = self.policy
-        known = set(acting.tasks)
-        unknown = sorted({str(t) for t in transitions["task"]} - known) if known else []
+        unknown = sorted({str(t) for t in transitions["task"]} - set(acting.tasks))
+        new_tasks = {}  # tasks the checkpoint lacks: learned from their demonstrations, with their instruction
         if unknown:
-            raise ValueError(f"the dataset has episodes of task(s) {unknown} the policy does not know "
-                             f"({sorted(known)})")
+            recorded = episode_instructions(self.dataset_dir)
+            new_tasks = {t: recorded[t] for t in unknown if t in recorded}
+            missing = [t for t in unknown if t not in recorded]
+            if missing:
+                raise ValueError(f"the training data has task(s) {missing} the policy does not know and no "
+                                 f"episode in {str(self.dataset_dir)!r} gives their instruction")
         new_round = max(self.round, round_of(newest_checkpoint(self.checkpoint_dir) or "")) + 1
         out = self.checkpoint_dir / f"round_{new_round:04d}"
         data = write_transitions(transitions, self.checkpoint_dir / f".fine_tune_{os.getpid()}.npz")
         job = FineTuneJob(checkpoint=str(self.checkpoint), transitions=str(data), out_dir=str(out), steps=steps,
                           batch_size=self.settings.batch_size, lr=self.settings.lr,
                           alpha_steps=self.settings.alpha_steps, seed=self.seed + 1000 * (self.round + 1),
-                          loader=self.loader, members=self.member_starts())
+                          loader=self.loader, members=self.member_starts(), new_tasks=new_tasks)
         try:
             res = self.worker.run(job, feedback=feedback, cancelled=cancelled,
                                   timeout_s=timeout_s * self.ensemble_members)
@@ -348,6 +361,9 @@ class PolicyServer:
         self._run_slot = threading.Lock()  # held from goal acceptance to the end of the run
         self._run_stop: threading.Event | None = None
         self._loop: Any = None  # the running ControlLoop, if any
+        self.arm = Latest()
+        """The arm's newest :class:`~amf_ros.robots.action_gate.ActionCounts` (ArmStatus on arm_status_topic)."""
+        self._arm_start: ActionCounts | None = None  # the arm's counts when the running goal started
 
     # -- inputs (subscription callbacks: store the newest value, nothing else) ------------------------------------
     def observe_state(self, values: Sequence[float]) -> None:
@@ -373,6 +389,39 @@ class PolicyServer:
         if self.status is not None:
             self.status.set(value)
 
+    def observe_arm(self, counts: ActionCounts) -> bool:
+        """The arm's ArmStatus (e-stop, actions applied and refused by reason). An e-stop engaged during a goal ends
+        it at once (ok=false, :data:`ESTOP_ENDED`; the control thread wakes and publishes nothing more). True if this
+        call ended the running goal."""
+        self.arm.set(counts)
+        loop = self._loop
+        return loop is not None and self._end_on_estop(loop, counts)
+
+    def _end_on_estop(self, loop: Any, counts: ActionCounts | None) -> bool:
+        """Abort ``loop`` if the e-stop is engaged, or was engaged since the goal started; True if it did."""
+        start = self._arm_start
+        engaged = counts is not None and (counts.estop or (
+            start is not None and counts.estop_engagements != start.estop_engagements))
+        if not engaged or loop.stop.is_set():
+            return False
+        loop.abort(ESTOP_ENDED)
+        return True
+
+    def _arm_tally(self, result: Any, before: ActionCounts | None, period_s: float) -> None:
+        """Append to ``result.message`` what the arm did with the goal's actions (applied, refused by reason), after
+        waiting (bounded: two control periods, woken by each ArmStatus; none at shutdown) for the arm to report the
+        last ones."""
+        if before is None or result.steps == 0:
+            return
+        deadline = time.monotonic() + (0.0 if self._closing.is_set() else 2.0 * period_s)
+        while True:
+            now, _, count = self.arm.get()
+            applied, refused = now.since(before)
+            if applied + sum(refused.values()) >= result.steps or time.monotonic() >= deadline:
+                break
+            self.arm.wait_newer(count, deadline - time.monotonic())
+        result.message = f"{result.message}; {now.summary(before, result.steps)}"
+
     # -- run_policy ----------------------------------------------------------------------------------------------
     def reserve_run(self) -> bool:
         """Claim the arm for one goal (the action's goal callback); False if a goal is active."""
@@ -381,16 +430,22 @@ class PolicyServer:
     def run(self, task: str, max_steps: int = 0, cancelled: Callable[[], bool] = lambda: False,
             feedback: Callable[[int, float], None] | None = None) -> Any:
         """Act for ``task`` on a control thread and wait for it (bounded); needs :meth:`reserve_run` first, which
-        this releases. Returns a control_loop.RunResult (ok=false with a message on every fault)."""
+        this releases. Returns a control_loop.RunResult (ok=false with a message on every fault). While the arm's
+        e-stop is engaged the goal is refused (:data:`ESTOP_REFUSED`); engaged mid-goal, it ends the goal at once
+        (:meth:`observe_arm`). With an arm status, the message ends with what the arm did with the goal's actions."""
         from amf_ros.policies.chunk_actor import ChunkActor
         from amf_ros.runtime.control_loop import ControlLoop, ControlLoopConfig, RunResult
 
         try:
+            before = self._arm_start = self.arm.get()[0]
+            if before is not None and before.estop:
+                return RunResult(ok=False, message=ESTOP_REFUSED)
             policy = self.runtime.policy
             try:
                 check_task_keys([task], policy.tasks)
-            except ValueError as exc:
-                return RunResult(ok=False, message=str(exc))
+            except ValueError as exc:  # a configured task is learned from its demonstrations at a fine-tune
+                return RunResult(ok=False, message=f"{exc} (a new task is learned from its demonstrations: record "
+                                                   "one and fine-tune)")
             p = self.p
             cfg = ControlLoopConfig(period_s=1.0 / p.control_rate_hz, max_steps=int(max_steps or p.max_steps),
                                     obs_timeout_s=p.observation_timeout_s, status_timeout_s=p.observation_timeout_s,
@@ -406,15 +461,18 @@ class PolicyServer:
             if self._closing.is_set():
                 stop.set()
             loop = self._loop = ControlLoop(act, self.publish, self.observations, self.status, task, cfg, stop,
-                                            cancelled=cancelled, feedback=feedback).start()
+                                            cancelled=cancelled, feedback=feedback)
+            self._end_on_estop(loop, self.arm.get()[0])  # engaged before observe_arm could see this loop
+            loop.start()
             bound = cfg.max_steps * (cfg.period_s + cfg.obs_timeout_s) + cfg.status_timeout_s + 5.0
             if not loop.join(bound):
                 stop.set()
                 loop.join(2.0)
                 return RunResult(ok=False, message=f"control loop overran its bound of {bound:.0f} s; stopped")
+            self._arm_tally(loop.result, before, cfg.period_s)
             return loop.result
         finally:
-            self._run_stop = self._loop = None
+            self._run_stop = self._loop = self._arm_start = None
             self._run_slot.release()
 
     def stop_run(self, reason: str) -> bool:

@@ -12,8 +12,11 @@ messages to these calls):
 - :meth:`SimBridge.idle` re-emits the current frame when nothing was emitted for ``idle_publish_period_s``, as a
   real arm keeps publishing its joint states.
 Every emitted frame carries the :class:`TaskState` of the same instant (task, resets, steps, success since the
-reset, done); the node publishes image, state and TaskStatus with one stamp, in that order. All simulator access
-holds one lock, so a reset never interleaves with a step whatever thread calls.
+reset, done); the node publishes image, state and TaskStatus with one stamp, in that order. What the arm did with
+every action (applied, refused by reason) and its e-stop are counted in an
+:class:`~amf_ros.robots.action_gate.ActionCounts`, handed to ``arm_status`` whenever it changes (the node publishes
+amf_ros/ArmStatus). All simulator access holds one lock, so a reset never interleaves with a step whatever thread
+calls.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from amf_ros.data.tasks import task_key_problem
 from amf_ros.envs.suites import SimBackend
+from amf_ros.robots.action_gate import EPISODE_OVER, ESTOP, INVALID, STEP_FAILED, ActionCounts
 
 
 @dataclass(frozen=True)
@@ -80,13 +85,15 @@ class SimBridge:
         render: camera to render with every frame (None = no image).
         idle_publish_period_s: re-emit the current frame after this long without one (0 = never).
         clock: monotonic clock in seconds (tests pass a fake).
+        arm_status: called (inside the lock) with a snapshot of :attr:`counts` whenever it changes.
     Raises:
         ValueError: ``initial_task`` is not a task of the backend, or ``seed < 0``.
     """
 
     def __init__(self, sim: SimBackend, emit: Callable[[Frame], None], initial_task: str = "", seed: int = 0,
                  render: RenderSpec | None = None, idle_publish_period_s: float = 0.5,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 arm_status: Callable[[ActionCounts], None] | None = None) -> None:
         if seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed=}")
         if idle_publish_period_s < 0:
@@ -104,6 +111,10 @@ class SimBridge:
         self._done = False
         self._obs: np.ndarray | None = None
         self._last_emit = clock()
+        self._arm_status = arm_status
+        self.counts = ActionCounts()
+        """Actions applied and refused by reason since the start, and the e-stop (amf_ros/ArmStatus)."""
+        self.counts.set_estop(bool(getattr(sim, "estopped", False)))
         self.state_names = [str(n) for n in getattr(sim, "state_names", [])]
         task = initial_task or self.task_keys[0]
         try:
@@ -134,8 +145,9 @@ class SimBridge:
             ValueError: unknown task (the simulator is left as it was). Backend errors propagate.
         """
         with self._lock:
-            if task not in self.sim.task_keys:
-                raise ValueError(f"unknown task {task!r}; this simulator has {list(self.sim.task_keys)}")
+            if task not in self.sim.task_keys:  # quoted bounded: a request's task may be any size (issue 33)
+                raise ValueError(f"{task_key_problem(task) or f'unknown task {task!r}'}; this simulator has "
+                                 f"{list(self.sim.task_keys)}")
             if seed < 0:
                 seed, self._next_seed = self._next_seed, self._next_seed + 1
             self._obs = np.asarray(self.sim.reset(task, int(seed)), dtype=np.float64)
@@ -152,19 +164,19 @@ class SimBridge:
             "" when the simulator stepped, else why the action was refused (nothing stepped, nothing emitted).
         """
         a = np.asarray(a7, dtype=np.float64).reshape(-1)
-        if a.shape != (7,) or not np.all(np.isfinite(a)):
-            return f"refused action: not 7 finite values, got {a.tolist()}"
         with self._lock:
+            if a.shape != (7,) or not np.all(np.isfinite(a)):
+                return self._refused(INVALID, f"refused action: not 7 finite values, got {a.tolist()}")
             if self._done:
-                return (f"refused action: the episode of {self.sim.task!r} is over after {self._steps} steps "
-                        "(reset first)")
+                return self._refused(EPISODE_OVER, f"refused action: the episode of {self.sim.task!r} is over after "
+                                                   f"{self._steps} steps (reset first)")
             held = self.sim.refusal() if hasattr(self.sim, "refusal") else ""
-            if held:
-                return f"refused action: {held}"
+            if held:  # the embedded WidowX's e-stop (its only refusal)
+                return self._refused(ESTOP, f"refused action: {held}")
             try:
                 obs, success, done = self.sim.step_eef7(a)
             except Exception as exc:
-                return f"refused action: step failed: {type(exc).__name__}: {exc}"
+                return self._refused(STEP_FAILED, f"refused action: step failed: {type(exc).__name__}: {exc}")
             self._obs = np.asarray(obs, dtype=np.float64)
             self._steps += 1
             self._success = self._success or bool(success)
@@ -172,7 +184,30 @@ class SimBridge:
             if applied is not None:
                 applied()
             self._publish()
+            self.counts.applied += 1
+            self._arm_changed()
             return ""
+
+    def dropped(self, reason: str) -> None:
+        """Count an action the node's action gate dropped (``reason``: ActionGate.last_drop) before :meth:`step`."""
+        with self._lock:
+            self.counts.refuse(reason)
+            self._arm_changed()
+
+    def arm_counts(self) -> ActionCounts:
+        """A snapshot of :attr:`counts` (the node publishes it at start)."""
+        with self._lock:
+            return self.counts.copy()
+
+    def _refused(self, reason: str, message: str) -> str:
+        """Count a refused action (lock held); returns ``message``."""
+        self.counts.refuse(reason)
+        self._arm_changed()
+        return message
+
+    def _arm_changed(self) -> None:
+        if self._arm_status is not None:
+            self._arm_status(self.counts.copy())
 
     @property
     def has_estop(self) -> bool:
@@ -185,7 +220,10 @@ class SimBridge:
         if not self.has_estop:
             raise ValueError(f"the {type(self.sim).__name__} simulator has no emergency stop")
         with self._lock:
-            return str(self.sim.estop(bool(engage)))
+            message = str(self.sim.estop(bool(engage)))
+            self.counts.set_estop(bool(getattr(self.sim, "estopped", engage)))
+            self._arm_changed()
+            return message
 
     def idle(self) -> bool:
         """Re-emit the current frame if nothing was emitted for ``idle_publish_period_s``; True if it did."""

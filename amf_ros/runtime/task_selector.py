@@ -24,6 +24,7 @@ import numpy as np
 
 from amf_ros.core.acquisition import ENSEMBLE_METRICS, PEER_RULES
 from amf_ros.data import transitions as datasets
+from amf_ros.data.schema import MAX_NAME_CHARS, text_problem
 from amf_ros.data.tasks import check_task_keys
 
 if TYPE_CHECKING:
@@ -387,6 +388,9 @@ class TaskSelectorRuntime:
             self.octo = OctoSelection(p, task_set(p.tasks_file, None, p.tasks))
         policy, checkpoint, members = self._newest_policy()
         instructions = task_set(p.tasks_file, policy, p.tasks)
+        self._configured = dict(instructions)
+        if policy is not None:
+            self._learn(policy, members, checkpoint)
         if self.octo is not None and policy is not None:
             self.octo.cache.instructions.update(policy.instructions)
         self.selection = TaskSelection(
@@ -413,6 +417,9 @@ class TaskSelectorRuntime:
     def next_task(self, candidates: Sequence[str] = (), batch_size: int = 1, robot: str = "") -> Decision:
         """:meth:`TaskSelection.next_task`, conditioned on the other robots' pending assignments; a named ``robot``
         gets the chosen tasks assigned (its previous assignment is replaced)."""
+        too_long = text_problem("robot name", robot, MAX_NAME_CHARS)  # kept as an assignment's key: bounded
+        if too_long:
+            raise ValueError(too_long)
         pending = self.assignments.active(exclude=robot)
         decision = self.selection.next_task(candidates, batch_size, pending=[t for _, t in pending])
         decision.robot, decision.pending = robot, pending
@@ -468,6 +475,19 @@ class TaskSelectorRuntime:
         shared = policy.encoder
         return policy, [load_native(m, task_encoder=shared) for m in paths]
 
+    def _learn(self, policy: Policy, members: Sequence[Policy], checkpoint: str) -> None:
+        """Add the configured tasks ``policy`` (and its ensemble members) do not know: they are scored as tasks
+        without data (AMF's warm start demonstrates each once) and policy_server learns them at its next fine-tune;
+        the served task set never depends on which checkpoint is loaded."""
+        from amf_ros.policies.loading import learn_tasks
+
+        new = learn_tasks(policy, self._configured)
+        for member in members:
+            learn_tasks(member, self._configured)
+        if new:
+            self.notes.append(f"task(s) {new} are new to the policy {checkpoint}: candidates without data, learned "
+                              "from their demonstrations at the next fine-tune")
+
     def _pretrain_counts(self, checkpoint: str) -> dict[str, int] | None:
         """Pre-training demonstrations per task from ``<checkpoint>/pretrain.json`` (written by `amf pretrain`)."""
         from amf_ros.policies.loading import pretrain_counts
@@ -486,6 +506,7 @@ class TaskSelectorRuntime:
             return False, f"checkpoint {path} announced; selection_policy=frozen keeps {self.selection.checkpoint}"
         current = self.selection.policy  # share its language model instead of loading another copy
         policy, members = self._load(path, encoder=current.encoder if current is not None else None)
+        self._learn(policy, members, path)
         self.selection.set_policy(policy, path, self._pretrain_counts(path), members)
         self.reloads += 1
         with_members = f" and its {len(members)} ensemble member(s)" if members else ""

@@ -78,7 +78,7 @@ def test_selector_scaling_contract_small(tmp_path):
         for key in ("call_p50_s", "call_p99_s", "batch_p50_s", "episode_p50_s", "build_s", "state_mb",
                     "peak_build_mb", "peak_call_mb", "peak_episode_mb", "spearman", "same_argmin", "max_rel_diff"):
             assert len(e[key]) == 2, key
-        assert all(p99 >= p50 > 0 for p50, p99 in zip(e["call_p50_s"], e["call_p99_s"]))
+        assert all(p99 >= p50 > 0 for p50, p99 in zip(e["call_p50_s"], e["call_p99_s"], strict=True))
         assert all(len(b) == 5 for b in e["batch"])  # B = 5 greedy picks
         assert all(-1.0 <= r <= 1.0 for r in e["spearman"])
     assert exact["states_per_demo"] == [10, 10] and exact["data_rows"] == [100, 200]

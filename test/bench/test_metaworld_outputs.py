@@ -85,7 +85,7 @@ def test_summary_follows_the_results_contract_and_plots(tmp_path: Path) -> None:
         assert entry["rounds"] == list(range(5)) and np.shape(entry["per_seed"]) == (3, 5)
         assert entry["mean"][0] == pytest.approx(0.5)  # two tasks at 8/8, two at 0/8
         assert all(lo <= mu + 1e-12 and mu <= hi + 1e-12
-                   for lo, mu, hi in zip(entry["ci_low"], entry["mean"], entry["ci_high"]))
+                   for lo, mu, hi in zip(entry["ci_low"], entry["mean"], entry["ci_high"], strict=True))
         assert sum(mis["demo_counts"][m][t]["mean"][-1] for t in cfg.tasks) == pytest.approx(4)
     assert set(mis["alpha"]) == {m for m in cfg.methods if METHODS[m][1]}
     results = {"benchmark": "metaworld", "config": {}, "metric": "success", "wall_time_s": 1.0, "settings": settings}

@@ -12,11 +12,10 @@ import pytest
 pytest.importorskip("metaworld")
 pytest.importorskip("torch")
 
-from amf_ros.bench.metaworld import (MetaworldBenchConfig, amf_score_fn, demo_scene, load_for_method,  # noqa: E402
-                                     method_job)
-from amf_ros.envs.metaworld_rollouts import collect_demo, collect_demos, demos_to_transitions  # noqa: E402
-from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks  # noqa: E402
-from amf_ros.training.pretrain import PretrainConfig, main, pretrain  # noqa: E402
+from amf_ros.bench.metaworld import MetaworldBenchConfig, amf_score_fn, demo_scene, load_for_method, method_job
+from amf_ros.envs.metaworld_rollouts import collect_demo, collect_demos, demos_to_transitions
+from amf_ros.envs.metaworld_suite import MetaworldTaskEnv, load_tasks
+from amf_ros.training.pretrain import PretrainConfig, main, pretrain
 
 TASKS = ["faucet-open", "drawer-close", "push", "drawer-open"]
 TINY = dict(tasks=TASKS, demos=4, steps=300, task_encoder="hash", seed=1)
@@ -63,7 +62,7 @@ def test_pretraining_is_deterministic_for_a_seed() -> None:
     a = pretrain(PretrainConfig(**{**TINY, "steps": 20}))
     b = pretrain(PretrainConfig(**{**TINY, "steps": 20}))
     c = pretrain(PretrainConfig(**{**TINY, "steps": 20, "seed": 2}))
-    for (k, x), (_, y) in zip(a.policy.head.state_dict().items(), b.policy.head.state_dict().items()):
+    for (k, x), (_, y) in zip(a.policy.head.state_dict().items(), b.policy.head.state_dict().items(), strict=True):
         assert torch.equal(x, y), k
     assert a.loss_curve == b.loss_curve and a.loss_curve != c.loss_curve
 
@@ -90,14 +89,14 @@ def test_criterion_prefers_a_task_the_pretrained_policy_does_not_know(checkpoint
         demos.append(collect_demo(envs[t], scene, 0.1, rng))
     policy = load_for_method(str(checkpoint), False, cfg)
     score_fn = amf_score_fn(policy, demos, [True] * 4, cfg)
-    scores = dict(zip(TASKS, score_fn(TASKS, [])))
+    scores = dict(zip(TASKS, score_fn(TASKS, []), strict=True))
     norms = score_fn.last_info["mean_sq_norm_phi"]
     assert min(norms["push"], norms["drawer-open"]) > 5 * max(norms["faucet-open"], norms["drawer-close"])
     assert min(scores, key=scores.get) in ("push", "drawer-open"), scores
     # conditioning on a second push demonstration makes push less informative than before
     scene, rng = demo_scene(0, 2, 1)
     more = demos + [collect_demo(envs["push"], scene, 0.1, rng)]
-    after = dict(zip(TASKS, amf_score_fn(policy, more, [True] * 4 + [False], cfg)(TASKS, [])))
+    after = dict(zip(TASKS, amf_score_fn(policy, more, [True] * 4 + [False], cfg)(TASKS, []), strict=True))
     assert after["push"] - after["drawer-open"] > scores["push"] - scores["drawer-open"]
 
 

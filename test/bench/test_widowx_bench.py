@@ -17,12 +17,12 @@ import pytest
 pytest.importorskip("mujoco")
 pytest.importorskip("torch")
 
-from amf_ros.bench.metaworld import METHODS, MetaworldBenchConfig, bench_config, widowx_main  # noqa: E402
-from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo, collect_demos  # noqa: E402
-from amf_ros.envs.suites import get_suite  # noqa: E402
-from amf_ros.envs.widowx_sim.suite import scripted_action  # noqa: E402
-from amf_ros.envs.widowx_sim.task_env import NOISE_STD, WidowXTaskEnv  # noqa: E402
-from amf_ros.training.pretrain import PretrainConfig, pretrain  # noqa: E402
+from amf_ros.bench.metaworld import METHODS, MetaworldBenchConfig, bench_config, widowx_main
+from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo, collect_demos
+from amf_ros.envs.suites import get_suite
+from amf_ros.envs.widowx_sim.suite import scripted_action
+from amf_ros.envs.widowx_sim.task_env import NOISE_STD, WidowXTaskEnv
+from amf_ros.training.pretrain import PretrainConfig, pretrain
 
 CONFIGS = Path(__file__).resolve().parents[2] / "config" / "bench"
 TASKS = list(get_suite("widowx").default_tasks)
@@ -34,7 +34,7 @@ def test_pretraining_is_deterministic_for_a_seed() -> None:
 
     a, b = pretrain(PretrainConfig(**TINY)), pretrain(PretrainConfig(**TINY))
     c = pretrain(PretrainConfig(**{**TINY, "seed": 2}))
-    for (k, x), (_, y) in zip(a.policy.head.state_dict().items(), b.policy.head.state_dict().items()):
+    for (k, x), (_, y) in zip(a.policy.head.state_dict().items(), b.policy.head.state_dict().items(), strict=True):
         assert torch.equal(x, y), k
     assert a.loss_curve == b.loss_curve and a.loss_curve != c.loss_curve
     assert torch.equal(a.policy.trunk.std, b.policy.trunk.std) and torch.equal(a.policy.trunk.mean, b.policy.trunk.mean)
@@ -78,7 +78,7 @@ def test_eval_pool_steps_every_task_in_lockstep_with_one_batched_call() -> None:
 
     def scripted(obs: np.ndarray, tasks: list[str]) -> np.ndarray:
         calls.append(len(tasks))
-        return np.stack([scripted_action(o, by_key[t], 0.05) for o, t in zip(obs, tasks)])
+        return np.stack([scripted_action(o, by_key[t], 0.05) for o, t in zip(obs, tasks, strict=True)])
 
     pool = EvalPool(specs, slots=2, suite="widowx")
     assert len(pool.envs) == 8 and all(isinstance(e, WidowXTaskEnv) for e in pool.envs)
@@ -130,7 +130,7 @@ def test_smoke_run_writes_results_with_the_three_methods_and_cis(tmp_path: Path)
     assert set(setting["methods"]) == {"amf", "uniform+prior", "uniform"}
     for name, entry in setting["methods"].items():
         assert entry["rounds"] == [0, 1, 2] and np.shape(entry["per_seed"]) == (1, 3), name
-        assert all(lo <= mu <= hi for lo, mu, hi in zip(entry["ci_low"], entry["mean"], entry["ci_high"]))
+        assert all(lo <= mu <= hi for lo, mu, hi in zip(entry["ci_low"], entry["mean"], entry["ci_high"], strict=True))
     assert set(setting["alpha"]) == {m for m in setting["methods"] if METHODS[m][1]}
     raw = json.loads((out / "raw_runs.json").read_text())
     assert len(raw["pretrain"]) == 1 and len(raw["runs"]) == 3

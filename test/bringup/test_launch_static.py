@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ros_system_util import INSTALL_LIB, REPO
 
 from amf_ros.bringup import graph
 from amf_ros.bringup.params import schema, validate
-from ros_system_util import INSTALL_LIB, REPO
 
 LAUNCH_FILES = {"sim.launch.py": [{}, {"arm": "widowx"}], "widowx.launch.py": [{"robot": r} for r in graph.ROBOTS]}
 CONFIGS = sorted((REPO / "config").glob("*.yaml"))

@@ -41,8 +41,8 @@ def _episode(task: str, steps: int, rng: np.random.Generator) -> dict[str, np.nd
 @pytest.fixture(scope="module", params=[1, 4], ids=["H1", "H4"])
 def policy_and_episodes(request):
     """A small trained state policy (hash task encoder) and 7 episodes of 4 tasks, the first 4 the warm start."""
-    from amf_ros.training.pretrain import make_policy
     from amf_ros.envs.metaworld_suite import load_tasks
+    from amf_ros.training.pretrain import make_policy
 
     limit_threads(1)
     rng = np.random.default_rng(0)

@@ -5,11 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from amf_ros.core.importance import (demo_loglik, effective_sample_size, importance_weights, indicator_weights,
-                                     normalize_weights, trajectory_log_likelihood)
+from amf_ros.core.importance import (
+    demo_loglik,
+    effective_sample_size,
+    importance_weights,
+    indicator_weights,
+    normalize_weights,
+    trajectory_log_likelihood,
+)
 from amf_ros.core.occupancy import app_e_inputs
-from amf_ros.core.subsample import conditioning_rows, keep_indices, target_rows
 from amf_ros.core.posterior import FeaturePosterior
+from amf_ros.core.subsample import conditioning_rows, keep_indices, target_rows
 
 
 def test_eq4_against_explicit_products():

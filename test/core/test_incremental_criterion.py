@@ -53,7 +53,7 @@ def _brute(data, cands, tgt, tw, cw, form, chosen=()):
 def _cw(cands, cw):
     """Uniform weights for multi-alternative candidates without weights (None stays None for single blocks)."""
     return [np.full(len(c), 1.0 / len(c)) if w is None and (np.ndim(c) == 3 or isinstance(c, list)) else w
-            for c, w in zip(cands, cw)]
+            for c, w in zip(cands, cw, strict=True)]
 
 
 @pytest.mark.parametrize("form", ["log_variance", "variance"])
@@ -137,7 +137,7 @@ def test_posterior_score_fn_batch_path_equals_copying_the_posterior(form):
     """feature_score_fn / kernel_score_fn: picks after the first use Sigma_U downdates; same scores as before."""
     data, cands, tgt, tw, cw = _problem(7)
     cw = _cw(cands, cw)
-    entry = {k: (c, w) for k, c, w in zip("abcd", cands, cw)}
+    entry = {k: (c, w) for k, c, w in zip("abcd", cands, cw, strict=True)}
     fn = feature_score_fn(data, lambda t: entry[t], tgt, tw, noise_var=NOISE, prior_var=PRIOR, form=form)
     for chosen in (["b"], ["b", "d"], ["a", "a"]):
         want = _brute(data, cands, tgt, tw, cw, form, ["abcd".index(c) for c in chosen])
@@ -157,7 +157,7 @@ def test_posterior_score_fn_batch_path_equals_copying_the_posterior(form):
 def test_posterior_score_fn_first_pick_is_unchanged():
     data, cands, tgt, tw, cw = _problem(8)
     cw = _cw(cands, cw)
-    entry = {k: (c, w) for k, c, w in zip("abcd", cands, cw)}
+    entry = {k: (c, w) for k, c, w in zip("abcd", cands, cw, strict=True)}
     fn = feature_score_fn(data, lambda t: entry[t], tgt, tw, noise_var=NOISE, prior_var=PRIOR)
     post = FeaturePosterior(data, NOISE, PRIOR)
     np.testing.assert_array_equal(fn(list("abcd"), []), posterior_criterion(post, tgt, tw, cands, cw))

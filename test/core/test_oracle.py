@@ -33,7 +33,7 @@ def oracle_feature_var(phi_data, phi_query, noise, prior):
 
 def oracle_score(var_fn, data, alternatives, omegas, targets, tw, form):
     total = 0.0
-    for block, om in zip(alternatives, omegas):
+    for block, om in zip(alternatives, omegas, strict=True):
         v = var_fn(np.concatenate([data, block]), targets)
         h = v if form == "variance" else 0.5 * np.log(2 * np.pi * np.e * v)
         acc = 0.0

@@ -132,8 +132,9 @@ def test_weighted_rule_falls_back_to_uniform_and_gu_shifts_log_variances():
     flat = make_selector("vfd").select(TASKS, {}, np.random.default_rng(0), score_fn=_uncertainty_fn(
         {t: -1.0 for t in TASKS}))
     assert set(flat.info["pick_probability"].values()) == {0.25}  # every u' = 0: uniform, as uq_vla
+    u = dict(zip(TASKS, [1, 2, 3, 4], strict=True))
     cold = make_selector("vfd", temperature=0.0).select(TASKS, {}, np.random.default_rng(0),
-                                                        score_fn=_uncertainty_fn(dict(zip(TASKS, [1, 2, 3, 4]))))
+                                                        score_fn=_uncertainty_fn(u))
     assert set(cold.info["pick_probability"].values()) == {0.25}
     gu = make_selector("gu").select(TASKS[:3], {}, np.random.default_rng(0),
                                     score_fn=_uncertainty_fn({"a": -30.0, "b": -20.0, "c": -10.0}))
@@ -172,7 +173,10 @@ def test_top_k_is_distinct_and_cycles_greedy_rescores():
 
 def test_diversity_breaks_exact_ties_at_random_and_conditions_on_picks():
     sel = make_selector("diversity")
-    tie = lambda cands, chosen: np.array([0.0 if c not in chosen else 1.0 for c in cands])
+
+    def tie(cands, chosen):
+        return np.array([0.0 if c not in chosen else 1.0 for c in cands])
+
     firsts = {sel.select(TASKS, {}, np.random.default_rng(s), score_fn=tie).tasks[0] for s in range(30)}
     assert firsts == set(TASKS)  # k-center greedy's random first pick
     batch = sel.select(TASKS, {}, np.random.default_rng(0), batch_size=4, score_fn=tie)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from data_helpers import RATES, record_lerobot_store, synthetic_steps
 
 from amf_ros.data.lerobot import LeRobotExportConfig, export_lerobot

@@ -7,13 +7,14 @@ import pytest
 
 rosbags = pytest.importorskip("rosbags")
 
-from bag_session import MS, NO_HORIZON, T, TS, header, image_for, session, write_bag  # noqa: E402,F401
-from amf_ros.data.bag_write import write_bag as _write_bag  # noqa: E402
+from bag_session import MS, NO_HORIZON, TS, T, header, image_for, session, write_bag  # noqa: E402,F401
 from rosbags.rosbag2 import StoragePlugin  # noqa: E402
 
 from amf_ros.data.bag_import import bag_topics, import_bag, resolve_topics  # noqa: E402
+from amf_ros.data.bag_write import write_bag as _write_bag  # noqa: E402
 from amf_ros.data.recorder import record_messages  # noqa: E402
 from amf_ros.data.store import EpisodeStore  # noqa: E402
+
 
 @pytest.mark.parametrize("plugin", [StoragePlugin.SQLITE3, StoragePlugin.MCAP])
 @pytest.mark.parametrize("compressed", [False, True])

@@ -6,11 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from data_helpers import synthetic_steps
 
 from amf_ros.cli import main
 from amf_ros.data.store import EpisodeStore, StoreConfig
-
-from data_helpers import synthetic_steps
 
 
 @pytest.fixture
@@ -67,9 +66,8 @@ def test_export_cli(dataset, tmp_path, capsys):
 
 def test_import_cli(tmp_path, capsys):
     pytest.importorskip("rosbags")
-    from rosbags.rosbag2 import StoragePlugin
-
     from bag_session import session, write_bag
+    from rosbags.rosbag2 import StoragePlugin
 
     bag = tmp_path / "teleop"
     write_bag(bag, session(10, "/amf/observation/state_js", "/amf/camera/image_raw"), StoragePlugin.MCAP)

@@ -21,11 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from amf_ros.data.store import WRITER_GONE, EpisodeStore, StoreConfig, StoreWriteError
-
 from data_helpers import synthetic_steps
 from testpaths import SUPPORT
+
+from amf_ros.data.store import WRITER_GONE, EpisodeStore, StoreConfig, StoreWriteError
 
 ROOT = Path(__file__).resolve().parents[2]
 

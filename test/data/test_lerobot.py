@@ -14,7 +14,7 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from data_helpers import EPISODES, MIN_PSNR_DB, RATES, TASKS, camera_episode_steps, psnr
+from data_helpers import EPISODES, MIN_PSNR_DB, RATES, camera_episode_steps, psnr
 
 from amf_ros.data.codec import iter_video_frames
 from amf_ros.data.lerobot import (
@@ -26,6 +26,7 @@ from amf_ros.data.lerobot import (
     task_key_of,
 )
 from amf_ros.data.store import EpisodeStore, StoreConfig
+
 
 def test_names_map_both_ways():
     for key, feature in [("action", "action"), ("observation/state", "observation.state"),
@@ -64,7 +65,8 @@ def test_export_layout_is_lerobot_v3(exported):
     np.testing.assert_array_equal(np.asarray(cols["timestamp"], np.float32),
                                   (np.asarray(cols["frame_index"]) / rate).astype(np.float32))
     tasks = pq.read_table(root / "meta/tasks.parquet").to_pydict()
-    assert dict(zip(tasks["__index_level_0__"], tasks["task_index"])) == {"reach the object": 0, "push the object": 1}
+    assert dict(zip(tasks["__index_level_0__"], tasks["task_index"], strict=True)) == {"reach the object": 0,
+                                                                                     "push the object": 1}
 
     eps = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
     ids = store.episode_ids()
@@ -113,7 +115,7 @@ def test_import_gives_back_the_same_episodes(exported, tmp_path):
         assert b.meta.extra["imported_from"]["format"] == "lerobot v3.0"
         for key in ("observation/state", "action", "stamp_ns", "is_first", "is_last", "is_terminal"):
             np.testing.assert_array_equal(b.steps[key], a.steps[key], err_msg=key)
-        for x, y in zip(a.steps["observation/image_primary"], b.steps["observation/image_primary"]):
+        for x, y in zip(a.steps["observation/image_primary"], b.steps["observation/image_primary"], strict=True):
             worst = min(worst, psnr(x, y))
     assert worst >= MIN_PSNR_DB, f"worst frame {worst:.1f} dB after the video round trip"
     again = import_lerobot(res.path, back)  # the same export twice: nothing is duplicated

@@ -47,7 +47,7 @@ def test_lerobot_dataset_reads_every_frame_of_the_export(exported, backend):
     print(f"{rate} Hz, backend {backend or 'default'}: {len(ds)} frames read, worst frame {worst:.1f} dB")
 
 
-def test_lerobot_metadata_and_stats(exported):  # noqa: F811
+def test_lerobot_metadata_and_stats(exported):
     rate, store, res = exported
     meta = lerobot_dataset.LeRobotDatasetMetadata(f"local/{res.path.name}", root=res.path)
     assert meta.total_episodes == EPISODES and meta.fps == rate and meta.robot_type == "widowx"

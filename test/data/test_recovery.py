@@ -16,12 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from data_helpers import synthetic_steps
+from testpaths import SUPPORT
 
 from amf_ros.data import writer as writer_mod
 from amf_ros.data.store import WRITER_ALIVE, WRITER_GONE, WRITER_UNKNOWN, EpisodeStore, StoreConfig, StoreWriteError
-
-from data_helpers import synthetic_steps
-from testpaths import SUPPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -253,9 +252,9 @@ def test_verdict_survives_a_commit_that_fails_on_a_full_disk(tmp_path, monkeypat
     np.testing.assert_array_equal(ep.steps["is_terminal"], np.arange(12) == 11)  # whole episode: as a commit
 
 
-def test_verdict_of_an_episode_cut_short_keeps_success_but_no_terminal_step(tmp_path, monkeypatch):
-    """A chunk failed (disk full) before the commit: the verdict is saved, the recovered prefix is no success
-    ending."""
+def test_verdict_of_an_episode_cut_short_leaves_success_unknown(tmp_path, monkeypatch):
+    """A chunk failed (disk full) before the commit: the verdict is saved, but the recovered prefix lacks the
+    steps it judged, so its success is unknown (the verdict is kept aside) and no step is terminal."""
     store = EpisodeStore(tmp_path, StoreConfig(chunk_steps=5, threaded=False))
     w = write_partial(store, 7)
     fail_writes(monkeypatch, "chunk-000001.npz")
@@ -266,6 +265,43 @@ def test_verdict_of_an_episode_cut_short_keeps_success_but_no_terminal_step(tmp_
         w.commit(False)
     monkeypatch.undo()
     res = store.recover(w.episode_id)
-    assert res.action == "recovered" and res.num_steps == 5 and "5 of 10 steps" in res.reason, res
+    assert res.action == "recovered" and res.num_steps == 5 and "5 of the 10 steps" in res.reason, res
     ep = store.load(w.episode_id)
-    assert ep.meta.success is False and ep.meta.recovered and not ep.steps["is_terminal"].any()
+    assert ep.meta.success is None and ep.meta.recovered and not ep.steps["is_terminal"].any()
+    assert ep.meta.extra["operator_verdict"] == {"success": False, "num_steps": 10}
+
+
+def test_a_commit_killed_before_its_last_chunk_recovers_a_prefix_of_unknown_success(tmp_path, monkeypatch):
+    """Issue 33 item 8: a recorder killed just after commit began (verdict.json written, the last chunk still being
+    encoded, av1 in the probe) recovered 50 of 71 steps and kept success=True, although the steps that solved
+    the task were lost. The kill is simulated at the data layer: the writer dies (close, as the kernel would drop
+    its lock) while commit writes the last chunk; a verdict for steps that were lost gives success None."""
+    store = EpisodeStore(tmp_path, StoreConfig(chunk_steps=5, threaded=False))
+    w = write_partial(store, 13)  # chunks 0 and 1 written; steps 11-13 wait for the commit's flush
+
+    class Killed(BaseException):
+        """The process dies here: nothing after this point of the commit runs."""
+
+    real = writer_mod.EpisodeWriter._write_chunk
+
+    def die_on_last_chunk(self, index, steps):
+        if index == 2:
+            raise Killed
+        return real(self, index, steps)
+    monkeypatch.setattr(writer_mod.EpisodeWriter, "_write_chunk", die_on_last_chunk)
+    with pytest.raises(Killed):
+        w.commit(True, operator_note="solved it at the end")
+    monkeypatch.undo()
+    [part] = store.partial()
+    assert part.writer == WRITER_GONE and part.num_steps == 10
+    assert writer_mod.read_verdict(w.path) == {"success": True, "operator_note": "solved it at the end",
+                                               "num_steps": 13}
+    res = store.recover(w.episode_id)
+    assert res.action == "recovered" and res.num_steps == 10 and "success unknown" in res.reason, res
+    ep = store.load(w.episode_id, verify_checksums=True)
+    assert ep.meta.success is None, "the steps that solved the task were lost: success is unknown"
+    assert ep.meta.recovered and ep.meta.operator_note == "solved it at the end"
+    assert ep.meta.extra["operator_verdict"] == {"success": True, "num_steps": 13}
+    assert not ep.steps["is_terminal"].any() and ep.steps["is_last"][-1]
+    assert store.index()[-1]["success"] is None
+    assert_first_steps(store, w.episode_id, 10)

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from data_helpers import synthetic_steps
 
 from amf_ros._optional import has
 from amf_ros.data.codec import decode_image, resize_images
 from amf_ros.data.rlds import RldsExportConfig, export_rlds
 from amf_ros.data.store import EpisodeStore
 from amf_ros.data.tfrecord import decode_example, encode_example, read_records, tfrecord_bytes
-
-from data_helpers import synthetic_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +62,7 @@ def test_export_structure_and_values(store, tmp_path):
     exported = [decode_example(r) for shard in sorted(res.path.glob("*.tfrecord-*")) for r in read_records(str(shard))]
     ids = [e["episode_metadata/episode_id"][1][0].decode() for e in exported]
     assert ids == [eid for eid in store.episode_ids() if store.meta(eid).success]
-    for ex, eid in zip(exported, ids):
+    for ex, eid in zip(exported, ids, strict=True):
         ep = store.load(eid)
         n = len(ep)
         np.testing.assert_array_equal(ex["steps/action"][1].reshape(n, 7), ep.steps["action"])

@@ -6,11 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from data_helpers import synthetic_steps
 
 from amf_ros.data.schema import EpisodeValidationError
 from amf_ros.data.store import EpisodeStore, StoreConfig
-
-from data_helpers import synthetic_steps
 
 
 @pytest.mark.parametrize("codec", ["png", "jpeg", "raw"])
@@ -112,6 +111,39 @@ def test_meta_validation(tmp_path):
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(EpisodeValidationError, match="says 3"):
         store.load(eid)
+
+
+@pytest.mark.parametrize("field, kwargs, limit", [
+    ("instruction", {"instruction": "x" * 1_000_000}, 1000),
+    ("operator note", {"operator_note": "x" * 1_000_000}, 2000),
+    ("task", {"task": "t" * 1_000_000}, 128),
+    ("robot", {"robot": "r" * 1_000_000}, 256),
+])
+def test_free_text_is_bounded_when_an_episode_starts(tmp_path, field, kwargs, limit):
+    """Issue 33 item 7: the store itself refuses free text above its limit (a library user, an import), with the
+    field and the limit in the error and nothing left on disk; text at the limit is kept whole."""
+    store = EpisodeStore(tmp_path)
+    args = {"task": "t", "instruction": "i", **kwargs}
+    task, instruction = args.pop("task"), args.pop("instruction")
+    with pytest.raises(ValueError, match=rf"{field} of 1000000 characters is too long \(at most {limit}\)") as info:
+        store.begin(task, instruction, **args)
+    assert len(str(info.value)) < 200 and list(tmp_path.iterdir()) == []
+    at_limit = {k: v[:limit] for k, v in kwargs.items()}
+    args = {"task": "t", "instruction": "i", **at_limit}
+    eid = store.write_episode(args.pop("task"), args.pop("instruction"), synthetic_steps(2), **args).name
+    meta = store.meta(eid)
+    assert all(len(getattr(meta, k)) == limit for k in at_limit)
+
+
+def test_commit_refuses_a_note_above_the_limit_and_keeps_the_episode_open(tmp_path):
+    store = EpisodeStore(tmp_path)
+    w = store.begin("t", "i")
+    s = synthetic_steps(2)[0]
+    w.add_step(s["observation"], s["action"], stamp_ns=s["stamp_ns"])
+    with pytest.raises(ValueError, match=r"operator note of 5000 characters is too long \(at most 2000\)"):
+        w.commit(True, operator_note="n" * 5000)
+    path = w.commit(True, operator_note="short")
+    assert store.meta(path.name).operator_note == "short"
 
 
 def test_checksum_detects_bit_rot(tmp_path):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from data_helpers import S, fake_action, fake_image, fake_state
 
 from amf_ros.data.recorder import EpisodeRecorder, record_messages
 from amf_ros.data.store import EpisodeStore
 from amf_ros.data.sync import StreamSynchronizer, SyncConfig
-
-from data_helpers import S, fake_action, fake_image, fake_state
 
 TOPICS = {"/a": "action", "/s": "state", "/img": "image_primary"}
 MS = 1_000_000

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from amf_ros.data import codec as C
+from amf_ros.data import codec as codec_lib
 from amf_ros.data.store import EpisodeStore, StoreConfig
 
 pytest.importorskip("av", reason="PyAV is in requirements/base.txt")
@@ -77,19 +77,19 @@ def test_a_crashed_video_episode_is_recovered_with_its_codec(tmp_path, codec):
     assert result.action == "recovered" and result.num_steps == 6
     ep = store.load(w.episode_id)
     assert ep.meta.recovered and ep.meta.image_codec == {"observation/image_primary": codec}
-    assert min(psnr(a, b) for a, b in zip(ep.observation["image_primary"], images[:6])) > 32.0
+    assert min(psnr(a, b) for a, b in zip(ep.observation["image_primary"], images[:6], strict=True)) > 32.0
 
 
 def test_corrupt_video_bytes_and_bad_settings_get_clear_errors():
-    good = C.encode_stack(frames(3), "h264")
+    good = codec_lib.encode_stack(frames(3), "h264")
     assert set(good) == {"@video", "@shape"} and good["@shape"].tolist() == [3, 48, 64]
     broken = {"k@video": good["@video"][: len(good["@video"]) // 3], "k@shape": good["@shape"]}
     with pytest.raises(ValueError, match="video chunk|corrupt"):
-        C.decode_stack(broken, "k")
+        codec_lib.decode_stack(broken, "k")
     with pytest.raises(ValueError, match="frames"):
-        C.decode_stack({"k@video": good["@video"], "k@shape": np.array([4, 48, 64])}, "k")
+        codec_lib.decode_stack({"k@video": good["@video"], "k@shape": np.array([4, 48, 64])}, "k")
     with pytest.raises(ValueError, match="RGB uint8"):
-        C.encode_video(np.zeros((2, 8, 8), np.uint8), "h264")
+        codec_lib.encode_video(np.zeros((2, 8, 8), np.uint8), "h264")
     with pytest.raises(ValueError, match="video_crf"):
         StoreConfig(image_codec="h264", video_crf=60)
     StoreConfig(image_codec="av1", video_crf=60)
@@ -101,5 +101,5 @@ def test_encoding_leaves_the_threads_scheduling_policy_alone(codec):
     """libsvtav1 switches the thread that opens it to SCHED_FIFO where it may (root): that wedged the ROS nodes
     this process started afterwards. encode_video restores the policy."""
     before = os.sched_getscheduler(0)
-    C.encode_video(frames(2), codec)
+    codec_lib.encode_video(frames(2), codec)
     assert os.sched_getscheduler(0) == before

@@ -5,10 +5,19 @@ episode, array for array (actions, states, images after encoding conversion, eve
 
 from __future__ import annotations
 
-
 import pytest
-from robot_testutil import (IMAGE_TOPIC, LivePublisher, StatusWatcher, assert_same_episode, call, scripted_sequence,
-                            steps_decided_live, wait_for, warm_up, write_bag)
+from robot_testutil import (
+    IMAGE_TOPIC,
+    LivePublisher,
+    StatusWatcher,
+    assert_same_episode,
+    call,
+    scripted_sequence,
+    steps_decided_live,
+    wait_for,
+    warm_up,
+    write_bag,
+)
 
 pytestmark = pytest.mark.ros
 

@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import pytest
-
 from ros_system_util import REPO
 
 from amf_ros.bench.console_graph import have_chromium

@@ -10,10 +10,8 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-
 from ros_system_util import REPO
 
 pytest.importorskip("mujoco")
@@ -59,7 +57,8 @@ def test_two_robots_asking_at_the_same_instant_get_different_tasks_and_assignmen
             barrier.wait(timeout=10)
             answers[name] = c.next_task(robot=name)
 
-        threads = [threading.Thread(target=ask, args=(c, n)) for c, n in zip(clients, ("robot1", "robot2"))]
+        threads = [threading.Thread(target=ask, args=(c, n))
+                   for c, n in zip(clients, ("robot1", "robot2"), strict=True)]
         for t in threads:
             t.start()
         for t in threads:
@@ -70,7 +69,7 @@ def test_two_robots_asking_at_the_same_instant_get_different_tasks_and_assignmen
         assert (a.robot, b.robot) == ("robot1", "robot2")
         later = max((a, b), key=lambda d: len(d.pending_tasks))  # the one the selector answered second
         first = b if later is a else a
-        assert list(zip(later.pending_robots, later.pending_tasks)) == [(first.robot, first.task)]
+        assert list(zip(later.pending_robots, later.pending_tasks, strict=True)) == [(first.robot, first.task)]
         anonymous = clients[0].next_task()  # conditions on both assignments, assigns nothing
         assert sorted(anonymous.pending_tasks) == sorted([a.task, b.task])
         assert anonymous.task not in anonymous.pending_tasks

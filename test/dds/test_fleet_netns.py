@@ -25,7 +25,6 @@ import time
 import uuid
 
 import pytest
-
 from ros_system_util import REPO
 
 pytest.importorskip("mujoco")

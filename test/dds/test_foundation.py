@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from ros_system_util import INSTALL_LIB, REPO, call, require_ros
 
 

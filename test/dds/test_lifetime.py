@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from ros_system_util import INSTALL_LIB
 
 from amf_ros.bringup.lifetime import alive
-from ros_system_util import INSTALL_LIB
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ros]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from ros_system_util import REPO, make_checkpoint
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -23,11 +22,11 @@ TASKS = ("reach", "push")
 def graph_run(ros_env, rclpy_context, tmp_path_factory):
     """The sim graph with a tiny checkpoint, this module's dataset/checkpoint dirs, and a client."""
     from amf_ros.bringup import graph
-    from amf_ros.ros.client import AMFClient
-    from amf_ros.loop.nodes import node_overrides
-    from amf_ros.loop.run import LoopConfig
     from amf_ros.bringup.params import schema
     from amf_ros.bringup.processes import NodeProcesses
+    from amf_ros.loop.nodes import node_overrides
+    from amf_ros.loop.run import LoopConfig
+    from amf_ros.ros.client import AMFClient
 
     run = tmp_path_factory.mktemp("loop")
     ckpt = make_checkpoint(run / "pretrained", TASKS)
@@ -97,8 +96,8 @@ def test_three_rounds_of_the_loop(graph_run) -> None:
         ft = client.fine_tune(steps=30, timeout=300)
         assert ft.ok, ft.message
         assert Path(ft.checkpoint).name == f"round_{r:04d}" and (Path(ft.checkpoint) / "meta.json").is_file()
-        client.wait_for(lambda: ft.checkpoint in {c.path for c in client.seen.checkpoints} - before, 30,
-                        "/amf/checkpoint announcing the new checkpoint")
+        client.wait_for(lambda ft=ft, before=before: ft.checkpoint in {c.path for c in client.seen.checkpoints}
+                        - before, 30, "/amf/checkpoint announcing the new checkpoint")
         policy_seen = ft.checkpoint
 
         client.reset(d.task, seed=1000)

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_octo import fake_checkpoint
-from testpaths import SUPPORT
 from octo_episodes import TASKS
 from octo_episodes import octo_episodes as _episodes
+from testpaths import SUPPORT
 
 pytestmark = [pytest.mark.ros]  # ~12 s (two node processes)
 
@@ -48,9 +48,9 @@ def _log_lines(path: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def octo_graph(ros_env, rclpy_context, tmp_path_factory):
-    from amf_ros.ros.client import AMFClient
     from amf_ros.bringup.graph import NodeSpec
     from amf_ros.bringup.processes import NodeProcesses
+    from amf_ros.ros.client import AMFClient
 
     run = tmp_path_factory.mktemp("octo_serving")
     ckpt = fake_checkpoint(run / "octo-small")

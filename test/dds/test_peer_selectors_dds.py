@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 import pytest
-
 from ros_system_util import REPO
 from synthetic_store import write_synthetic_episodes
 

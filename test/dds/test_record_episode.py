@@ -51,7 +51,7 @@ def test_episode_recorded_end_to_end_with_the_experts_pairs(start_nodes, client_
             res = call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
             return res if res.ok else None
         res = wait_for(started, 30, "StartEpisode to succeed (topics alive, teleop publishing)", poll=0.3)
-        wait_for(lambda: any(m.episode_id == res.episode_id for m in list(announced)), 60,
+        wait_for(lambda res=res: any(m.episode_id == res.episode_id for m in list(announced)), 60,
                  f"episode {res.episode_id} to be announced on /amf/episodes")
         sim = call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
         with lock:
@@ -83,10 +83,11 @@ def test_an_action_the_arm_dropped_is_not_recorded(start_nodes, client_node, tmp
     recorded step (recording the command topic gives two)."""
     import time
 
+    from robot_testutil import make_action
+
     from amf_ros.msg import EefDeltaAction
     from amf_ros.ros import qos
     from amf_ros.srv import EndEpisode, ResetTask, StartEpisode, TaskSuccess
-    from robot_testutil import make_action
 
     procs = start_nodes({k: v for k, v in loop_params(tmp_path / "dataset").items() if k != "scripted_teleop"},
                         name="dropped")

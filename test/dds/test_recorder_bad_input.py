@@ -1,17 +1,26 @@
 """demo_recorder under bad input, over real DDS: each case gets a clear error response or log line, the node keeps
 running, and nothing already recorded is lost.
 
-Cases: StartEpisode with missing topics, without an instruction, and while recording; EndEpisode with a wrong
-id, when idle, and for an episode without steps; an image with an unsupported encoding; a state and an action
-with NaN; an unstamped action.
+Cases: StartEpisode with missing topics, without an instruction, with a 1 MB instruction or note, and while
+recording; EndEpisode with a wrong id, when idle, and for an episode without steps; an image with an unsupported
+encoding; a state and an action with NaN; an unstamped action.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from robot_testutil import (ACTION_TOPIC, IMAGE_TOPIC, STATE_TOPIC, LivePublisher, StatusWatcher, call,
-                            scripted_sequence, wait_for, warm_up)
+from robot_testutil import (
+    ACTION_TOPIC,
+    IMAGE_TOPIC,
+    STATE_TOPIC,
+    LivePublisher,
+    StatusWatcher,
+    call,
+    scripted_sequence,
+    wait_for,
+    warm_up,
+)
 
 pytestmark = pytest.mark.ros
 
@@ -30,9 +39,9 @@ def test_recorder_refuses_bad_input_and_keeps_what_it_recorded(start_nodes, clie
     procs = start_nodes({"demo_recorder": params}, name="rec")
     status = StatusWatcher(client_node)
 
-    def start(task=TASK, instruction=INSTRUCTION):
+    def start(task=TASK, instruction=INSTRUCTION, note=""):
         return call(client_node, StartEpisode, "/amf/recorder/start_episode",
-                    StartEpisode.Request(task=task, instruction=instruction))
+                    StartEpisode.Request(task=task, instruction=instruction, note=note))
 
     def end(episode_id, success=True, discard=False):
         return call(client_node, EndEpisode, "/amf/recorder/end_episode",
@@ -48,6 +57,12 @@ def test_recorder_refuses_bad_input_and_keeps_what_it_recorded(start_nodes, clie
     warm_up(live, status)
     res = start(instruction="")
     assert not res.ok and "no instruction" in res.message
+    huge = "x" * 1_000_000  # issue 33 item 7: refused with the limit, never stored (index.json stayed 1 MB)
+    res = start(instruction=huge)
+    assert not res.ok and "instruction of 1000000 characters is too long (at most 1000)" in res.message
+    res = start(note=huge)
+    assert not res.ok and "operator note of 1000000 characters is too long (at most 2000)" in res.message
+    assert len(res.message) < 200 and not res.episode_id
     assert not end("ep_nothing").ok  # idle: nothing to end
 
     res = start()

@@ -8,8 +8,17 @@ import time
 
 import numpy as np
 import pytest
-from robot_testutil import (ACTION_TOPIC, vga_frame, IMAGE_TOPIC, STATE_TOPIC, LivePublisher, StatusWatcher, call, wait_for,
-                            warm_up)
+from robot_testutil import (
+    ACTION_TOPIC,
+    IMAGE_TOPIC,
+    STATE_TOPIC,
+    LivePublisher,
+    StatusWatcher,
+    call,
+    vga_frame,
+    wait_for,
+    warm_up,
+)
 
 pytestmark = [pytest.mark.ros]
 

@@ -82,6 +82,7 @@ def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tm
     assert store.episode_ids() == [first, second] and store.partial() == []
     rec = store.load(second)
     assert len(rec) == 8 and rec.meta.recovered and rec.meta.success is None and rec.meta.task == TASK
-    assert rec.meta.image_codec == {"observation/image_primary": codec} and rec.observation["image_primary"].shape[0] == 8
+    assert rec.meta.image_codec == {"observation/image_primary": codec}
+    assert rec.observation["image_primary"].shape[0] == 8
     same_as_before(store.load(first))
     assert again.dead() == {}

@@ -1,5 +1,6 @@
 """The embedded WidowX over real DDS (issue 18 acceptance): one AMF round through widowx_driver's runtime, and the
-e-stop holding the simulated arm within one control period.
+e-stop: it holds the simulated arm within one control period, ends a run_policy goal with ok=false naming it, and
+refuses goals until released (issue 33 item 5).
 
 The graph is that of `ros2 launch amf_ros widowx.launch.py robot:=sim_widowx` (config/sim_widowx.yaml, every node a
 process), with a tiny WidowX policy (14-D state, 7-D Bridge actions) so that it starts in seconds.
@@ -7,13 +8,13 @@ process), with a tiny WidowX policy (14-D state, 7-D Bridge actions) so that it 
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-
 from ros_system_util import REPO
 
 pytest.importorskip("mujoco")
@@ -21,6 +22,7 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 TASKS = ("carrot_on_plate", "stack_cube")
 CONFIG = REPO / "config" / "sim_widowx.yaml"
+TELEOP_VALID_NS = 400_000_000  # the test's own teleop actions: told apart from the policy's (action_valid_for_s 0.5)
 
 
 def _policy_rate_hz() -> float:
@@ -116,32 +118,71 @@ def test_one_round_next_task_demonstration_fine_tune_run_policy(widowx_graph) ->
     _alive(procs)
 
 
-def test_estop_holds_the_simulated_arm_within_one_control_period(widowx_graph) -> None:
-    """During run_policy, widowx/estop: no action reaches the arm later than one control period after the call,
-    the arm's state stays exactly where it stopped while the policy keeps sending; releasing lets it move again."""
+def _arm_said(message: str) -> tuple[int, dict[str, int]]:
+    """(applied, refused by reason) from a run_policy result ("... the arm applied 5, refused 2 (e-stop: 2)")."""
+    m = re.search(r"the arm applied (\d+), refused (\d+)(?: \(([^)]*)\))?", message)
+    assert m, f"no arm counts in {message!r}"
+    by_reason = dict(part.rsplit(": ", 1) for part in m[3].split(", ")) if m[3] else {}
+    return int(m[1]), {k: int(v) for k, v in by_reason.items()}
+
+
+def test_estop_ends_the_goal_holds_the_arm_and_refuses_goals_until_released(widowx_graph) -> None:
+    """widowx/estop during run_policy (issue 33 item 5): the goal ends at once with ok=false naming the e-stop and
+    the policy sends nothing more; while engaged the arm applies no action (a teleop's included: its state stays
+    bit-identical) and a new goal is refused; after release a goal runs again. Asserted by counts and ordering."""
+    from amf_ros.msg import ArmStatus, EefDeltaAction
+    from amf_ros.ros import qos
+    from amf_ros.ros.arm_msgs import action_msg, arm_counts
+
     run, client, procs, applied, states = widowx_graph
     period = 1.0 / _policy_rate_hz()
+    arm = Stream()
+    client.node.create_subscription(ArmStatus, "arm/status", arm, qos.LATCHED)
+    teleop = client.node.create_publisher(EefDeltaAction, "action", qos.ACTIONS)
+    client.wait_for(lambda: arm.items, 30, "the arm's latched ArmStatus")
     client.reset(TASKS[0], seed=9)
-    t_start = time.monotonic()
+    t_start, n0 = time.monotonic(), len(client.seen.actions)
     pending = client.send_run_policy(TASKS[0], max_steps=1000)
     client.wait_for(lambda: len(applied.since(t_start)) >= 5, 60, "the policy moving the arm")
     t_call = time.monotonic()
     resp = client.estop(True)
-    t_done = time.monotonic()
     assert "stop" in resp.message.lower(), resp.message
-    n_sent = len(client.seen.actions)
-    time.sleep(10 * period)
+    # 1000 steps at 10 Hz take 100 s: a result within 30 s is the e-stop ending the goal (before the fix it ran on,
+    # ok=true, "1000 steps sent, N applied")
+    result = client.wait_result(pending, timeout=30)
+    assert not result.ok and "e-stop" in result.message and 5 <= result.steps < 1000, result.message
+    goal_applied, refused = _arm_said(result.message)
+    assert set(refused) <= {"e-stop", "stale"} and goal_applied + sum(refused.values()) <= result.steps, refused
+
+    def policy_actions() -> int:  # the teleop's below are valid for 0.4 s, the policy's for 0.5 s
+        return sum(m.valid_for.nanosec != TELEOP_VALID_NS for _, m in client.seen.actions[n0:])
+
+    client.wait_for(lambda: policy_actions() >= result.steps, 10, "the goal's actions on /amf/action")
+
+    # engaged: the arm applies nothing, whoever sends (a teleop here: the policy has stopped)
+    before = arm_counts(arm.items[-1][1])
+    assert before.estop
+    for _ in range(10):
+        teleop.publish(action_msg([0.02, 0, 0, 0, 0, 0, 1.0], client.node.get_clock().now().to_msg(),
+                                  TELEOP_VALID_NS / 1e9))
+        time.sleep(period)
+    client.wait_for(lambda: arm_counts(arm.items[-1][1]).refused.get("e-stop", 0) > before.refused.get("e-stop", 0),
+                    10, "the arm refusing the teleop's actions")
     late = [ts - t_call for ts, _ in applied.since(t_call + period)]
-    assert late == [], f"actions reached the arm {late} s after the e-stop call (answered in {t_done - t_call:.3f} s)"
-    assert len(client.seen.actions) > n_sent, "the policy stopped sending: the test did not exercise the e-stop"
+    assert late == [], f"actions reached the arm {late} s after the e-stop call"
+    assert arm_counts(arm.items[-1][1]).applied == before.applied  # counted by the arm itself
     held = [np.asarray(m.values) for _, m in states.since(t_call + period)]
-    assert held, "no state published while stopped"
-    assert all(np.array_equal(h, held[0]) for h in held), "the arm moved while the e-stop was engaged"
+    assert held and all(np.array_equal(h, held[0]) for h in held), "the arm moved while the e-stop was engaged"
+    assert policy_actions() == result.steps  # the policy sent nothing after its goal ended
+
+    refused_goal = client.run_policy(TASKS[0], max_steps=5, timeout=60)
+    assert not refused_goal.ok and refused_goal.steps == 0 and "e-stop is engaged" in refused_goal.message
+    assert policy_actions() == result.steps  # refused before a single action
 
     client.estop(False)
+    client.reset(TASKS[0], seed=10)
     t_release = time.monotonic()
-    client.wait_for(lambda: len(applied.since(t_release)) >= 2, 30, "the arm moving again after release")
-    client.stop("end of the e-stop test")
-    result = client.wait_result(pending, timeout=60)
-    assert not result.ok or result.steps < 1000
+    again = client.run_policy(TASKS[0], max_steps=6, timeout=120)
+    assert again.ok and (again.steps == 6 or again.success), again.message
+    assert _arm_said(again.message)[0] >= 1 and len(applied.since(t_release)) >= 1
     _alive(procs)

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("metaworld")
 
-from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo, collect_demos  # noqa: E402
-from amf_ros.envs.metaworld_suite import (  # noqa: E402
+from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo, collect_demos
+from amf_ros.envs.metaworld_suite import (
     MetaworldSuite,
     MetaworldTaskEnv,
     MetaworldTaskSpec,
@@ -91,7 +91,7 @@ def test_noisy_demos_are_deterministic_and_keep_expert_labels(suite: MetaworldSu
     a = collect_demos(envs, {"faucet-open": 2, "reach": 1}, seed=5, noise_std=0.2)
     b = collect_demos(envs, {"faucet-open": 2, "reach": 1}, seed=5, noise_std=0.2)
     assert [d.task for d in a] == ["faucet-open", "faucet-open", "reach"]
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x.obs, y.obs)
         np.testing.assert_array_equal(x.actions, y.actions)
     d = a[0]
@@ -109,7 +109,7 @@ def test_eval_pool_scores_expert_one_and_idle_policy_zero() -> None:
     by_key = {s.key: MetaworldTaskEnv(s) for s in specs}
 
     def expert(obs: np.ndarray, tasks: list[str]) -> np.ndarray:
-        return np.stack([by_key[k].expert_action(o) for o, k in zip(obs, tasks)])
+        return np.stack([by_key[k].expert_action(o) for o, k in zip(obs, tasks, strict=True)])
 
     assert pool.evaluate(expert, episodes_per_task=3, seed=0) == {"reach": 1.0, "faucet-close": 1.0}
     assert pool.evaluate(lambda o, k: np.zeros((len(k), 4)), episodes_per_task=1) == {"reach": 0.0,

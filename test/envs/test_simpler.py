@@ -2,14 +2,12 @@
 
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from testpaths import STANDIN
 
 from amf_ros._optional import HAS_SIMPLER
-
-from testpaths import STANDIN
 
 
 @pytest.fixture

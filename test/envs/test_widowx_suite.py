@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("mujoco")
 
-from amf_ros.envs.widowx_sim.suite import OBJECT_NAMES, REGION, WidowXSimSuite, load_tasks, sample_poses  # noqa: E402
+from amf_ros.envs.widowx_sim.suite import OBJECT_NAMES, REGION, WidowXSimSuite, load_tasks, sample_poses
 
 SEEDS = 50
 

@@ -83,7 +83,8 @@ def test_amf_up_dry_run_prints_the_launch_plan(capsys) -> None:
     assert main(["config/sim.yaml", "--dry-run", "--checkpoint", "/ck"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [ln.split()[0].rsplit("/", 1)[-1] for ln in lines] == list(graph.node_names("sim"))
-    assert all("--params-file" in ln and ln.split()[0].endswith(n) for ln, n in zip(lines, graph.node_names("sim")))
+    assert all("--params-file" in ln and ln.split()[0].endswith(n)
+               for ln, n in zip(lines, graph.node_names("sim"), strict=True))
     assert "checkpoint:='/ck'" in lines[2] and "checkpoint:='/ck'" in lines[3]
 
 
@@ -118,15 +119,22 @@ def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
     over = node_overrides(tmp_path, LoopConfig(selector="vfd"))  # the ensemble rules: a second head every round
     assert "ensemble_members:=2" in over["policy_server"] and "selection_policy:=latest" in over["task_selector"]
     assert "ensemble_members:=2" not in over["task_selector"]
+    # `amf run` names its candidates (the pre-trained checkpoint's tasks, which it evaluates): the YAML's tasks_file
+    # would serve more (issue 33: the served task set is the configuration's)
+    over = node_overrides(tmp_path, LoopConfig(), tasks=["push", "reach"])
+    assert over["task_selector"][-2:] == ["-p", "tasks:=[push, reach]"]
+    assert not any("tasks:=" in a for a in over["policy_server"])
+    # the run dir is its graph's workspace (its nodes' locks live there, not in an `amf up` graph's workspace)
+    assert all(f"workspace:={tmp_path.resolve()}" in over[n] for n in ("policy_server", "task_selector",
+                                                                        "demo_recorder"))
 
 
 def test_amf_run_evaluation_retries_a_failed_run_once_and_records_it() -> None:
     """A transient run_policy failure (no observation on a starved machine) is retried on the same scene and kept
     in the results; a persistent one still stops the run with the node's message."""
-    from types import SimpleNamespace
 
-    from amf_ros.loop.run import LoopConfig
     from amf_ros.loop.report import evaluate
+    from amf_ros.loop.run import LoopConfig
 
     class Client:
         def __init__(self, fail_first: int) -> None:
@@ -205,8 +213,9 @@ def test_a_corrupt_newest_round_falls_back_to_the_one_before(tmp_path: Path) -> 
     round that loads is used, with a warning naming the bad one and why; if none loads, the error lists each."""
     import shutil
 
-    from amf_ros.policies.loading import load_native, load_newest_good
     from ros_system_util import make_checkpoint
+
+    from amf_ros.policies.loading import load_native, load_newest_good
 
     good = make_checkpoint(tmp_path / "src", ("reach", "push"))
     ckpts = tmp_path / "checkpoints"

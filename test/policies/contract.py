@@ -11,6 +11,8 @@ kind legitimately cannot do is stated by a class switch, and the mixin then chec
 - ``iterative_fit``: ``fit`` runs ``steps`` seeded gradient steps; the GP conditions exactly, in one seed-free step.
 - ``has_prior``: a frozen prior head from the start (the Octo-initialised policy); otherwise ``prior`` is None and
   ``fit_alpha`` refuses.
+- ``learns_tasks``: ``set_tasks`` adds a task it did not know, which it then acts for and learns from demonstrations
+  (how policy_server and task_selector take on a configured task the checkpoint lacks); the GP refuses a new key.
 ``load_policy(path)`` reads a checkpoint of the kind (default ``type(policy).load``; Octo: its own loader).
 """
 
@@ -35,6 +37,7 @@ class PolicyContract:
     embeds = True
     iterative_fit = True
     has_prior = False
+    learns_tasks = True
 
     def make_policy(self, seed: int = 0) -> Policy:  # pragma: no cover - provided by subclasses
         raise NotImplementedError
@@ -104,6 +107,24 @@ class PolicyContract:
         bad = dict(data, task=np.asarray(["no-such-task"] * len(data["task"])))
         with pytest.raises(ValueError, match="unknown task"):
             self.make_policy(0).fit(bad, 2)
+
+    def test_set_tasks_adds_a_task_it_then_learns(self):
+        data = self.transitions()
+        policy = self.make_policy(0)
+        new = {"new-task": "do something it has never seen"}
+        if not self.learns_tasks:
+            with pytest.raises(ValueError, match="new-task"):
+                policy.set_tasks(new)
+            assert "new-task" not in policy.tasks
+            return
+        before = list(policy.tasks)
+        policy.set_tasks(new)
+        assert policy.tasks == [*before, "new-task"] and policy.instructions["new-task"] == new["new-task"]
+        relabeled = dict(data, task=np.asarray(["new-task"] * len(data["task"]), dtype=object))
+        result = policy.fit(relabeled, 2)
+        assert result.steps == 2 and all(math.isfinite(v) for v in result.losses)
+        chunk = policy.act(self._frame(data, 0), "new-task")
+        assert chunk.shape == (policy.action_horizon, policy.action_dim) and np.all(np.isfinite(chunk))
 
     # -- the criterion's inputs -------------------------------------------------------------------------------------
     def test_loss_is_finite_and_deterministic(self, fitted):

@@ -116,6 +116,7 @@ class TestGPPolicy(PolicyContract):
     has_head = False
     embeds = False
     iterative_fit = False
+    learns_tasks = False
 
     def make_policy(self, seed=0):
         return GPTaskPolicy(GPPolicyConfig(), state_dim=5, action_dim=2, instructions=TASKS, seed=seed,

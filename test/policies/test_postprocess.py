@@ -6,9 +6,21 @@ import numpy as np
 import pytest
 
 from amf_ros.policies.postprocess import (
-    ActionPostprocessor, PostprocessConfig, StickyGripper, TemporalEnsembler, WorkspaceBounds,
-    axis_angle_to_rpy, eef7_to_simpler, gripper_to_simpler, matrix_to_rpy, normalize_actions,
-    rpy_to_axis_angle, rpy_to_matrix, simpler_to_eef7, unnormalize_actions)
+    ActionPostprocessor,
+    PostprocessConfig,
+    StickyGripper,
+    TemporalEnsembler,
+    WorkspaceBounds,
+    axis_angle_to_rpy,
+    eef7_to_simpler,
+    gripper_to_simpler,
+    matrix_to_rpy,
+    normalize_actions,
+    rpy_to_axis_angle,
+    rpy_to_matrix,
+    simpler_to_eef7,
+    unnormalize_actions,
+)
 
 STATS = {"mean": [0.1, 0.2, 0.3, 0.0, 0.0, 0.0, 0.5], "std": [2.0, 1.0, 0.5, 1.0, 1.0, 1.0, 0.4],
          "mask": [True] * 6 + [False]}

@@ -94,8 +94,8 @@ def test_adapter_translation_and_rotation_follow_bridge_semantics():
 
 
 def test_adapter_workspace_delta_and_speed_limits():
-    ad = _adapter_at([0.3, 0.0, 0.15, 0, 0, 0], workspace=WorkspaceBounds(low=(0.1, -0.15, 0.14), high=(0.45, 0.25, 0.25)),
-                     max_joint_speed=3.0)
+    ad = _adapter_at([0.3, 0.0, 0.15, 0, 0, 0],
+                     workspace=WorkspaceBounds(low=(0.1, -0.15, 0.14), high=(0.45, 0.25, 0.25)), max_joint_speed=3.0)
     cmd = ad.apply([0.0, 0.0, -0.04, 0, 0, 0, 1.0])
     assert cmd.workspace_clipped
     assert wx250s.fk(cmd.arm)[2, 3] == pytest.approx(0.14, abs=2e-3)

@@ -404,3 +404,36 @@ def test_chunked_loop_errors_stop_and_cancel_end_the_goal_and_nothing_is_publish
         n = len(arm.actions)
         time.sleep(0.1)
         assert n > 0 and len(arm.actions) == n and not loop.result.ok and loop.result.cancelled == (how == "cancel")
+
+
+def test_the_arms_step_limit_ends_the_goal_naming_it_not_as_a_stale_observation() -> None:
+    """Issue 33 item 10: RunPolicy with max_steps 2**32-1 against a simulator whose episode ends after 150 steps
+    (TaskStatus done, not solved; it then refuses actions and sends no observation) ended with "observation stale
+    ... is the arm running?". The goal now ends when the status says done, with that reason, in both loops."""
+
+    class LimitedArm(FakeArm):
+        def __init__(self, limit: int) -> None:
+            super().__init__()
+            self.limit = limit
+
+        def publish(self, action: np.ndarray) -> None:
+            self.actions.append(action)
+            n = len(self.actions)
+            if n > self.limit:
+                return  # refused: the episode is over (sim_bridge: "refused action: the episode ... is over")
+            self.status.set(TaskStatusValue(self.task, resets=1, steps=n, success=False, done=n == self.limit))
+            self.obs.set({"state": np.full(3, n, np.float32)})  # sim_bridge publishes the status, then the state
+
+    for horizon in (1, 4):
+        arm = LimitedArm(limit=15)
+        cfg = ControlLoopConfig(period_s=0.02, max_steps=2**32 - 1, obs_timeout_s=1.0, status_timeout_s=1.0,
+                                execution_horizon=horizon)
+        act = ChunkActor(lambda obs: np.zeros((4, 7)), horizon=4) if horizon > 1 else None
+        loop = _loop(arm, cfg, **({"act": act} if act else {})).start()
+        assert loop.join(5.0)
+        r = loop.result
+        assert r.ok and not r.success, (horizon, r.message)
+        assert "episode of 'reach' is over after 15 steps, not solved" in r.message, (horizon, r.message)
+        assert "stale" not in r.message and "running" not in r.message, r.message
+        # this arm sets the done status before its 15th observation: both loops read it before the next action
+        assert r.steps == len(arm.actions) == 15, (horizon, r.steps)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from types import SimpleNamespace as NS
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -145,20 +145,20 @@ A, S, C = "/amf/action", "/amf/observation/state", "/amf/camera/image_raw"
 SEC = 1_000_000_000
 
 
-def header(ns: int) -> NS:
-    return NS(stamp=NS(sec=ns // SEC, nanosec=ns % SEC))
+def header(ns: int) -> SimpleNamespace:
+    return SimpleNamespace(stamp=SimpleNamespace(sec=ns // SEC, nanosec=ns % SEC))
 
 
-def action(ns: int, x: float = 0.01) -> NS:
-    return NS(header=header(ns), translation=[x, 0.0, 0.0], rotation=[0.0, 0.0, 0.0], gripper=1.0)
+def action(ns: int, x: float = 0.01) -> SimpleNamespace:
+    return SimpleNamespace(header=header(ns), translation=[x, 0.0, 0.0], rotation=[0.0, 0.0, 0.0], gripper=1.0)
 
 
-def state(ns: int, v: float = 0.0) -> NS:
-    return NS(header=header(ns), names=["s0", "s1"], values=[v, -v])
+def state(ns: int, v: float = 0.0) -> SimpleNamespace:
+    return SimpleNamespace(header=header(ns), names=["s0", "s1"], values=[v, -v])
 
 
-def image(ns: int, encoding: str = "rgb8") -> NS:
-    return NS(header=header(ns), height=2, width=3, encoding=encoding, is_bigendian=0, step=9,
+def image(ns: int, encoding: str = "rgb8") -> SimpleNamespace:
+    return SimpleNamespace(header=header(ns), height=2, width=3, encoding=encoding, is_bigendian=0, step=9,
               data=bytes(range(18)))
 
 
@@ -367,3 +367,58 @@ def test_rerecord_discards_the_episode_in_progress_and_starts_again_in_one_call(
     end = rt.end(again.episode_id, True, False, now_ns=5 * SEC)
     assert end.ok and end.num_steps == 2 and rt.store.episode_ids() == [again.episode_id]
     assert rt.store.meta(again.episode_id).operator_note == "second try"
+
+
+def test_free_text_longer_than_the_store_keeps_is_refused_saying_the_limit(tmp_path):
+    """Issue 33 item 7: a 1 MB instruction and a 1 MB note were stored verbatim (index.json of 1 MB, rewritten at
+    every commit). StartEpisode and re-record refuse them, naming the field and its limit, before anything
+    starts or is discarded; the answer quotes at most 40 characters of the text."""
+    from amf_ros.data.schema import MAX_INSTRUCTION_CHARS, MAX_NOTE_CHARS
+
+    rt = recorder(tmp_path, end_quiet_s=0.0)
+    feed_steps(rt, SEC // 2, 1)  # topics heard
+    huge = "x" * 1_000_000
+    for instruction, note, field, limit in [(huge, "", "instruction", MAX_INSTRUCTION_CHARS),
+                                            ("do it", huge, "operator note", MAX_NOTE_CHARS)]:
+        res = rt.start("t", instruction, note, SEC, 1)
+        assert not res.ok and f"{field} of 1000000 characters is too long (at most {limit})" in res.message, res
+        assert len(res.message) < 200 and not rt.status(1).recording
+    edge = rt.start("t", "y" * MAX_INSTRUCTION_CHARS, "z" * MAX_NOTE_CHARS, SEC, 1)  # at the limit: kept
+    assert edge.ok, edge.message
+    feed_steps(rt, 2 * SEC, 2)
+    refused = rt.rerecord("t", "do it", huge, 3 * SEC, 1)
+    assert not refused.ok and f"at most {MAX_NOTE_CHARS}" in refused.message
+    assert f"still recording {edge.episode_id}" in refused.message and rt.rec.num_steps == 2
+    assert rt.end(edge.episode_id, True, False, now_ns=4 * SEC).ok
+    meta = rt.store.meta(edge.episode_id)
+    assert len(meta.instruction) == MAX_INSTRUCTION_CHARS and len(meta.operator_note) == MAX_NOTE_CHARS
+    assert (rt.store.root / "index.json").stat().st_size < 2 * MAX_INSTRUCTION_CHARS + 1000
+
+
+def test_an_episode_the_estop_interrupted_is_discarded_and_none_starts_while_engaged(tmp_path):
+    """The arm's e-stop (its latched ArmStatus): an episode during which it engaged is discarded at EndEpisode, even
+    when the operator calls it a success or a failure, and saying why; no episode starts while it is engaged."""
+    rt = recorder(tmp_path, end_quiet_s=0.0, topic_timeout_s=3600.0)
+    rt.feed(S, state(SEC)), rt.feed(C, image(SEC))
+    assert rt.observe_arm(False, 0) is None  # the arm's status at start: released, never engaged
+    ep = rt.start("t", "do it", "", now_ns=SEC, action_publishers=1).episode_id
+    feed_steps(rt, 2 * SEC, 3)
+    line = rt.observe_arm(True, 1)
+    assert line is not None and ep in line and "discarded at EndEpisode" in line and rt.status(1).last_error == line
+    assert rt.observe_arm(True, 1) is None  # said once
+    end = rt.end(ep, False, False, now_ns=3 * SEC)
+    assert not end.ok and "e-stop" in end.message and "discarded, nothing saved" in end.message, end.message
+    assert end.announce is None and rt.store.episode_ids() == [] and rt.store.partial() == []
+    assert rt.status(1).not_ready_reason == "the arm's e-stop is engaged"
+    assert "e-stop is engaged" in rt.start("t", "do it", "", SEC, 1).message
+    rt.observe_arm(False, 1)
+    # an engage and release between two of the arm's statuses (depth 1): the count of engagements still tells
+    ep = rt.start("t", "do it", "", now_ns=4 * SEC, action_publishers=1).episode_id
+    feed_steps(rt, 5 * SEC, 2)
+    assert rt.observe_arm(False, 2) is not None
+    assert not rt.end(ep, True, False, now_ns=6 * SEC).ok and rt.store.episode_ids() == []
+    # released all along: saved as before
+    ep = rt.start("t", "do it", "", now_ns=7 * SEC, action_publishers=1).episode_id
+    feed_steps(rt, 8 * SEC, 2)
+    end = rt.end(ep, True, False, now_ns=9 * SEC)
+    assert end.ok and end.num_steps == 2 and rt.store.episode_ids() == [ep]

@@ -15,6 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("metaworld")
 
+from synthetic_store import write_synthetic_episodes  # noqa: E402
+
 from amf_ros.bringup.params.task_selector import TaskSelectorParams  # noqa: E402
 from amf_ros.policies.checkpoint import load_checkpoint  # noqa: E402
 from amf_ros.policies.checkpoint_dirs import member_checkpoints, member_dir, round_checkpoints  # noqa: E402
@@ -22,7 +24,6 @@ from amf_ros.policies.fine_tuning import FineTuneSettings  # noqa: E402
 from amf_ros.policies.loading import load_native  # noqa: E402
 from amf_ros.runtime.policy_server import PolicyRuntime  # noqa: E402
 from amf_ros.runtime.task_selector import TaskSelectorRuntime  # noqa: E402
-from synthetic_store import write_synthetic_episodes  # noqa: E402
 
 TASKS = ("reach", "push")
 

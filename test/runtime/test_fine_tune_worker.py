@@ -82,7 +82,7 @@ class _Saving(_Student):
         if self.cancel_at:
             original = callback
 
-            def callback(step, loss):  # noqa: F811 - the operator cancels at this step
+            def callback(step, loss):
                 if step == self.cancel_at:
                     self.cancel.set()
                 return original(step, loss)
@@ -108,7 +108,7 @@ def _run_members(tmp_path: Path, monkeypatch, students: dict[str, _Saving], canc
     events: queue.Queue = queue.Queue()
     try:
         out = _train(job, events, cancel or threading.Event(), {})
-    except Exception as exc:  # noqa: BLE001 - the tests look at it
+    except Exception as exc:
         out = exc
     feedback = []
     while not events.empty():
@@ -140,7 +140,7 @@ def test_a_cancel_or_a_non_finite_loss_in_a_member_saves_nothing(tmp_path, monke
     students = {"ck": _Saving("ck", [0.5, 0.4, 0.3]), "m1": _Saving("m1", [0.5, 0.4, 0.3], cancel_at=2, cancel=cancel),
                 "m2": _Saving("m2", [0.5, 0.4, 0.3])}
     out, _ = _run_members(tmp_path, monkeypatch, students, cancel)
-    assert type(out).__name__ == "FineTuneCancelled" and "after 5 of 9 steps" in str(out), out
+    assert type(out).__name__ == "FineTuneCancelledError" and "after 5 of 9 steps" in str(out), out
     assert students["m2"].seed is None and not (tmp_path / "round_0001").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.npz"]
     students = {"ck": _Saving("ck", [0.5, 0.4, 0.3]), "m1": _Saving("m1", [0.5, 0.4, 0.3]),

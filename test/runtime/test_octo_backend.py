@@ -20,6 +20,7 @@ from amf_ros.policies.octo.heads import is_octo_policy
 from amf_ros.runtime.policy_server import OctoServing
 from amf_ros.runtime.task_selector import OctoSelection
 
+
 def _typed(cls, values):
     """The parameter dataclass ``cls`` from the declared subset of ``values``."""
     names = {p.name for p in schema(node_of(cls))}
@@ -94,7 +95,8 @@ def test_serving_fine_tunes_on_cached_embeddings_and_resumes(tmp_path):
     assert res2.checkpoint.name == "round_0002"
     assert len(serving.trunk.model.run_calls) == calls  # second fine-tune: the trunk was not re-run
     acting = serving.runtime.policy
-    assert all(np.array_equal(a.detach(), b) for a, b in zip(acting.prior.parameters(), prior))  # prior frozen
+    # the prior is frozen
+    assert all(np.array_equal(a.detach(), b) for a, b in zip(acting.prior.parameters(), prior, strict=True))
     # a restart resumes from the newest head made from this Octo checkpoint
     again = OctoServing(_typed(PolicyServerParams, _params(tmp_path, ckpt)))
     assert again.runtime.checkpoint == res2.checkpoint and again.runtime.round == 2
@@ -103,13 +105,13 @@ def test_serving_fine_tunes_on_cached_embeddings_and_resumes(tmp_path):
 
 
 def test_fine_tune_cancelled_during_embedding_keeps_what_was_embedded(tmp_path):
-    from amf_ros.policies.fine_tuning import FineTuneCancelled
+    from amf_ros.policies.fine_tuning import FineTuneCancelledError
 
     ckpt = fake_checkpoint(tmp_path / "octo")
     _episodes(tmp_path / "data", n_eps=3)
     serving = OctoServing(_typed(PolicyServerParams, _params(tmp_path, ckpt)))
     polls = []
-    with pytest.raises(FineTuneCancelled, match="embedding episode 2 of 3"):
+    with pytest.raises(FineTuneCancelledError, match="embedding episode 2 of 3"):
         serving.runtime.fine_tune(cancelled=lambda: polls.append(1) or len(polls) > 1)
     assert serving.trunk.episodes_embedded == 1 and serving.runtime.round == 0
     assert serving.runtime.fine_tune().round == 1 and serving.trunk.episodes_embedded == 3  # 1 reused, 2 new

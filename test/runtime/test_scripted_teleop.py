@@ -75,7 +75,8 @@ class Sim:
         return stamp
 
     def reset(self, task: str) -> None:
-        self.task, self.resets, self.steps, self.success, self.done, self.x = task, self.resets + 1, 0, False, False, 0.0
+        self.task, self.resets, self.steps = task, self.resets + 1, 0
+        self.success, self.done, self.x = False, False, 0.0
 
     def step(self, solved: bool = False) -> None:
         self.steps += 1

@@ -47,7 +47,8 @@ class FakeSim:
         self.x += float(a7[0])
         self.steps += 1
         success = self.x >= self.goal
-        return np.array([self.x, self.seed]), success, (success and self.done_on_success) or self.steps >= self.max_steps
+        done = (success and self.done_on_success) or self.steps >= self.max_steps
+        return np.array([self.x, self.seed]), success, done
 
     def render(self, width: int, height: int, camera: str) -> np.ndarray:
         if self.fail_render:
@@ -124,6 +125,9 @@ def test_reset_seed_sequence_unknown_task_and_resets_counter():
     with pytest.raises(ValueError, match="unknown task 'nope'"):
         bridge.reset("nope", 0)
     assert bridge.status().resets == 4 and sim.task == "reach", "a refused reset changes nothing"
+    with pytest.raises(ValueError, match=r"task key of 1000000 characters \(at most 128\)") as info:
+        bridge.reset("x" * 1_000_000, 0)  # a request's task of any size: the answer quotes 40 characters of it
+    assert len(str(info.value)) < 200 and bridge.status().resets == 4
 
 
 def test_idle_republishes_only_after_the_period_and_not_when_disabled():

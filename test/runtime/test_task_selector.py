@@ -48,9 +48,9 @@ def _write_store(root: Path, tasks: list[str], seed: int = 0) -> None:
 
 def _policy(dataset: Path, horizon: int = 4, seed: int = 0):
     """A small state policy (hash task encoder), fitted briefly on the store so its embeddings are not trivial."""
-    from amf_ros.training.pretrain import make_policy
     from amf_ros.data.transitions import load_transitions
     from amf_ros.envs.metaworld_suite import load_tasks
+    from amf_ros.training.pretrain import make_policy
 
     policy = make_policy(load_tasks(keys=TASKS), task_encoder="hash", action_horizon=horizon, seed=seed)
     policy.fit(load_transitions(dataset, action_space="metaworld"), 20, batch_size=64)
@@ -258,6 +258,12 @@ def test_concurrent_warm_start_requests_get_different_tasks_then_duplicate(tmp_p
     fourth = rt.next_task(robot="robot4")
     assert fourth.task in {d.task for d in got} and "demonstrated twice" in fourth.message
     assert rt.on_episode("robot1", got[0].task)  # robot1 recorded its task: its assignment is done
+    with pytest.raises(ValueError, match=r"robot name of 1000000 characters is too long \(at most 256\)") as info:
+        rt.next_task(robot="r" * 1_000_000)  # the name keys an assignment: bounded (issue 33)
+    assert len(str(info.value)) < 200 and len(rt.assignments.active()) == 3
+    with pytest.raises(ValueError, match=r"unknown task\(s\) \['k0', .*'k9'\] \(and 990 more\)") as info:
+        rt.next_task([f"k{i}" for i in range(1000)])  # the answer names ten of them
+    assert len(str(info.value)) < 400
 
 
 def test_a_pending_assignment_steers_the_next_robot_away_unless_selection_is_independent(tmp_path):

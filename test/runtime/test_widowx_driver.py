@@ -110,3 +110,23 @@ def test_profile_request_and_missing_interbotix_line():
     assert "ROS 2 humble" in line
     assert missing_interbotix_line(None) == missing_interbotix_line("")
     assert "your ROS 2 distribution" in missing_interbotix_line(None)
+
+
+def test_counts_of_applied_and_refused_actions_and_the_estop_for_arm_status():
+    """What widowx_driver publishes as its latched ArmStatus: actions applied, refused by reason, and the e-stop."""
+    rt = driver()
+    a = [0.01, 0, 0, 0, 0, 0, 1.0]
+    rt.on_action(a, stamp_ns=SEC, now_ns=SEC)  # before the first joint state
+    rt.on_joint_state(NAMES, joints())
+    assert rt.on_action(a, stamp_ns=SEC, now_ns=SEC).applied
+    rt.on_action(a, stamp_ns=SEC, now_ns=2 * SEC)  # stale
+    rt.on_action([np.nan] * 7, stamp_ns=2 * SEC, now_ns=2 * SEC)
+    rt.estop(True)
+    assert (rt.counts.estop, rt.counts.estop_engagements) == (True, 1)
+    rt.on_action(a, stamp_ns=3 * SEC, now_ns=3 * SEC)
+    rt.estop(True)  # already engaged: not a new engagement
+    rt.estop(False)
+    assert rt.on_action(a, stamp_ns=4 * SEC, now_ns=4 * SEC).applied
+    assert (rt.counts.applied, rt.counts.estop, rt.counts.estop_engagements) == (2, False, 1)
+    assert rt.counts.refused == {"no joint state": 1, "stale": 1, "invalid": 1, "e-stop": 1}
+    assert driver(start_stopped=True).counts.estop

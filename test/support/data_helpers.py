@@ -2,35 +2,34 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace as NS
+from types import SimpleNamespace
 
 import numpy as np
-
 
 from amf_ros.data.store import EpisodeStore, StoreConfig
 
 S = 1_000_000_000
 
 
-def header(t_ns: int, frame_id: str = "") -> NS:
-    return NS(stamp=NS(sec=t_ns // S, nanosec=t_ns % S), frame_id=frame_id)
+def header(t_ns: int, frame_id: str = "") -> SimpleNamespace:
+    return SimpleNamespace(stamp=SimpleNamespace(sec=t_ns // S, nanosec=t_ns % S), frame_id=frame_id)
 
 
-def fake_action(t_ns: int, value: float, gripper: float = 1.0) -> NS:
+def fake_action(t_ns: int, value: float, gripper: float = 1.0) -> SimpleNamespace:
     """Duck-typed EefDeltaAction: translation[0] carries ``value`` so tests can tell actions apart."""
-    return NS(header=header(t_ns), translation=np.array([value, 0.0, 0.0], np.float32),
+    return SimpleNamespace(header=header(t_ns), translation=np.array([value, 0.0, 0.0], np.float32),
               rotation=np.zeros(3, np.float32), gripper=gripper)
 
 
-def fake_state(t_ns: int, value: float) -> NS:
+def fake_state(t_ns: int, value: float) -> SimpleNamespace:
     """Duck-typed StateVector with two entries."""
-    return NS(header=header(t_ns), names=["x", "y"], values=[value, -value])
+    return SimpleNamespace(header=header(t_ns), names=["x", "y"], values=[value, -value])
 
 
-def fake_image(t_ns: int, value: int, h: int = 8, w: int = 10) -> NS:
+def fake_image(t_ns: int, value: int, h: int = 8, w: int = 10) -> SimpleNamespace:
     """Duck-typed rgb8 Image filled with ``value``."""
     img = np.full((h, w, 3), value % 256, np.uint8)
-    return NS(header=header(t_ns), height=h, width=w, encoding="rgb8", is_bigendian=0, step=w * 3,
+    return SimpleNamespace(header=header(t_ns), height=h, width=w, encoding="rgb8", is_bigendian=0, step=w * 3,
               data=img.reshape(-1))
 
 
@@ -66,7 +65,8 @@ def camera_episode_steps(n: int, rate_hz: float, seed: int = 0, h: int = 480, w:
     rng = np.random.default_rng(seed)
     t0 = 1_700_000_000 * S + seed * 100 * S
     period = S / rate_hz
-    return [{"observation": {"state": rng.normal(size=5).astype(np.float32), "image_primary": camera_frame(k, seed, h, w)},
+    return [{"observation": {"state": rng.normal(size=5).astype(np.float32),
+                             "image_primary": camera_frame(k, seed, h, w)},
              "action": np.r_[rng.uniform(-0.01, 0.01, 6), float(k % 2)].astype(np.float32),
              "stamp_ns": int(t0 + k * period + rng.integers(0, 2_000_000))} for k in range(n)]
 

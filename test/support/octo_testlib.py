@@ -37,7 +37,8 @@ def synthetic_head_tree(embedding_dim: int, seed: int = 0) -> dict:
     reverse["Dense_1"] = _dense(rng, HIDDEN, H * A)
     return {"diffusion_model": {
         "time_preprocess": {"kernel": rng.normal(0, 0.2, (TIME_DIM // 2, 1)).astype(np.float32)},
-        "cond_encoder": {"Dense_0": _dense(rng, TIME_DIM, 2 * TIME_DIM), "Dense_1": _dense(rng, 2 * TIME_DIM, TIME_DIM)},
+        "cond_encoder": {"Dense_0": _dense(rng, TIME_DIM, 2 * TIME_DIM),
+                         "Dense_1": _dense(rng, 2 * TIME_DIM, TIME_DIM)},
         "reverse_network": reverse}}
 
 

@@ -6,7 +6,6 @@ import time
 from typing import Any, Sequence
 
 import numpy as np
-
 from ros_testing import call, spinning_node, wait_for  # noqa: F401  (re-exported)
 
 

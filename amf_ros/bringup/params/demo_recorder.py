@@ -118,7 +118,8 @@ class DemoRecorderParams:
         "recover",
         "What to do with episodes left partial by a crash or a failed commit, at start and then every "
         "recover_sweep_period_s: 'recover' = commit their complete chunks (meta.recovered = true; success from "
-        "the operator's verdict if the commit got that far, else null), 'ignore' = leave them (logged at start), "
+        "the operator's verdict if the commit got that far and no step it judged was lost, else null), 'ignore' = "
+        "leave them (logged at start), "
         "'discard' = delete them. A partial whose writer is alive (writer.lock held) is never touched.",
         choices=("recover", "ignore", "discard"),
     )
@@ -149,6 +150,12 @@ class DemoRecorderParams:
     )
     rate_window_s: float = param(2.0, "Window of the measured stream rates, s.", range=(0.1, 60.0))
     status_topic: str = param("recorder/status", "Latched status topic (amf_ros/RecorderStatus).")
+    arm_status_topic: str = param(
+        "arm/status",
+        "The arm's latched status (amf_ros/ArmStatus, from sim_bridge or widowx_driver): while its e-stop is engaged "
+        "StartEpisode is refused, and an episode during which it engaged is discarded at EndEpisode (ok=false, "
+        "saying so; an interrupted demonstration is never stored). Empty = not watched.",
+    )
     episodes_topic: str = param("episodes", "Topic announcing each committed episode (amf_ros/EpisodeInfo).")
     start_service: str = param("recorder/start_episode", "StartEpisode service name.")
     end_service: str = param("recorder/end_episode", "EndEpisode service name.")

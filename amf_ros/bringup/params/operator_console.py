@@ -20,6 +20,14 @@ class OperatorConsoleParams:
         "127.0.0.1",
         "Address the web server binds to. Anything but a loopback address (127.0.0.1, ::1, localhost) needs 'token'.",
     )
+    allowed_hosts: tuple[str, ...] = param(
+        (),
+        "Further host names (or addresses) the page may be opened as: every HTTP and WebSocket request must carry one "
+        "of them in its Host header, else 403 (a guard against DNS rebinding). Always accepted: the bound 'host' "
+        "(bound to 0.0.0.0 or ::, this machine's host name and fully qualified name), and localhost, 127.0.0.1, ::1 "
+        "when it listens on loopback. Add e.g. the robot PC's address or DNS name when others open the page by it.",
+        type="string_array",
+    )
     port: int = param(8765, "TCP port of the page (0 = any free port, logged at start).", range=(0, 65535))
     token: str = param(
         "",

@@ -93,6 +93,13 @@ class PolicyServerParams(OctoTrunkParams):
         "ends early with success when the status reports its task solved. Empty = no success detector (a real "
         "arm): result.success = false.",
     )
+    arm_status_topic: str = param(
+        "arm/status",
+        "The arm's latched status (amf_ros/ArmStatus, published by sim_bridge and widowx_driver): while its e-stop "
+        "is engaged every run_policy goal is refused (ok=false), an e-stop engaged mid-goal ends the goal at once "
+        "(ok=false, naming the e-stop), and each result says how many of the goal's actions the arm applied and "
+        "refused, by reason. Empty = no arm status (no e-stop seen).",
+    )
     observation_timeout_s: float = param(
         2.0,
         "run_policy fails if no observation arrives within this time before its first action (the arm may be idle), "

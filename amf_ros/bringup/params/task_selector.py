@@ -26,9 +26,11 @@ class TaskSelectorParams(OctoTrunkParams):
         choices=SELECTOR_NAMES,
     )
     tasks: tuple[str, ...] = param(
-        (), "Candidate task keys (empty = every task of the checkpoint / tasks_file).", type="string_array"
+        (), "Candidate task keys (empty = every task of tasks_file, else of the checkpoint). A task the policy does "
+        "not know is scored as a task without data and learned at the next fine-tune.", type="string_array"
     )
-    tasks_file: str = param("", "Task set YAML (keys and instructions); empty = the checkpoint's own task list.")
+    tasks_file: str = param("", "Task set YAML (keys and instructions): the candidates when 'tasks' is empty; empty "
+                            "= the checkpoint's own task list.")
     checkpoint: str = param(
         "",
         "Checkpoint directory to load first (empty = newest under checkpoint_dir); backend octo: the Octo "

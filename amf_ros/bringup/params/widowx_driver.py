@@ -91,6 +91,13 @@ class WidowxDriverParams:
         "ArmStop topic (amf_ros/ArmStop): actions stamped at or before a stop are dropped and the arm holds "
         "(amf_ros/robots/action_gate.py).",
     )
+    arm_status_topic: str = param(
+        "arm/status",
+        "Latched arm status (amf_ros/ArmStatus): the e-stop (engaged, times engaged) and the actions applied and "
+        "refused by reason since the start; published at start, on every e-stop change and after every action. "
+        "policy_server ends a run_policy goal when the e-stop engages, demo_recorder discards the episode "
+        "('' = not published).",
+    )
     gripper_pressure: float = param(
         _ARM.gripper_pressure, "Gripper effort in [0, 1], mapped to PWM between the two limits.", range=(0.0, 1.0)
     )

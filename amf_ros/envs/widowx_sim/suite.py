@@ -201,6 +201,11 @@ class WidowXSimSuite(TaskSuite):
         echo it, as widowx_driver echoes only the actions it sent to the arm."""
         return "e-stop engaged (release it first)" if self.driver is not None and self.driver.stopped else ""
 
+    @property
+    def estopped(self) -> bool:
+        """True while the arm's e-stop is engaged (it stays engaged across episodes, as on the real arm)."""
+        return self.driver is not None and self.driver.stopped
+
     def estop(self, engage: bool) -> str:
         """widowx_driver's e-stop service: engage (hold the arm where it is, drop every action) or release."""
         if self.driver is None:

@@ -8,7 +8,8 @@ is refused with a log line and ``last_error`` in the status). Messages and the s
 group, the services in another: EndEpisode blocks its executor thread while it waits (bounded by
 ``end_timeout_s``) for messages in flight, which the message callbacks keep taking on another thread. The
 partial-episode sweep (every ``recover_sweep_period_s``) has a third group, so that a recovery's file I/O never
-delays a message callback.
+delays a message callback. The arm's latched ArmStatus (``arm_status_topic``) feeds the e-stop rule: no episode starts
+while it is engaged, and one during which it engaged is discarded at EndEpisode (DemoRecorder.observe_arm).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 
+from amf_ros.bringup.graph_lock import hold_node_lock
 from amf_ros.bringup.params.demo_recorder import DemoRecorderParams
-from amf_ros.msg import EefDeltaAction, EpisodeInfo, RecorderStatus, StateVector
+from amf_ros.msg import ArmStatus, EefDeltaAction, EpisodeInfo, RecorderStatus, StateVector
 from amf_ros.ros import qos
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
@@ -41,6 +43,7 @@ class DemoRecorderNode(Node):
     def __init__(self) -> None:
         super().__init__("demo_recorder")
         p = declare(self, DemoRecorderParams)
+        self._place = hold_node_lock(p.workspace, self.get_namespace(), self.get_name())  # one graph per namespace
         full = self.resolve_topic_name  # fully qualified names in status, start messages and episode metadata
         p = self.p = replace(p, action_topic=full(p.action_topic), state_topic=p.state_topic and full(p.state_topic),
                              image_topics=tuple(full(t) for t in p.image_topics))
@@ -57,9 +60,15 @@ class DemoRecorderNode(Node):
             profile = qos.images(p.image_queue_depth) if msg_type is Image else qos.STREAM
             self.create_subscription(msg_type, topic, partial(self._on_msg, topic), profile,
                                      callback_group=messages)
-        self.create_service(StartEpisode, p.start_service, self._on_start, callback_group=services)
-        self.create_service(EndEpisode, p.end_service, self._on_end, callback_group=services)
-        self.create_service(StartEpisode, p.rerecord_service, self._on_rerecord, callback_group=services)
+        self.create_service(StartEpisode, p.start_service, self._on_start, qos_profile=qos.SERVICES,
+                            callback_group=services)
+        self.create_service(EndEpisode, p.end_service, self._on_end, qos_profile=qos.SERVICES,
+                            callback_group=services)
+        self.create_service(StartEpisode, p.rerecord_service, self._on_rerecord, qos_profile=qos.SERVICES,
+                            callback_group=services)
+        if p.arm_status_topic:
+            self.create_subscription(ArmStatus, p.arm_status_topic, self._on_arm_status, qos.LATCHED,
+                                     callback_group=messages)
         self.create_timer(p.status_period_s, self._publish_status, callback_group=messages)
         if p.recover_sweep_period_s > 0:
             self.create_timer(p.recover_sweep_period_s, self._sweep, callback_group=MutuallyExclusiveCallbackGroup())
@@ -79,6 +88,12 @@ class DemoRecorderNode(Node):
             else:
                 self.get_logger().info(text)
         if events:
+            self._publish_status()
+
+    def _on_arm_status(self, msg: ArmStatus) -> None:
+        line = self.rt.observe_arm(bool(msg.estop), int(msg.estop_engagements))
+        if line is not None:
+            self.get_logger().warn(line)
             self._publish_status()
 
     def _on_start(self, req: StartEpisode.Request, res: StartEpisode.Response) -> StartEpisode.Response:

@@ -28,6 +28,7 @@ from amf_ros.data.ros_convert import image_to_rgb
 from amf_ros.msg import ArmStop, CheckpointInfo, EpisodeInfo, RecorderStatus, TaskDecision, TaskStatus
 from amf_ros.ros import qos
 from amf_ros.ros.calls import GoalCall, call_bounded, send_goal_bounded
+from amf_ros.ros.logs import log_at
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import StartupError, spin
 from amf_ros.runtime.operator_console import Done, OperatorConsole
@@ -82,13 +83,20 @@ class OperatorConsoleNode(Node):
         for topic in p.image_topics:
             self.create_subscription(Image, topic, lambda m, t=topic: self.frames.put(t, m), qos.LATEST,
                                      callback_group=group)
-        self._next = self.create_client(NextTask, p.next_task_service, callback_group=group)
-        self._start = self.create_client(StartEpisode, p.start_service, callback_group=group)
-        self._end = self.create_client(EndEpisode, p.end_service, callback_group=group)
-        self._rerecord = self.create_client(StartEpisode, p.rerecord_service, callback_group=group)
-        self._reset = self.create_client(ResetTask, p.sim_reset_service, callback_group=group)
-        self._fine_tune = ActionClient(self, FineTune, p.fine_tune_action, callback_group=group)
-        self._run = ActionClient(self, RunPolicy, p.run_policy_action, callback_group=group)
+        self._next = self.create_client(NextTask, p.next_task_service, qos_profile=qos.SERVICES,
+                                       callback_group=group)
+        self._start = self.create_client(StartEpisode, p.start_service, qos_profile=qos.SERVICES,
+                                         callback_group=group)
+        self._end = self.create_client(EndEpisode, p.end_service, qos_profile=qos.SERVICES,
+                                       callback_group=group)
+        self._rerecord = self.create_client(StartEpisode, p.rerecord_service, qos_profile=qos.SERVICES,
+                                            callback_group=group)
+        self._reset = self.create_client(ResetTask, p.sim_reset_service, qos_profile=qos.SERVICES,
+                                         callback_group=group)
+        self._fine_tune = ActionClient(self, FineTune, p.fine_tune_action, callback_group=group,
+                                        **qos.action_services())
+        self._run = ActionClient(self, RunPolicy, p.run_policy_action, callback_group=group,
+                                  **qos.action_services())
         self._stop_pub = self.create_publisher(ArmStop, p.stop_topic, qos.EVENTS)
         self._watched: set[str] = set()
         self._streams_pending: list[str] = []
@@ -99,7 +107,8 @@ class OperatorConsoleNode(Node):
         self.create_timer(1.0, self._graph_checks, callback_group=group)
         self.server = ConsoleServer(self.model, self._from_browser, host=p.host, port=p.port, token=p.token,
                                     frames=self.frames if p.image_topics else None, to_rgb=image_to_rgb,
-                                    display_rate_hz=p.display_rate_hz, push_period_s=p.push_period_s, log=self.log)
+                                    display_rate_hz=p.display_rate_hz, push_period_s=p.push_period_s, log=self.log,
+                                    allowed_hosts=p.allowed_hosts)
         try:
             self.server.start()
         except (OSError, ValueError) as exc:
@@ -230,7 +239,7 @@ class OperatorConsoleNode(Node):
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def log(self, level: str, text: str) -> None:
         """Write one of the runtime's outcome lines to the node's ROS log at its level."""
-        {"info": self.get_logger().info, "warn": self.get_logger().warn}.get(level, self.get_logger().error)(text)
+        log_at(self, level, text)  # one rclpy call site per severity (amf_ros/ros/logs.py)
 
     def close(self) -> None:
         """Called by spin() at shutdown: close every browser connection and the listener (bounded)."""

@@ -19,13 +19,15 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 
 from amf_ros.action import FineTune, RunPolicy
+from amf_ros.bringup.graph_lock import hold_node_lock
 from amf_ros.bringup.params.policy_server import PolicyServerParams
 from amf_ros.data import transitions
 from amf_ros.data.ros_convert import image_to_rgb
-from amf_ros.msg import ArmStop, CheckpointInfo, EefDeltaAction, StateVector, TaskStatus
-from amf_ros.policies.fine_tuning import FineTuneCancelled
+from amf_ros.msg import ArmStatus, ArmStop, CheckpointInfo, EefDeltaAction, StateVector, TaskStatus
+from amf_ros.policies.fine_tuning import FineTuneCancelledError
 from amf_ros.ros import qos
-from amf_ros.ros.arm_msgs import action_msg, stop_msg
+from amf_ros.ros.arm_msgs import action_msg, arm_counts, stop_msg
+from amf_ros.ros.logs import log_fn
 from amf_ros.ros.offload import Offload
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
@@ -48,13 +50,14 @@ class PolicyServerNode(Node):
     def __init__(self) -> None:
         super().__init__("policy_server")
         p = self.p = declare(self, PolicyServerParams)
+        self._place = hold_node_lock(p.workspace, self.get_namespace(), self.get_name())  # one graph per namespace
         self.executor_kind = p.executor  # read by spin()
         self.offload = Offload(self, inline=p.executor.startswith("multi"))  # goals wait on a thread of their own
         self.pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.ACTIONS)
         self.stop_pub = self.create_publisher(ArmStop, p.stop_topic, qos.EVENTS)
         self.ckpt_pub = self.create_publisher(CheckpointInfo, p.checkpoint_topic, qos.LATCHED)
         self.outcome_pub = self.create_publisher(TaskStatus, p.outcomes_topic, qos.EVENTS)
-        self.server = PolicyServer(p, self.publish_action, log=self.get_logger().info, warn=self.get_logger().warn)
+        self.server = PolicyServer(p, self.publish_action, log=log_fn(self, "info"), warn=log_fn(self, "warn"))
         if self.server.octo is not None:
             self.get_logger().info(f"Octo warm-up (first trunk + head call): {self.server.octo.warm_up():.2f} s")
         inputs = MutuallyExclusiveCallbackGroup()  # cheap callbacks: store the newest value
@@ -71,16 +74,21 @@ class PolicyServerNode(Node):
             self.create_subscription(TaskStatus, p.task_status_topic, self._status, qos.LATCHED,
                                      callback_group=inputs)
         self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=inputs)
+        if p.arm_status_topic:
+            self.create_subscription(ArmStatus, p.arm_status_topic, self._on_arm_status, qos.LATCHED,
+                                     callback_group=inputs)
         if p.follow_checkpoint_topic:
             self._adopting = threading.Lock()
             self.create_subscription(CheckpointInfo, p.follow_checkpoint_topic, self._on_fleet_checkpoint,
                                      qos.LATCHED, callback_group=inputs)
         ActionServer(self, RunPolicy, "run_policy", self.execute_run, callback_group=ReentrantCallbackGroup(),
                      goal_callback=lambda _req: GoalResponse.ACCEPT if self.server.reserve_run()
-                     else GoalResponse.REJECT, cancel_callback=lambda _g: CancelResponse.ACCEPT)
+                     else GoalResponse.REJECT, cancel_callback=lambda _g: CancelResponse.ACCEPT,
+                     **qos.action_services())
         ActionServer(self, FineTune, "fine_tune", self.execute_fine_tune, callback_group=ReentrantCallbackGroup(),
                      goal_callback=lambda _req: GoalResponse.REJECT if self.server.fine_tuning
-                     else GoalResponse.ACCEPT, cancel_callback=lambda _g: CancelResponse.ACCEPT)
+                     else GoalResponse.ACCEPT, cancel_callback=lambda _g: CancelResponse.ACCEPT,
+                     **qos.action_services())
         self.announce()
         self.get_logger().info(f"ready: {p.backend} backend, checkpoint {self.server.runtime.checkpoint}, "
                                f"control {p.control_rate_hz} Hz, dataset {p.dataset_dir}")
@@ -102,6 +110,10 @@ class PolicyServerNode(Node):
             reason = f"stop from {msg.source or '?'}: {msg.reason[:200] or 'no reason'}"
             if self.server.stop_run(reason):
                 self.get_logger().warn(f"run_policy: {reason}; ending the goal")
+
+    def _on_arm_status(self, msg: ArmStatus) -> None:
+        if self.server.observe_arm(arm_counts(msg)):
+            self.get_logger().warn("run_policy: the arm's e-stop was engaged; ending the goal")
 
     def announce(self) -> None:
         """Publish the acting checkpoint on the latched checkpoint topic."""
@@ -164,7 +176,7 @@ class PolicyServerNode(Node):
                                          FineTune.Feedback(step=s, total_steps=n, loss=loss)),
                                      lambda: goal_handle.is_cancel_requested)
         except Exception as exc:  # reported to the client as ok=false; the node keeps running
-            _finish(goal_handle.canceled if isinstance(exc, FineTuneCancelled) else goal_handle.abort)
+            _finish(goal_handle.canceled if isinstance(exc, FineTuneCancelledError) else goal_handle.abort)
             self.get_logger().warn(f"fine_tune failed: {exc}")
             return FineTune.Result(ok=False, message=str(exc), final_loss=float("nan"))
         self.announce()

@@ -24,6 +24,7 @@ from amf_ros.msg import ArmStop, EefDeltaAction, RecorderStatus, StateVector, Ta
 from amf_ros.ros import qos
 from amf_ros.ros.arm_msgs import action_msg, stamp_ns
 from amf_ros.ros.calls import call_bounded
+from amf_ros.ros.logs import log_at
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.scripted_teleop import ScriptedTeleop as TeleopRuntime
@@ -49,8 +50,9 @@ class ScriptedTeleop(Node):
         self.create_subscription(StateVector, p.state_topic, self._on_state, qos.STREAM, callback_group=subs)
         self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=subs)
         self._action_pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.ACTIONS)
-        self._end = self.create_client(EndEpisode, p.end_episode_service, callback_group=calls)
-        self._reset = self.create_client(ResetTask, p.reset_service, callback_group=calls)
+        self._end = self.create_client(EndEpisode, p.end_episode_service, qos_profile=qos.SERVICES,
+                                       callback_group=calls)
+        self._reset = self.create_client(ResetTask, p.reset_service, qos_profile=qos.SERVICES, callback_group=calls)
         self.create_timer(1.0 / p.control_rate_hz, self.teleop.tick, callback_group=subs)
         self.get_logger().info(f"ready: experts for {sorted(experts)}")
 
@@ -95,7 +97,7 @@ class ScriptedTeleop(Node):
 
     def log(self, level: str, text: str) -> None:
         """Write one of the runtime's lines to the node's ROS log at its level."""
-        {"info": self.get_logger().info, "warn": self.get_logger().warn}.get(level, self.get_logger().error)(text)
+        log_at(self, level, text)  # one rclpy call site per severity (amf_ros/ros/logs.py)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -9,9 +9,10 @@ its validity horizon and newer than the last ArmStop on ``stop_topic`` (amf_ros/
 it is dropped, the simulator does not step and the drop is logged). Every action the simulator stepped on is echoed
 unchanged on ``applied_action_topic`` just before the observation it led to: demo_recorder records that topic, so a
 dropped command never enters a demonstration. A simulated arm with an emergency stop (backend widowx) offers
-widowx_driver's ``estop_service`` (std_srvs/SetBool); while engaged every action is refused. ``success_service`` still
-answers the current task, success since the reset and steps, but readers should take the latched status instead of
-calling it per tick.
+widowx_driver's ``estop_service`` (std_srvs/SetBool); while engaged every action is refused. amf_ros/ArmStatus on
+``arm_status_topic`` (latched; at start, on every e-stop change and after every action) counts the actions applied
+and refused by reason and says whether the e-stop is engaged. ``success_service`` still answers the current task,
+success since the reset and steps, but readers should take the latched status instead of calling it per tick.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from std_srvs.srv import SetBool
 
 from amf_ros.bringup.params.sim_bridge import SimBridgeParams
 from amf_ros.envs.suites import get_suite
-from amf_ros.msg import ArmStop, EefDeltaAction, StateVector, TaskStatus
-from amf_ros.robots.action_gate import ActionGate
+from amf_ros.msg import ArmStatus, ArmStop, EefDeltaAction, StateVector, TaskStatus
+from amf_ros.robots.action_gate import ActionCounts, ActionGate
 from amf_ros.ros import qos
-from amf_ros.ros.arm_msgs import action_fields, stamp_ns
+from amf_ros.ros.arm_msgs import action_fields, arm_status_msg, stamp_ns
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import StartupError, spin
 from amf_ros.runtime.sim_bridge import Frame, RenderSpec
@@ -47,24 +48,36 @@ class SimBridge(Node):
         self._image_pub = self.create_publisher(Image, p.image_topic, qos.images(10)) if p.render else None
         self._applied_pub = (self.create_publisher(EefDeltaAction, p.applied_action_topic, qos.STREAM)
                              if p.applied_action_topic else None)
+        self._arm_pub = (self.create_publisher(ArmStatus, p.arm_status_topic, qos.LATCHED)
+                         if p.arm_status_topic else None)
         render = RenderSpec(p.image_width, p.image_height, p.camera_name) if p.render else None
         try:  # builds the simulator and resets it to the first task: SIMPLER creates its renderer here
             backend = get_suite(p.backend).backend(p.tasks_file)
             self._names = [str(n) for n in getattr(backend, "state_names", [])]
             self.sim = SimRuntime(backend, self._publish, initial_task=p.initial_task,
-                                  seed=p.seed, render=render, idle_publish_period_s=p.idle_publish_period_s)
+                                  seed=p.seed, render=render, idle_publish_period_s=p.idle_publish_period_s,
+                                  arm_status=self._publish_arm)
         except (ImportError, RuntimeError) as exc:  # no simpler_env, no Vulkan GPU: say so in one line
             raise StartupError(f"sim_bridge: backend {p.backend!r} cannot start: {exc}") from exc
         self.gate = ActionGate(p.max_action_age_s)
         self.create_subscription(EefDeltaAction, p.action_topic, self._on_action, qos.ACTIONS, callback_group=group)
         self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=group)
-        self.create_service(ResetTask, p.reset_service, self._on_reset, callback_group=group)
-        self.create_service(TaskSuccess, p.success_service, self._on_success, callback_group=group)
+        self.create_service(ResetTask, p.reset_service, self._on_reset, qos_profile=qos.SERVICES,
+                            callback_group=group)
+        self.create_service(TaskSuccess, p.success_service, self._on_success, qos_profile=qos.SERVICES,
+                            callback_group=group)
         if p.estop_service and self.sim.has_estop:
-            self.create_service(SetBool, p.estop_service, self._on_estop, callback_group=group)
+            self.create_service(SetBool, p.estop_service, self._on_estop, qos_profile=qos.SERVICES,
+                                callback_group=group)
         if p.idle_publish_period_s > 0:
             self.create_timer(p.idle_publish_period_s / 2, self.sim.idle, callback_group=group)
+        self._publish_arm(self.sim.arm_counts())
         self.get_logger().info(f"backend {p.backend}, tasks {self.sim.task_keys}, on {self.sim.status().task!r}")
+
+    def _publish_arm(self, counts: ActionCounts) -> None:
+        """The arm's latched ArmStatus (e-stop, actions applied and refused by reason)."""
+        if self._arm_pub is not None:
+            self._arm_pub.publish(arm_status_msg(counts, self.get_clock().now().to_msg()))
 
     def _publish(self, frame: Frame) -> None:
         """Image, state, then status of one observation, with one stamp."""
@@ -90,6 +103,7 @@ class SimBridge(Node):
         dropped = self.gate.refusal(stamp, valid_for, self.get_clock().now().nanoseconds)
         if dropped:
             self.get_logger().warn(f"{dropped} ({self.gate.dropped} dropped so far)", throttle_duration_sec=2.0)
+            self.sim.dropped(self.gate.last_drop)
             return
         echo = (lambda: self._applied_pub.publish(msg)) if self._applied_pub is not None else None
         refused = self.sim.step(np.array(a7, dtype=np.float64), applied=echo)

@@ -13,6 +13,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from std_msgs.msg import Header
 
+from amf_ros.bringup.graph_lock import hold_node_lock
 from amf_ros.bringup.params.task_selector import TaskSelectorParams
 from amf_ros.msg import CheckpointInfo, EpisodeInfo, TaskDecision
 from amf_ros.ros import qos
@@ -31,12 +32,13 @@ class TaskSelectorNode(Node):
     def __init__(self) -> None:
         super().__init__("task_selector")
         self.p = declare(self, TaskSelectorParams)
+        self._place = hold_node_lock(self.p.workspace, self.get_namespace(), self.get_name())  # one graph per ns
         limit_threads(self.p.torch_threads)  # 0 = torch's default
         self.runtime = TaskSelectorRuntime(self.p)
         self._refusals = ErrorThrottle(1.0)  # a fuzzing client gets every answer, the log one line per second
         for note in self.runtime.notes:
             self.get_logger().warn(note)
-        self.create_service(NextTask, "next_task", self.on_next_task,
+        self.create_service(NextTask, "next_task", self.on_next_task, qos_profile=qos.SERVICES,
                             callback_group=MutuallyExclusiveCallbackGroup())
         self.decision_pub = self.create_publisher(TaskDecision, self.p.decision_topic, qos.LATCHED)
         self.create_subscription(CheckpointInfo, self.p.checkpoint_topic, self.on_checkpoint, qos.LATCHED,

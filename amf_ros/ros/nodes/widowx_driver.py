@@ -5,8 +5,10 @@ A thin adapter around :class:`amf_ros.runtime.widowx_driver.WidowXDriver` (decis
 (``interbotix_xsarm_control``) through its ROS 2 interface: publishes ``interbotix_xs_msgs/JointGroupCommand``
 (arm group, position mode) and ``JointSingleCommand`` (gripper, PWM), reads ``sensor_msgs/JointState``. Each action
 received is applied at once (one BridgeData step; the xs_sdk moves to the target over ``control_period_s`` with a
-time-based profile set once at start, before spinning). Without ``interbotix_xs_msgs`` the process prints one line
-naming the package to install and exits with status 1.
+time-based profile set once at start, before spinning). amf_ros/ArmStatus on ``arm_status_topic`` (latched; at start,
+after every action and e-stop request) counts the actions applied and refused by reason and says whether the e-stop
+is engaged. Without ``interbotix_xs_msgs`` the process prints one line naming the package to install and exits with
+status 1.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 
 from amf_ros.bringup.params.widowx_driver import WidowxDriverParams
-from amf_ros.msg import ArmStop, EefDeltaAction, StateVector
+from amf_ros.msg import ArmStatus, ArmStop, EefDeltaAction, StateVector
 from amf_ros.robots import widowx
 from amf_ros.robots.widowx_arm import ArmCommands
 from amf_ros.ros import qos
-from amf_ros.ros.arm_msgs import action_fields, stamp_ns
+from amf_ros.ros.arm_msgs import action_fields, arm_status_msg, stamp_ns
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import StartupError, spin
 from amf_ros.runtime.widowx_driver import WidowXDriver, missing_interbotix_line
@@ -52,16 +54,25 @@ class WidowXDriverNode(Node):
         self._state_pub = self.create_publisher(StateVector, self.p.state_topic, qos.COMMANDS)
         self._applied_pub = (self.create_publisher(EefDeltaAction, self.p.applied_action_topic, qos.STREAM)
                              if self.p.applied_action_topic else None)
+        self._arm_pub = (self.create_publisher(ArmStatus, self.p.arm_status_topic, qos.LATCHED)
+                         if self.p.arm_status_topic else None)
         self.create_subscription(JointState, self.p.joint_states_topic, self._on_joints, qos.COMMANDS,
                                  callback_group=group)
         self.create_subscription(EefDeltaAction, self.p.action_topic, self._on_action, qos.ACTIONS,
                                  callback_group=group)
         self.create_subscription(ArmStop, self.p.stop_topic, self._on_stop, qos.EVENTS, callback_group=group)
-        self.create_service(SetBool, self.p.estop_service, self._on_estop, callback_group=group)
-        self._modes = (self.create_client(OperatingModes, self.p.operating_modes_service)
+        self.create_service(SetBool, self.p.estop_service, self._on_estop, qos_profile=qos.SERVICES,
+                            callback_group=group)
+        self._modes = (self.create_client(OperatingModes, self.p.operating_modes_service, qos_profile=qos.SERVICES)
                        if self.p.operating_modes_service else None)
+        self._publish_arm()
         self.get_logger().info(f"ready: {self.p.action_topic} -> {self.p.joint_group_topic}; "
                                f"e-stop {'ENGAGED' if self.rt.stopped else 'released'}")
+
+    def _publish_arm(self) -> None:
+        """The arm's latched ArmStatus (e-stop, actions applied and refused by reason)."""
+        if self._arm_pub is not None:
+            self._arm_pub.publish(arm_status_msg(self.rt.counts, self.get_clock().now().to_msg()))
 
     def set_profile(self, timeout_s: float = 5.0) -> None:
         """Ask xs_sdk for a time-based arm profile of ``control_period_s``: once, at construction, before the node
@@ -97,6 +108,7 @@ class WidowXDriverNode(Node):
         self._send(out)
         if out.applied and self._applied_pub is not None:
             self._applied_pub.publish(msg)  # after the target went out: what the recorder stores is what ran
+        self._publish_arm()
 
     def _on_stop(self, msg: ArmStop) -> None:
         self._send(self.rt.stop(stamp_ns(msg.header.stamp), self.get_clock().now().nanoseconds, msg.source,
@@ -106,6 +118,7 @@ class WidowXDriverNode(Node):
         out, response.message = self.rt.estop(bool(request.data))
         response.success = True
         self._send(out)
+        self._publish_arm()  # before the answer: whoever engaged it can rely on the status being out
         return response
 
     def _send(self, out: ArmCommands) -> None:

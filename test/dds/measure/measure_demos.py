@@ -57,9 +57,9 @@ def main() -> int:
                 for task in TASKS:
                     assert call(node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=task, seed=1), 60).ok
                     t0 = time.monotonic()
-                    res = wait_for(lambda: start(task), 30, f"StartEpisode({task})", poll=0.3)
-                    info = wait_for(lambda: next((m for m in seen if m.episode_id == res.episode_id), None), 120,
-                                    "the episode announcement")
+                    res = wait_for(lambda task=task: start(task), 30, f"StartEpisode({task})", poll=0.3)
+                    info = wait_for(lambda res=res: next((m for m in seen if m.episode_id == res.episode_id), None),
+                                    120, "the episode announcement")
                     wall = time.monotonic() - t0
                     sim = call(node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
                     print(f"{task:13s} steps={info.num_steps:4d} sim_steps={sim.steps:4d} success={info.success} "

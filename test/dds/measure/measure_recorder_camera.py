@@ -37,8 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import rclpy
     import yaml
-    from robot_testutil import (ACTION_TOPIC, IMAGE_TOPIC, STATE_TOPIC, LivePublisher, StatusWatcher, call,
-                                spinning_node, wait_for, warm_up)
+    from robot_testutil import (
+        ACTION_TOPIC,
+        IMAGE_TOPIC,
+        STATE_TOPIC,
+        LivePublisher,
+        StatusWatcher,
+        call,
+        spinning_node,
+        wait_for,
+        warm_up,
+    )
     from robot_testutil import vga_frame as frame
 
     from amf_ros.bringup.graph import NodeSpec

@@ -7,7 +7,12 @@ import pytest
 from octo_testlib import BRIDGE_STATS, make_checkpoint
 
 from amf_ros.policies.octo.checkpoint import (
-    action_statistics, msgpack_restore, msgpack_serialize, prepare_offline_checkpoint, read_checkpoint)
+    action_statistics,
+    msgpack_restore,
+    msgpack_serialize,
+    prepare_offline_checkpoint,
+    read_checkpoint,
+)
 from amf_ros.policies.octo.observation import ObservationWindow, resize_image
 from amf_ros.policies.postprocess import unnormalize_actions
 
@@ -55,7 +60,7 @@ def test_bad_directories(tmp_path):
         read_checkpoint("hf://rail-berkeley/octo-small-1.5")
     ckpt = make_checkpoint(tmp_path / "nosteps", steps=())
     with pytest.raises(ValueError, match="no orbax step"):
-        read_checkpoint(ckpt).latest_step
+        _ = read_checkpoint(ckpt).latest_step
 
 
 def test_msgpack_roundtrip_matches_flax_format():

@@ -3,11 +3,25 @@
 import numpy as np
 import pytest
 import torch
-from octo_testlib import (count_leaves, np_loss, np_sample, np_schedule, np_score, synthetic_head_tree,
-                          synthetic_octo_params)
+from octo_testlib import (
+    count_leaves,
+    np_loss,
+    np_sample,
+    np_schedule,
+    np_score,
+    synthetic_head_tree,
+    synthetic_octo_params,
+)
 
-from amf_ros.policies.octo.convert import (convert_head_params, head_params, infer_head_config, load_head_npz,
-                                           load_octo_head, octo_head_pair, save_head_npz)
+from amf_ros.policies.octo.convert import (
+    convert_head_params,
+    head_params,
+    infer_head_config,
+    load_head_npz,
+    load_octo_head,
+    octo_head_pair,
+    save_head_npz,
+)
 
 
 @pytest.mark.parametrize("E,count", [(384, 1_703_564), (768, 1_801_868)])
@@ -49,7 +63,8 @@ def test_pair_is_independent_and_prior_frozen():
     assert all(p.requires_grad for p in ft.parameters())
     with torch.no_grad():
         ft.diffusion_model.reverse_network.dense1.bias.add_(1.0)
-    assert not torch.equal(ft.diffusion_model.reverse_network.dense1.bias, prior.diffusion_model.reverse_network.dense1.bias)
+    assert not torch.equal(ft.diffusion_model.reverse_network.dense1.bias,
+                           prior.diffusion_model.reverse_network.dense1.bias)
 
 
 def test_every_accepted_tree_layout_converts_to_the_same_head():

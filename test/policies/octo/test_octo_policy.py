@@ -26,7 +26,7 @@ def test_octo_policy_acts_like_octo_head_with_bridge_unnormalisation():
     small["bias"] *= 0.0
     policy = octo_policy(params, BRIDGE_STATS, TASKS)
     assert policy.task_dim == 0 and policy.embedding_dim == 384
-    for p, q in zip(policy.head.parameters(), policy.prior.parameters()):
+    for p, q in zip(policy.head.parameters(), policy.prior.parameters(), strict=True):
         assert torch.equal(p, q) and not q.requires_grad
     emb = np.random.default_rng(1).normal(size=(1, 384)).astype(np.float32) * 20.0  # large: no clipping allowed
     init = np.zeros((1, 28), np.float32)
@@ -52,7 +52,7 @@ def test_fine_tuning_moves_head_not_prior_and_roundtrips(tmp_path):
     loss0 = policy.loss(data)
     policy.fit(data, steps=5, batch_size=8)
     assert policy.loss(data) < loss0
-    assert all(torch.equal(a, b) for a, b in zip(prior_before, policy.prior.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(prior_before, policy.prior.parameters(), strict=True))
     phi = policy.embed(data)
     assert phi.shape[0] == 12 and np.all(np.isfinite(phi))
     path = policy.save(tmp_path / "ckpt")

@@ -1,7 +1,8 @@
 """The package's Octo serving path against Octo's own code, end to end, on a real Octo-format checkpoint.
 
 Runs only where Octo (JAX) is importable and ``AMF_OCTO_CHECKPOINT`` names a checkpoint directory written by Octo's
-``save_pretrained`` (docs/policies.md, 'Tried against Octo's own code', says how to make one offline: Octo's ``OctoModel.from_config`` + random init).
+``save_pretrained`` (docs/policies.md, 'Tried against Octo's own code', says how to make one offline: Octo's
+``OctoModel.from_config`` + random init).
 Compared, for the same observation window, instruction and random draws:
 
 - actions: OctoTrunk -> converted head (the frozen prior; the served action at alpha = 0) -> un-normalisation with
@@ -63,8 +64,8 @@ def _octo_draws(key, batch: int, window: int, flat: int, steps: int) -> tuple[np
 def test_served_actions_equal_octo_sample_actions(trunk):
     import torch
 
-    from amf_ros.policies.octo.convert import octo_head_pair
     from amf_ros.policies.normalizer import Normalizer
+    from amf_ros.policies.octo.convert import octo_head_pair
 
     stats = trunk.action_statistics()
     keys = trunk.info.image_keys
