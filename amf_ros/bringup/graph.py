@@ -127,12 +127,15 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
         for key, value in (("host", console_host), ("port", console_port), ("token", console_token)):
             if str(value) != "":
                 out[CONSOLE_NODE][key] = int(value) if key == "port" else str(value)
+        out[CONSOLE_NODE]["watch_nodes"] = [n for n in out if n != CONSOLE_NODE]  # the page's liveness rows
     if checkpoint:
         out["policy_server"]["checkpoint"] = str(Path(checkpoint).expanduser().resolve())
         out["task_selector"]["checkpoint"] = str(Path(checkpoint).expanduser().resolve())
     if workspace:
         for name in ("policy_server", "task_selector", "demo_recorder"):
             out[name]["workspace"] = str(Path(workspace).expanduser().resolve())
+        if console:  # where `amf up` writes graphs/<namespace>/status.json (the console owns no data: no lock)
+            out[CONSOLE_NODE]["status_workspace"] = str(Path(workspace).expanduser().resolve())
     if tasks:
         out["task_selector"]["tasks"] = list(tasks)
     if robot == "simpler":
@@ -148,6 +151,27 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
     return out
 
 
+CONSOLE_PORT = 8765
+"""operator_console's port in the default namespace (the YAMLs' ``port``)."""
+CONSOLE_PORT_SPAN = 1000
+"""Another namespace's console listens on one of the CONSOLE_PORT_SPAN ports after the YAML's (console_port)."""
+
+
+def namespace_console_port(namespace: str, port: int = CONSOLE_PORT) -> int:
+    """The console port of a graph in ``namespace`` when ``console_port`` is not given (issue 29): the YAML's
+    ``port`` in the default namespace, else a port derived from the namespace name, the same on every start and
+    machine (port + 1 + crc32(name) % CONSOLE_PORT_SPAN; robot1 -> 9630, robot2 -> 9248 from 8765), so that two
+    graphs on one machine do not collide and the page of a namespace is always at the same address. Port 0 (any
+    free port, the server logs the one it got) stays 0."""
+    import zlib
+
+    ns = namespace.strip("/").replace("/", ".")
+    if port == 0 or ns == NAMESPACE:
+        return port
+    offset = 1 + zlib.crc32(ns.encode("utf-8")) % CONSOLE_PORT_SPAN
+    return port + offset if port + CONSOLE_PORT_SPAN < 65536 else port - offset
+
+
 def plan(robot: str = "sim", config: str | os.PathLike = "", checkpoint: str = "",
          tasks: Sequence[str] | str = "", namespace: str = NAMESPACE, workspace: str = "", console: bool | str = True,
          console_host: str = "", console_port: int | str = "", console_token: str = "") -> list[NodeSpec]:
@@ -155,6 +179,10 @@ def plan(robot: str = "sim", config: str | os.PathLike = "", checkpoint: str = "
     cfg = str(resolve_config(config or ROBOT_CONFIG.get(robot, "config/sim.yaml")))
     console = as_bool(console)
     over = overrides(robot, checkpoint, tasks, workspace, console, console_host, console_port, console_token)
+    if console and "port" not in over[CONSOLE_NODE]:  # one port per namespace: two graphs on one machine
+        yaml_port = int(node_section(cfg, CONSOLE_NODE).get("port", CONSOLE_PORT))
+        if namespace_console_port(namespace, yaml_port) != yaml_port:
+            over[CONSOLE_NODE]["port"] = namespace_console_port(namespace, yaml_port)
     return [NodeSpec(name=n, executable=n, params_file=cfg, overrides=over[n], namespace=namespace)
             for n in node_names(robot, console)]
 

@@ -20,7 +20,71 @@ import time
 from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
-SECTIONS = ("selector", "policy", "recorder", "streams", "sim", "episodes", "log")
+SECTIONS = ("selector", "policy", "recorder", "streams", "sim", "episodes", "log", "nodes", "camera")
+
+EXPECTED_ANSWERS = ("not recording", "already recording", "no fine-tune started here", "no evaluate started here",
+                    "no fine_tune goal sent", "no evaluate goal sent")
+"""How a refusal that is a normal event begins (e.g. the README's end_episode after a scripted episode already ended
+it: "not recording ..."): shown as information, never as an error."""
+
+
+def answer_level(ok: bool, text: str) -> str:
+    """"info" for a success or an expected refusal (:data:`EXPECTED_ANSWERS`), "error" for any other refusal."""
+    return "info" if ok or str(text).strip().lower().startswith(EXPECTED_ANSWERS) else "error"
+
+
+def loss_axis(losses: Sequence[float]) -> dict[str, Any]:
+    """How the loss chart's y axis shows the whole curve: ``{"log": True}`` when every loss is positive and they
+    span more than a factor 10 (a first loss of 100 beside later ones near 0.1 stays readable), else a robust
+    ``{"range": [lo, hi]}`` from the 5th-95th percentiles with a margin (an outlier leaves the chart, not the curve
+    flattened), or ``{}`` (the chart's own range) for fewer than 2 finite values."""
+    xs = sorted(float(x) for x in losses if isinstance(x, (int, float)) and math.isfinite(x))
+    if len(xs) < 2:
+        return {}
+    if xs[0] > 0 and xs[-1] / xs[0] > 10:
+        return {"log": True}
+    lo, hi = xs[int(0.05 * (len(xs) - 1))], xs[int(round(0.95 * (len(xs) - 1)))]
+    pad = 0.1 * (hi - lo) if hi > lo else max(abs(hi) * 0.1, 1e-6)
+    return {"range": [lo - pad, hi + pad]}
+
+
+NODE_STATES = ("down", "not ready", "ready", "unknown")
+"""Per-node liveness on the page: down (not in the ROS graph, or `amf up` says it exited), not ready (its reason),
+ready, unknown (not heard of yet: before the first graph check)."""
+
+
+def node_rows(watch: Sequence[str], in_graph: set[str] | None, statuses: Mapping[str, str],
+              supervisor: Mapping[str, Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """One row per watched node: ``{node, state, reason}`` (states: :data:`NODE_STATES`).
+
+    Args:
+        watch: node names (without namespace) to show, in order.
+        in_graph: names present in the ROS graph under the console's namespace (None = not looked yet).
+        statuses: the newest latched status line per node (``"ready: ..."`` / ``"not ready: <reason>"``), from the
+            node's ``~/status`` topic or, for demo_recorder, from its RecorderStatus.
+        supervisor: ``amf up``'s status.json ``nodes`` (state running / respawning / down, exit_code, reason, log)
+            when it exists; it says why a node is gone.
+    """
+    rows = []
+    for node in watch:
+        sup = (supervisor or {}).get(node) or {}
+        status = str(statuses.get(node, ""))
+        if sup.get("state") in ("down", "respawning", "stopped") or (in_graph is not None and node not in in_graph):
+            why = {"down": "exited and not restarted", "respawning": "exited, being restarted",
+                   "stopped": "stopped"}.get(str(sup.get("state")), "not in the ROS graph")
+            extra = [f"exit code {sup['exit_code']}"] if sup.get("exit_code") is not None else []
+            extra += [str(sup["reason"])] if sup.get("reason") else []
+            extra += [f"log {sup['log']}"] if sup.get("log") else []
+            rows.append({"node": node, "state": "down", "reason": "; ".join([why, *extra])})
+        elif status.lower().startswith("not ready"):
+            rows.append({"node": node, "state": "not ready",
+                         "reason": status.split(":", 1)[1].strip() if ":" in status else status})
+        elif in_graph is None:
+            rows.append({"node": node, "state": "unknown", "reason": "not looked yet"})
+        else:
+            rows.append({"node": node, "state": "ready", "reason": status[len("ready:"):].strip()
+                         if status.lower().startswith("ready:") else ""})
+    return rows
 
 
 def gains(scores: Sequence[float]) -> list[float | None]:
@@ -109,7 +173,14 @@ class ConsoleModel:
             "sim": {"available": False},
             "episodes": [],
             "log": [],
+            "nodes": [],
+            "camera": {"topics": [], "publishers": {}},
         }
+        self._watch_nodes: list[str] = []
+        self._in_graph: set[str] | None = None
+        self._node_status: dict[str, str] = {}
+        self._supervisor: dict[str, Any] | None = None
+        self.recorder_min_rate_fraction: float | None = None  # the recorder's own rule, once read
         self._nominal: dict[str, float] = {}
         self.idle_quiet: set[str] = set()  # streams flagged only while recording (actions flow only then)
         self._recording = False
@@ -184,7 +255,8 @@ class ConsoleModel:
         if loss is not None and math.isfinite(loss):
             losses = (losses + [[int(step), float(loss)]])[-500:]
         self._update("policy", fine_tune={"running": bool(running), "step": int(step), "total": int(total),
-                                          "losses": losses, "message": str(message)})
+                                          "losses": losses, "loss_axis": loss_axis([x[1] for x in losses]),
+                                          "message": str(message)})
 
     def on_outcome(self, task: str, success: bool, steps: int) -> None:
         """A finished run_policy goal (policy_server's outcomes topic, whoever sent it): (acting round, success)
@@ -216,16 +288,25 @@ class ConsoleModel:
         self._recording = bool(s.get("recording"))
         keep = ("recording", "episode_id", "task", "instruction", "num_steps", "control_rate_hz", "ready",
                 "not_ready_reason", "rate_warnings", "episodes_in_store", "last_error")
-        self._set("recorder", {**{k: _plain(s.get(k)) for k in keep}, "received_at": time.time()})
+        rec = {**{k: _plain(s.get(k)) for k in keep}, "received_at": time.time(), "last_note": ""}
+        if rec["last_error"] and answer_level(False, rec["last_error"]) == "info":
+            rec["last_note"], rec["last_error"] = rec["last_error"], ""  # a normal answer, not an error
+        self._set("recorder", rec)
+        self.on_node_status("demo_recorder", "ready" if s.get("ready") or s.get("recording")
+                            else f"not ready: {s.get('not_ready_reason') or 'no reason given'}")
 
     def refresh_streams(self) -> None:
         """Recompute ages, rates and warnings of the watched streams (the server calls this a few times a second)."""
         rows = []
+        # the recorder's own rule when known: its min_rate_fraction 0 (the simulators publish at the operator's
+        # pace, slowly while idle) means no rate warnings, and the console never warns more than the recorder
+        fraction = self.min_rate_fraction if self.recorder_min_rate_fraction is None else min(
+            self.min_rate_fraction, self.recorder_min_rate_fraction)
         for topic, (age, rate) in sorted(self.monitor.snapshot().items()):
             nominal = self._nominal.get(topic, 0.0)
             quiet_ok = topic in self.idle_quiet and not self._recording
             stale = not quiet_ok and (age is None or age > self.stale_after_s)
-            slow = not stale and not quiet_ok and nominal > 0 and rate < self.min_rate_fraction * nominal
+            slow = not stale and not quiet_ok and nominal > 0 and fraction > 0 and rate < fraction * nominal
             warning = ("never heard" if age is None else f"stale: nothing for {age:.1f} s") if stale else (
                 f"slow: {rate:.1f} Hz, nominal {nominal:.1f} Hz" if slow else "")
             rows.append({"topic": topic, "age_s": _finite(age) if age is not None else None,
@@ -234,6 +315,47 @@ class ConsoleModel:
             if rows != self._data["streams"]:
                 self._data["streams"] = rows
                 self._version["streams"] += 1
+
+    # -- liveness and the camera ----------------------------------------------------------------------------
+    @property
+    def watch_nodes(self) -> list[str]:
+        """The nodes whose liveness the page shows (one row each, in this order)."""
+        return list(self._watch_nodes)
+
+    @watch_nodes.setter
+    def watch_nodes(self, nodes: Sequence[str]) -> None:
+        self._watch_nodes = [str(n) for n in nodes]
+        self._refresh_nodes()
+
+    def on_node_status(self, node: str, line: str) -> None:
+        """A node's newest status line ("ready: ..." / "not ready: <reason>"), e.g. its latched ``~/status``."""
+        with self._lock:
+            self._node_status[str(node)] = str(line)
+        self._refresh_nodes()
+
+    def on_graph(self, names: set[str] | None = None, supervisor: Mapping[str, Any] | None = None) -> None:
+        """The node names present in the ROS graph (the console's namespace) and ``amf up``'s status.json
+        ``nodes`` (None: no such file); called once a second by the adapter."""
+        with self._lock:
+            self._in_graph = None if names is None else set(names)
+            self._supervisor = dict(supervisor) if supervisor is not None else None
+        self._refresh_nodes()
+
+    def _refresh_nodes(self) -> None:
+        with self._lock:
+            rows = node_rows(self._watch_nodes, self._in_graph, self._node_status, self._supervisor)
+            if rows != self._data["nodes"]:
+                self._data["nodes"] = rows
+                self._version["nodes"] += 1
+
+    def on_camera_sources(self, topics: Sequence[str], publishers: Mapping[str, int]) -> None:
+        """The camera topics the console shows and how many publishers each has now: the page says "no camera
+        configured" when none is published (e.g. the simulator's ``render: false``), not "no frames yet"."""
+        value = {"topics": list(topics), "publishers": {t: int(publishers.get(t, 0)) for t in topics}}
+        with self._lock:
+            if value != self._data["camera"]:
+                self._data["camera"] = value
+                self._version["camera"] += 1
 
     # -- the arm, episodes, outcomes -------------------------------------------------------------------------
     def on_sim(self, available: bool, **status: Any) -> None:

@@ -34,14 +34,7 @@ from scipy.linalg import solve_triangular
 from scipy.linalg.blas import dgemm, dsymm, dsyrk, dtrmm
 from scipy.linalg.lapack import dpotri, dtrtri
 
-from amf_ros.core.criterion_terms import (
-    CHUNK_POINTS,
-    RELATIVE_VARIANCE_FLOOR,
-    alternatives_of,
-    check_form,
-    kept_targets,
-    score_terms,
-)
+from amf_ros.core import criterion_terms as terms
 from amf_ros.core.posterior import as_float64_2d, jitter_cholesky
 
 logger = logging.getLogger(__name__)
@@ -82,9 +75,9 @@ def make_layout(target_x: np.ndarray, target_weights: np.ndarray | None, candida
         raise ValueError("empty candidate set: nothing to score")
     if candidate_weights is not None and len(candidate_weights) != len(candidates):
         raise ValueError(f"candidate_weights has {len(candidate_weights)} entries for {len(candidates)} candidates")
-    q_x, q_w = kept_targets(target_x, target_weights, dim)
+    q_x, q_w = terms.kept_targets(target_x, target_weights, dim)
     dim = q_x.shape[1]
-    alts = [alternatives_of(entry, None if candidate_weights is None else candidate_weights[ci], dim,
+    alts = [terms.alternatives_of(entry, None if candidate_weights is None else candidate_weights[ci], dim,
                             f"candidate {ci}") for ci, entry in enumerate(candidates)]
     blocks = [b for a in alts for b, _ in a] + [q_x]
     rows, idx = _unique_rows(blocks)
@@ -143,7 +136,7 @@ class HallucinationCovariance:
         sigma: (U, U) symmetric posterior covariance of ``layout.rows`` (given the data), owned and updated in place.
         layout: :func:`make_layout`'s indexing.
         noise_var: observation noise of hallucinated (and data) labels.
-        floor: variance floor of the log form (``RELATIVE_VARIANCE_FLOOR`` x the largest prior target variance).
+        floor: variance floor of the log form (``terms.RELATIVE_VARIANCE_FLOOR`` x the largest prior target variance).
         form: "log_variance" or "variance".
     """
 
@@ -152,7 +145,7 @@ class HallucinationCovariance:
         if sigma.shape != (u, u):
             raise ValueError(f"sigma must be ({u}, {u}) for {u} unique rows, got {sigma.shape}")
         self.sigma, self.layout, self.noise_var = np.ascontiguousarray(sigma), layout, float(noise_var)
-        self.floor, self.form = float(floor), check_form(form)
+        self.floor, self.form = float(floor), terms.check_form(form)
         self._q = _index(layout.q_idx)
 
     @property
@@ -171,14 +164,14 @@ class HallucinationCovariance:
         out = np.zeros(lay.num_candidates)
         for cand, rows, omega in lay.groups:
             j, m = rows.shape
-            step = max(1, CHUNK_POINTS // m)  # bounded memory: (CHUNK_POINTS x Q) covariances at a time
+            step = max(1, terms.CHUNK_POINTS // m)  # bounded memory: (terms.CHUNK_POINTS x Q) covariances at a time
             for s in range(0, j, step):
                 r = rows[s:s + step]
                 flat = _index(r.reshape(-1))
                 cov_cq = self.sigma[flat][:, self._q].reshape(r.shape[0], m, -1)  # (J', m, Q)
                 cov_cc = self.sigma[r[:, :, None], r[:, None, :]]  # (J', m, m)
                 new_var = _hallucinated_variance(var_q, cov_cq, cov_cc, self.noise_var)
-                np.add.at(out, cand[s:s + step], omega[s:s + step] * (score_terms(new_var, self.form, self.floor)
+                np.add.at(out, cand[s:s + step], omega[s:s + step] * (terms.score_terms(new_var, self.form, self.floor)
                                                                         @ lay.q_w))
         if not np.all(np.isfinite(out)):  # inputs were validated: a bug, not a user error
             raise ValueError(f"criterion produced non-finite scores {out}")
@@ -252,7 +245,7 @@ class PickCache:
 
 def variance_floor(prior_diag_q: np.ndarray) -> float:
     """The log form's floor rule of posterior_criterion (no -inf for targets the data pin down exactly)."""
-    return RELATIVE_VARIANCE_FLOOR * max(float(np.max(prior_diag_q)), np.finfo(float).tiny)
+    return terms.RELATIVE_VARIANCE_FLOOR * max(float(np.max(prior_diag_q)), np.finfo(float).tiny)
 
 
 def posterior_hallucination_covariance(post: Any, layout: Layout, form: str) -> HallucinationCovariance:
@@ -302,7 +295,7 @@ class IncrementalFeatureCriterion:
             raise ValueError(f"space must be one of {list(SPACES)}, got {space=}")
         if space == "feature" and noise_var == 0.0:
             raise ValueError("feature-space criterion needs noise_var > 0")
-        check_form(form)
+        terms.check_form(form)
         target_phi = as_float64_2d(target_phi, "target_phi")
         self.dim = target_phi.shape[1]
         self.layout = make_layout(target_phi, target_weights, candidate_phi, candidate_weights, self.dim)

@@ -19,9 +19,10 @@ import sys
 import time
 from typing import Sequence
 
-DISCOVER_S = 2.0
+DISCOVER_S = 3.0
 """How long to listen for the graph before concluding that no node of those names exists (discovery on one host
-takes well under a second; a remote host may take longer, and the workspace lock covers the local case anyway)."""
+takes well under a second when idle; 2 s missed a running graph once on a 2-core machine loaded by parallel test
+runs; a remote host may take longer, and the workspace lock covers the local case anyway)."""
 ANSWER_S = 3.0
 """How long a node seen in the graph gets to answer before it counts as a leftover of a killed process."""
 

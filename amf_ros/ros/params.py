@@ -14,7 +14,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from amf_ros.bringup.params import P, Param, load, node_of, schema
-from amf_ros.paths import in_workspace
+from amf_ros.paths import in_data_root
 
 _ROS_TYPES = {
     "bool": Parameter.Type.BOOL,
@@ -72,17 +72,17 @@ def _declare_one(node: Node, p: Param) -> Any:
 def declare(node: Node, cls: type[P]) -> P:
     """Declare every parameter of the schema ``cls`` (e.g. ``PolicyServerParams``) on ``node``; return an instance
     of it after overrides, with ``dataset_dir`` / ``checkpoint_dir`` made absolute under the node's workspace
-    (amf_ros.paths).
+    and namespace (amf_ros.paths.data_root).
 
     Raises:
         ValueError: ``cls`` is not a node's parameter dataclass, or a value is not one of the allowed choices
             (ranges are enforced by rclpy itself, which raises ``rclpy.exceptions.InvalidParameterValueException``).
     """
     values = {p.name: _declare_one(node, p) for p in schema(node_of(cls))}
-    if "workspace" in values:  # relative data folders resolve under the workspace, never the working directory
-        for key in ("dataset_dir", "checkpoint_dir"):
+    if "workspace" in values:  # relative data folders resolve under the workspace, never the working directory,
+        for key in ("dataset_dir", "checkpoint_dir"):  # and under the namespace's folder of it (amf_ros.paths)
             if key in values:
-                values[key] = str(in_workspace(values[key], values["workspace"]))
+                values[key] = str(in_data_root(values[key], values["workspace"], node.get_namespace()))
     try:
         return load(cls, values)
     except ValueError as exc:

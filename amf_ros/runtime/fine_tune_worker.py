@@ -157,7 +157,11 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
 def _worker_main(jobs: Any, events: Any, cancel: Any, torch_threads: int, niceness: int = 0) -> None:
     """The child: take jobs until a None arrives (or the parent dies: the queue read times out and we check)."""
     import os
+    import signal
 
+    # A terminal's Ctrl-C goes to the whole process group, this child included: the parent node stops it (close()),
+    # so it ignores SIGINT instead of printing a KeyboardInterrupt traceback from inside the queue read.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if niceness > 0:  # background training yields the CPU to the control loop and the other nodes
         os.nice(int(niceness))
     from amf_ros.threads import limit_threads

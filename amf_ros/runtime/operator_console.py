@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Mapping, Protocol
 
-from amf_ros.console.model import ConsoleModel
+from amf_ros.console.model import ConsoleModel, answer_level
 from amf_ros.console.protocol import Command
 
 Done = Callable[[Mapping[str, Any] | None, str], None]
@@ -309,6 +309,6 @@ class OperatorConsole:
         return str(decision.get("task", "")) if decision.get("ok") else ""
 
     def _report(self, reply: Reply | None, op: str, ok: bool, text: str, level: str = "") -> None:
-        self.model.log(level or ("info" if ok else "error"), f"{op}: {text}")
+        self.model.log(level or answer_level(ok, text), f"{op}: {text}")  # an expected refusal is no error
         if reply is not None:
             reply(ok, text)

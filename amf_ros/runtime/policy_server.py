@@ -40,6 +40,7 @@ from amf_ros.policies.fine_tuning import FINE_TUNE, FineTuneSettings
 from amf_ros.policies.loading import LOADERS, initial_policy, load_sharing_encoder
 from amf_ros.robots.action_gate import ActionCounts
 from amf_ros.runtime.fine_tune_worker import FineTuneJob, FineTuneWorker, write_transitions
+from amf_ros.runtime.readiness import Readiness, octo_inputs
 from amf_ros.threads import limit_threads
 
 if TYPE_CHECKING:
@@ -343,9 +344,14 @@ class PolicyServer:
         limit_threads(p.torch_threads)  # 0 = torch's default
         self.p, self.publish = p, publish
         self.octo: OctoServing | None = None
-        if p.backend == "octo":  # Octo: trunk on camera frames, head fine-tuned on cached trunk embeddings
-            self.octo = OctoServing(p)
-            self.runtime = self.octo.runtime
+        self.runtime: PolicyRuntime | None = None  # None while not ready (backend octo without its inputs)
+        self.octo_backend = p.backend == "octo"
+        self.readiness: Readiness | None = None
+        self._closing = threading.Event()
+        if self.octo_backend:  # Octo: trunk on camera frames, head fine-tuned on cached trunk embeddings
+            # without Octo or its checkpoint: not ready (the reason), ready once they appear (runtime/readiness.py)
+            self.readiness = Readiness(lambda: octo_inputs(p.checkpoint, p.octo_trunk_factory), self._start_octo)
+            self.readiness.check(inline=True)
         else:
             policy, path = initial_policy("native", p.checkpoint, p.checkpoint_dir,
                                           pretrained=pretrained_fallback(p, log), warn=warn)
@@ -357,7 +363,6 @@ class PolicyServer:
         self.status = Latest() if p.task_status_topic else None
         self._image: np.ndarray | None = None
         self._wrist: np.ndarray | None = None
-        self._closing = threading.Event()
         self._run_slot = threading.Lock()  # held from goal acceptance to the end of the run
         self._run_stop: threading.Event | None = None
         self._loop: Any = None  # the running ControlLoop, if any
@@ -365,19 +370,31 @@ class PolicyServer:
         """The arm's newest :class:`~amf_ros.robots.action_gate.ActionCounts` (ArmStatus on arm_status_topic)."""
         self._arm_start: ActionCounts | None = None  # the arm's counts when the running goal started
 
+    def _start_octo(self) -> None:
+        """Build the octo backend (seconds: the trunk); raises when it cannot (the node stays not ready)."""
+        octo = OctoServing(self.p)
+        if self._closing.is_set():  # shut down while the trunk loaded
+            octo.runtime.close()
+            raise RuntimeError("shutting down")
+        self.octo, self.runtime = octo, octo.runtime
+
+    def not_ready(self) -> str:
+        """``"not ready: <reason and what to do>"`` while the backend waits for an input, "" when ready."""
+        return self.readiness.not_ready() if self.readiness is not None else ""
+
     # -- inputs (subscription callbacks: store the newest value, nothing else) ------------------------------------
     def observe_state(self, values: Sequence[float]) -> None:
         """The arm's newest state vector (with the newest camera frame); the native policy acts on it."""
         obs: dict[str, np.ndarray] = {"state": np.asarray(values, dtype=np.float32)}
         if self._image is not None:
             obs["image"] = self._image
-        if self.octo is None:
+        if not self.octo_backend:
             self.observations.set(obs)
 
     def observe_image(self, rgb: np.ndarray) -> None:
         """The newest camera frame; the Octo policy acts on it (with the newest wrist frame)."""
         self._image = rgb
-        if self.octo is not None:  # Octo acts on the camera frame (+ the newest wrist frame)
+        if self.octo_backend:  # Octo acts on the camera frame (+ the newest wrist frame)
             self.observations.set({"image": rgb} if self._wrist is None else {"image": rgb, "wrist": self._wrist})
 
     def observe_wrist(self, rgb: np.ndarray) -> None:
@@ -437,6 +454,8 @@ class PolicyServer:
         from amf_ros.runtime.control_loop import ControlLoop, ControlLoopConfig, RunResult
 
         try:
+            if self.runtime is None:
+                return RunResult(ok=False, message=self.not_ready())
             before = self._arm_start = self.arm.get()[0]
             if before is not None and before.estop:
                 return RunResult(ok=False, message=ESTOP_REFUSED)
@@ -488,13 +507,16 @@ class PolicyServer:
     def fine_tune(self, steps: int = 0, tasks: Sequence[str] = (),
                   feedback: Callable[[int, int, float], None] | None = None,
                   cancelled: Callable[[], bool] = lambda: False) -> FineTuneResult:
-        """Fine-tune in the worker process (see :meth:`PolicyRuntime.fine_tune`); shutdown cancels it."""
+        """Fine-tune in the worker process (see :meth:`PolicyRuntime.fine_tune`); shutdown cancels it. Raises
+        ValueError("not ready: ...") while the backend waits for an input."""
+        if self.runtime is None:
+            raise ValueError(self.not_ready())
         return self.runtime.fine_tune(steps, tasks, feedback, lambda: cancelled() or self._closing.is_set())
 
     @property
     def fine_tuning(self) -> bool:
         """True while the fine-tune worker is training."""
-        return self.runtime.fine_tuning
+        return self.runtime is not None and self.runtime.fine_tuning
 
     def close(self) -> None:
         """Shutdown: stop the control thread and the fine-tune worker (idempotent, returns within ~3 s).
@@ -507,4 +529,5 @@ class PolicyServer:
             stop.set()
         if loop is not None:
             loop.join(2.0)
-        self.runtime.close()
+        if self.runtime is not None:
+            self.runtime.close()

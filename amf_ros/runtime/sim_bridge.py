@@ -6,7 +6,9 @@ messages to these calls):
 - :meth:`SimBridge.step` applies ONE 7-D EefDeltaAction vector (the backend converts it to its native action),
   then emits the resulting :class:`Frame` at once. The simulator never advances on its own.
 - An action with NaN/inf or of the wrong length, or one arriving after the episode is over (solved, or the task's
-  max_steps reached), is refused (a message is returned) and does not step the simulator.
+  max_steps reached), is refused (a message is returned) and does not step the simulator. Actions refused within
+  :data:`LATE_ACTION_S` of the episode's end were in flight when it ended (a policy computed them before it saw the
+  end): expected, not an error (:meth:`SimBridge.late_refusals`; the node logs the first at info).
 - :meth:`SimBridge.reset` starts a new episode (``seed < 0`` = the next seed of ``seed, seed+1, ...``) and emits
   its first frame before returning.
 - :meth:`SimBridge.idle` re-emits the current frame when nothing was emitted for ``idle_publish_period_s``, as a
@@ -32,6 +34,11 @@ import numpy as np
 from amf_ros.data.tasks import task_key_problem
 from amf_ros.envs.suites import SimBackend
 from amf_ros.robots.action_gate import EPISODE_OVER, ESTOP, INVALID, STEP_FAILED, ActionCounts
+
+LATE_ACTION_S = 2.0
+"""An action refused this soon (s) after its episode ended was in flight at the end (its sender had not yet seen the
+done status): expected. Later ones mean the sender ignores the end: an error. Generous on a loaded machine: an action
+older than its ``valid_for`` (0.5 s from policy_server) is dropped by the arm's gate before it gets here."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,8 @@ class SimBridge:
         self._steps = 0
         self._success = False
         self._done = False
+        self._ended_at = 0.0  # clock() when the episode ended (done)
+        self._late = 0  # actions refused in a row within LATE_ACTION_S of the episode's end (0: the last was not)
         self._obs: np.ndarray | None = None
         self._last_emit = clock()
         self._arm_status = arm_status
@@ -168,8 +177,11 @@ class SimBridge:
             if a.shape != (7,) or not np.all(np.isfinite(a)):
                 return self._refused(INVALID, f"refused action: not 7 finite values, got {a.tolist()}")
             if self._done:
-                return self._refused(EPISODE_OVER, f"refused action: the episode of {self.sim.task!r} is over after "
-                                                   f"{self._steps} steps (reset first)")
+                late = self._late + 1 if self._clock() - self._ended_at <= LATE_ACTION_S else 0
+                message = self._refused(EPISODE_OVER, f"refused action: the episode of {self.sim.task!r} is over "
+                                                      f"after {self._steps} steps (reset first)")
+                self._late = late
+                return message
             held = self.sim.refusal() if hasattr(self.sim, "refusal") else ""
             if held:  # the embedded WidowX's e-stop (its only refusal)
                 return self._refused(ESTOP, f"refused action: {held}")
@@ -181,6 +193,8 @@ class SimBridge:
             self._steps += 1
             self._success = self._success or bool(success)
             self._done = bool(done)
+            if self._done:
+                self._ended_at = self._clock()
             if applied is not None:
                 applied()
             self._publish()
@@ -199,8 +213,15 @@ class SimBridge:
         with self._lock:
             return self.counts.copy()
 
+    def late_refusals(self) -> int:
+        """How many actions in a row, up to the last one refused, arrived within :data:`LATE_ACTION_S` after their
+        episode ended (in flight at its end: expected); 0 when the last refusal was anything else (an error)."""
+        with self._lock:
+            return self._late
+
     def _refused(self, reason: str, message: str) -> str:
         """Count a refused action (lock held); returns ``message``."""
+        self._late = 0
         self.counts.refuse(reason)
         self._arm_changed()
         return message

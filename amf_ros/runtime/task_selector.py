@@ -26,6 +26,7 @@ from amf_ros.core.acquisition import ENSEMBLE_METRICS, PEER_RULES
 from amf_ros.data import transitions as datasets
 from amf_ros.data.schema import MAX_NAME_CHARS, text_problem
 from amf_ros.data.tasks import check_task_keys
+from amf_ros.runtime.readiness import Readiness, octo_inputs
 
 if TYPE_CHECKING:
     from amf_ros.bringup.params.task_selector import TaskSelectorParams
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
     from amf_ros.policies.language import TaskEncoder
 
 log = logging.getLogger(__name__)
+
+FROZEN_RECORD = "selection_frozen.json"
+"""Under ``checkpoint_dir``: the checkpoint ``selection_policy: frozen`` froze (``{"checkpoint": path}``), so that a
+restart keeps it instead of moving to the newest round (issue 29); written atomically when the first copy loads."""
 
 
 
@@ -153,6 +158,8 @@ class TaskSelection:
         self.cache = datasets.EpisodeCache(dataset_dir, action_space, loader=episode_loader)
         self._lock = threading.Lock()
         self._state = _PolicyState(None, {}, "", None)
+        self.no_policy_reason: Callable[[], str] = lambda: ""
+        """Why there is no policy yet, for the refusal of a selector that needs one (the node's not-ready reason)."""
 
     def set_policy(self, policy: Policy, checkpoint: str | Path = "",
                    pretrain_counts: Mapping[str, int] | None = None, members: Sequence[Policy] = ()) -> None:
@@ -260,7 +267,8 @@ class TaskSelection:
         from amf_ros.policies.peer_scores import peer_score_fn
 
         if state.policy is None:
-            raise ValueError(f"selector {self.selector_name!r} needs a policy: no checkpoint is loaded yet")
+            raise ValueError(self._no_policy(f"selector {self.selector_name!r} needs a policy: no checkpoint is "
+                                             "loaded yet"))
         members: list[Policy] = []
         if self.selector_name in ENSEMBLE_METRICS:
             if not state.members:
@@ -275,13 +283,21 @@ class TaskSelection:
         return peer_score_fn(self.selector_name, state.policy, episodes, cands, frames=self.frames_per_episode,
                              seed=self.seed, members=members)
 
+    def _no_policy(self, default: str) -> str:
+        """The refusal of a selector that needs a policy and has none: the node's not-ready reason, if it has one."""
+        why = self.no_policy_reason()
+        if not why:
+            return default
+        return (f"{why} (selector {self.selector_name!r} needs a policy after the warm start; the warm start, "
+                "uniform and round_robin answer without one)")
+
     def _amf_score_fn(self, state: _PolicyState) -> Any:
         """ScoreFn of AMF-NN (core/amf_nn.py) on ``state``'s policy, filling ``state``'s embedding cache."""
         from amf_ros.core.amf_nn import amf_nn_score_fn, warm_start_validation
 
         if state.policy is None:
-            raise ValueError("selector 'amf' needs a policy: no checkpoint is loaded yet (set 'checkpoint' or "
-                             "'checkpoint_dir', or wait for /amf/checkpoint)")
+            raise ValueError(self._no_policy("selector 'amf' needs a policy: no checkpoint is loaded yet (set "
+                                             "'checkpoint' or 'checkpoint_dir', or wait for /amf/checkpoint)"))
         episodes = self.cache.episodes()
         if not episodes:
             raise ValueError(f"selector 'amf' needs recorded episodes; none in {str(self.dataset_dir)!r}")
@@ -367,7 +383,9 @@ class TaskSelectorRuntime:
       the newest Octo head made from ``checkpoint``), or none (fine for uniform / round_robin; AMF refuses until
       one is announced);
     * :meth:`on_checkpoint`: reload on an announcement (``selection_policy="latest"``) or keep the first copy
-      (``"frozen"``, the benchmark's frozen selection copy). Loading takes seconds: call it from a thread other
+      (``"frozen"``, the benchmark's frozen selection copy: the first checkpoint loaded on this checkpoint_dir,
+      recorded in ``<checkpoint_dir>/selection_frozen.json`` and loaded again by every restart).
+      Loading takes seconds: call it from a thread other
       than the one answering :meth:`next_task` (the node: its own callback group), which keeps answering with
       the previous copy meanwhile;
     * the checkpoint's pre-training counts (``pretrain.json``) go to the selector when ``pretrain_counts`` is set;
@@ -384,8 +402,13 @@ class TaskSelectorRuntime:
         self.p = p
         self.notes: list[str] = []  # start-up remarks for the node's log
         self.octo: OctoSelection | None = None
+        self.selection: TaskSelection | None = None
+        self.readiness: Readiness | None = None
         if p.backend == "octo":  # head checkpoints + policy_server's cached Octo frame embeddings
-            self.octo = OctoSelection(p, task_set(p.tasks_file, None, p.tasks))
+            # without its Octo checkpoint: not ready, next_task answers where no policy is needed (runtime/readiness.py)
+            self.readiness = Readiness(lambda: octo_inputs(p.checkpoint, p.octo_trunk_factory, need_octo=False),
+                                       self._start_octo)
+            self.readiness.check(inline=True)
         policy, checkpoint, members = self._newest_policy()
         instructions = task_set(p.tasks_file, policy, p.tasks)
         self._configured = dict(instructions)
@@ -399,10 +422,33 @@ class TaskSelectorRuntime:
             action_space=p.action_space, targets=p.targets, condition_on_data=p.condition_on_data,
             episode_loader=self.octo.episode_loader() if self.octo is not None else None,
             max_batch_size=p.max_batch_size)
+        self.selection.no_policy_reason = self.not_ready
         if policy is not None:
             self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint), members)
+            self._freeze(checkpoint)
         self.reloads = 0
         self.assignments = PendingAssignments(p.assignment_timeout_s)
+
+    def not_ready(self) -> str:
+        """``"not ready: <reason and what to do>"`` while backend octo waits for its checkpoint, "" when ready."""
+        return self.readiness.not_ready() if self.readiness is not None else ""
+
+    def _start_octo(self) -> None:
+        """Build the octo backend (at start, or once its checkpoint appears: then also load the newest head)."""
+        from amf_ros.data.tasks import task_set
+
+        octo = OctoSelection(self.p, task_set(self.p.tasks_file, None, self.p.tasks))
+        if self.selection is None:  # at start: __init__ goes on with it
+            self.octo = octo
+            return
+        self.selection.cache = datasets.EpisodeCache(self.p.dataset_dir, self.p.action_space,
+                                                     loader=octo.episode_loader())
+        self.octo = octo
+        policy, checkpoint, members = self._newest_policy()
+        if policy is not None:
+            self._learn(policy, members, checkpoint)
+            octo.cache.instructions.update(policy.instructions)
+            self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint), members)
 
     @property
     def instructions(self) -> dict[str, str]:
@@ -426,6 +472,8 @@ class TaskSelectorRuntime:
         self.assignments.assign(robot, decision.selected_tasks)
         if pending:
             decision.message += f"; conditioned on pending {pending}"
+        if self.not_ready():
+            decision.message += f"; answered without a policy, task_selector is {self.not_ready()}"
         return decision
 
     def on_episode(self, robot: str, task: str) -> bool:
@@ -433,11 +481,17 @@ class TaskSelectorRuntime:
         return self.assignments.recorded(robot, task)
 
     def _newest_policy(self) -> tuple[Policy | None, str, list[Policy]]:
-        """The newest checkpoint and its ensemble members, or (None, "", []) when there is none (task_selector never
+        """The frozen checkpoint (selection_policy frozen, recorded by an earlier start), else the newest one, and its
+        ensemble members, or (None, "", []) when there is none (task_selector never
         pre-trains nor makes a first Octo head: policy_server does, and announces it)."""
         from amf_ros.policies.checkpoint_dirs import no_checkpoint_error, resolve_checkpoint
         from amf_ros.policies.loading import load_newest_good
 
+        if self.p.backend == "octo" and self.octo is None:  # not ready: no Octo checkpoint yet
+            return None, "", []
+        frozen = self._frozen_choice()
+        if frozen is not None:
+            return frozen
         if self.octo is not None:
             head = self.octo.newest_head()
             if head is None:
@@ -458,6 +512,54 @@ class TaskSelectorRuntime:
             if self.p.selector == "amf" or self.p.selector in PEER_RULES:
                 self.notes.append(f"no policy yet ({exc}); {self.p.selector} scores need one after the warm start")
             return None, "", []
+
+    def frozen_record(self) -> Path:
+        """Where ``selection_policy: frozen`` keeps its choice (FROZEN_RECORD under ``checkpoint_dir``)."""
+        return Path(self.p.checkpoint_dir) / FROZEN_RECORD
+
+    def _frozen_choice(self) -> tuple[Policy, str, list[Policy]] | None:
+        """The checkpoint an earlier start froze, loaded (``selection_policy: frozen`` without an explicit
+        ``checkpoint``); None when there is none, or when it is gone or unreadable (then a note says so and the
+        newest is frozen instead)."""
+        import json
+
+        if self.p.selection_policy != "frozen" or (self.p.checkpoint and self.octo is None):
+            return None
+        record = self.frozen_record()
+        try:
+            path = Path(str(json.loads(record.read_text(encoding="utf-8"))["checkpoint"]))
+            policy, members = self._load(path)
+        except FileNotFoundError as exc:
+            if exc.filename is not None and Path(exc.filename) == record:
+                return None  # nothing frozen yet
+            self.notes.append(f"selection_policy=frozen: the frozen checkpoint is gone ({exc}); freezing the newest")
+            return None
+        except Exception as exc:  # a bad record or checkpoint: say so, freeze the newest
+            self.notes.append(f"selection_policy=frozen: cannot use {record} ({exc}); freezing the newest")
+            return None
+        self.notes.append(f"selection_policy=frozen keeps {path} (recorded in {record})")
+        return policy, str(path.resolve()), members
+
+    def _freeze(self, checkpoint: str) -> None:
+        """Record ``checkpoint`` as the frozen choice (``selection_policy: frozen``, no explicit ``checkpoint``)."""
+        import json
+
+        from amf_ros.atomic import atomic_write_json
+
+        if self.p.selection_policy != "frozen" or (self.p.checkpoint and self.octo is None) or not checkpoint:
+            return
+        record = self.frozen_record()
+        try:
+            if json.loads(record.read_text(encoding="utf-8")).get("checkpoint") == checkpoint:
+                return
+        except (OSError, ValueError, AttributeError):
+            pass
+        try:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(record, {"checkpoint": checkpoint})
+        except OSError as exc:
+            self.notes.append(f"selection_policy=frozen: cannot record {checkpoint} in {record} ({exc}); a restart "
+                              "freezes the newest checkpoint instead")
 
     def _load(self, path: str | Path, encoder: TaskEncoder | None = None) -> tuple[Policy, list[Policy]]:
         """(policy, its ensemble members) of checkpoint ``path``; the members (``<path>/members/member_K``) only
@@ -500,6 +602,10 @@ class TaskSelectorRuntime:
         Raises:
             Exception: whatever loading the checkpoint raised (the previous copy stays in use).
         """
+        if self.readiness is not None and not self.readiness.ready:
+            self.readiness.check(inline=True)  # this thread may take seconds (see above); loads the newest head
+            if not self.readiness.ready:
+                return False, f"checkpoint {path} announced; not loaded: task_selector is {self.not_ready()}"
         if path == self.selection.checkpoint:
             return False, f"checkpoint {path} is already loaded"
         if self.p.selection_policy == "frozen" and self.selection.policy is not None:
@@ -508,6 +614,7 @@ class TaskSelectorRuntime:
         policy, members = self._load(path, encoder=current.encoder if current is not None else None)
         self._learn(policy, members, path)
         self.selection.set_policy(policy, path, self._pretrain_counts(path), members)
+        self._freeze(path)
         self.reloads += 1
         with_members = f" and its {len(members)} ensemble member(s)" if members else ""
         return True, f"reloaded policy from {path}{with_members}"

@@ -120,6 +120,11 @@ class Page:
     def counts(self) -> dict[str, int]:
         return self._fresh(self._counts)
 
+    def nodes(self) -> dict[str, str]:
+        """The liveness table: node -> down / not ready / ready / unknown."""
+        return self._fresh(lambda: {r.get_attribute("data-node"): r.get_attribute("data-state")
+                                    for r in self.d.find_elements(self.By.CSS_SELECTOR, "#nodes tbody tr[data-node]")})
+
     def bars(self) -> dict[str, str]:
         return self._fresh(self._bars)
 
@@ -161,6 +166,10 @@ def test_one_round_through_the_page(console_graph, browser, shots):
     # sim-only controls: shown once the console has heard the simulator's status (a loaded machine: after connect)
     page.wait(lambda: not page.el("btn-reset-sim").get_attribute("hidden"), 20, "the sim-only controls")
     page.wait(lambda: page.d.find_elements(page.By.CSS_SELECTOR, "#cameras img"), 20, "a camera frame")
+    # liveness (issue 29): one row per node the launch started, each ready (the header badge hidden)
+    states = page.wait(lambda: (s := page.nodes()) and set(s.values()) == {"ready"} and s, 60, "every node ready")
+    assert set(states) == {"sim_bridge", "scripted_teleop", "policy_server", "task_selector", "demo_recorder"}
+    assert page.el("node-warning").get_attribute("hidden")
     before = page.wait(page.counts, 20, "the decision's table")
     first = _demonstrate(page, procs)
     page.wait(lambda: page.counts().get(first) == before[first] + 1, 20, "the count to include the new episode")

@@ -18,16 +18,14 @@ directory, then checks:
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from amf_process import amf_command, free_port, stop
 from ros_testing import wait_for, wait_future
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -43,18 +41,6 @@ ROS_TYPES = {"bool": 1, "int": 2, "double": 3, "string": 4, "bool_array": 6, "in
              "string_array": 9}  # rcl_interfaces/msg/ParameterType
 
 
-def _amf_command() -> list[str]:
-    """The installed `amf` console script of this interpreter's environment (`python -m amf_ros.cli` without one)."""
-    exe = shutil.which("amf", path=str(Path(sys.executable).parent)) or shutil.which("amf")
-    return [exe] if exe else [sys.executable, "-m", "amf_ros.cli"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def newcomer(ros_env, tmp_path) -> Iterator[dict[str, Any]]:
     """`amf up config/sim.yaml` from an empty cwd, HOME a temporary directory, no AMF_WORKSPACE / ROS_HOME."""
@@ -65,7 +51,7 @@ def newcomer(ros_env, tmp_path) -> Iterator[dict[str, Any]]:
     env.update(ros_env)
     env["HOME"] = str(home)
     # another console test may hold the default 8765 on this machine
-    cmd = [*_amf_command(), "up", "config/sim.yaml", "--log-dir", str(logs), "--console-port", str(_free_port())]
+    cmd = [*amf_command(), "up", "config/sim.yaml", "--log-dir", str(logs), "--console-port", str(free_port())]
     state = {"cwd": cwd, "workspace": home / ".ros" / "amf", "logs": logs, "up_log": tmp_path / "amf_up.log"}
     with open(state["up_log"], "wb") as out:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -73,13 +59,7 @@ def newcomer(ros_env, tmp_path) -> Iterator[dict[str, Any]]:
         try:
             yield state
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)  # amf up stops every node (SIGINT, SIGKILL after 5 s)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)  # its nodes die with it (PR_SET_PDEATHSIG)
-                    proc.wait()
+            stop(proc)
     print(f"----- amf up -----\n{state['up_log'].read_text(errors='replace')[-3000:]}")
     for log in sorted(logs.glob("*.log")):  # shown by pytest only when the test failed
         print(f"----- {log.name} -----\n{log.read_text(errors='replace')[-3000:]}")

@@ -50,7 +50,7 @@ def test_end_episode_while_messages_keep_arriving_is_bounded_and_keeps_them(star
     end_timeout_s, and the episode holds the steps that arrived while it waited."""
     from amf_ros.srv import EndEpisode, StartEpisode
 
-    end_timeout = 2.0
+    end_timeout = 1.0
     # end_quiet_s (its maximum, 10 s) far above end_timeout_s: "nothing arrived for a while" can then never settle
     # the stream before the timeout, even when a loaded machine stalls the publisher thread for a few hundred ms
     # (a CI run under load settled by silence with end_quiet_s 0.3, and the wait this test is about never happened).
@@ -63,8 +63,11 @@ def test_end_episode_while_messages_keep_arriving_is_bounded_and_keeps_them(star
                StartEpisode.Request(task="t", instruction="do it"))
     assert res.ok, res.message
     t_start = client_node.get_clock().now().nanoseconds
-    # Stamps advance 10 ms per frame while a frame takes about 25 ms to publish: they stay behind the clock.
-    seq = scripted_sequence(t_start + 10_000_000, frames=1000, period_ns=10_000_000, seed=3)
+    # Stamps start just after the episode and advance 0.1 ms per frame (a frame takes >= 20 ms to publish): even all
+    # 1000 frames end 0.1 s after the start, before the EndEpisode request (>= 1 s after it), so no stream ever
+    # settles by its stamps, however fast or slow the machine publishes. (With 10 ms per frame the stamps caught
+    # up with the request during the wait on an idle machine and the stream settled.)
+    seq = scripted_sequence(t_start + 1_000_000, frames=1000, period_ns=100_000, seed=3)
     actions_sent, stop = [0], threading.Event()
 
     def publish() -> None:

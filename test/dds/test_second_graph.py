@@ -15,14 +15,13 @@ graph stayed broken after the second stopped. Now (amf_ros/bringup/graph_lock.py
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from amf_process import amf_command, stop
 from ros_system_util import REPO, make_checkpoint
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -36,14 +35,9 @@ STEP_BOUND_S = 180.0
 """Any other single wait (a service answer, a scripted demonstration of at most 150 steps)."""
 
 
-def _amf_command() -> list[str]:
-    exe = shutil.which("amf", path=str(Path(sys.executable).parent)) or shutil.which("amf")
-    return [exe] if exe else [sys.executable, "-m", "amf_ros.cli"]
-
-
 def _up(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
-        return subprocess.Popen([*_amf_command(), "up", str(REPO / "config" / "sim.yaml"), "--no-console", *args],
+        return subprocess.Popen([*amf_command(), "up", str(REPO / "config" / "sim.yaml"), "--no-console", *args],
                                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -126,13 +120,7 @@ def test_a_second_graph_refuses_and_the_first_keeps_working(ros_env, rclpy_conte
         assert first.poll() is None and "stays down" not in first_log.read_text(errors="replace")
     finally:
         client.close()
-        if first.poll() is None:
-            first.send_signal(signal.SIGINT)
-            try:
-                first.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(first.pid, signal.SIGKILL)
-                first.wait()
+        stop(first)
         for log in sorted(tmp_path.glob("**/*.log")):  # shown by pytest only when the test failed
             print(f"----- {log} -----\n{log.read_text(errors='replace')[-2000:]}")
     assert first.returncode == 0, first_log.read_text(errors="replace")[-3000:]

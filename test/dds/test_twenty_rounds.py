@@ -16,14 +16,11 @@ fine-tune is accepted does not depend on its length).
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from amf_process import amf_command, free_port, stop
 from ros_testing import wait_for
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -36,17 +33,6 @@ are shared with other test sessions (as test_out_of_the_box.py)."""
 STEP_BOUND_S = 300.0
 """Any single wait of a round (next_task, a demonstration of at most 150 simulator steps at 20 Hz, a 5-step
 fine-tune with the worker's first start and the language model's first load): seconds when idle."""
-
-
-def _amf_command() -> list[str]:
-    exe = shutil.which("amf", path=str(Path(sys.executable).parent)) or shutil.which("amf")
-    return [exe] if exe else [sys.executable, "-m", "amf_ros.cli"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _logs(up_log: Path, logs: Path) -> str:
@@ -63,7 +49,7 @@ def test_twenty_rounds_on_a_fresh_workspace_without_a_refusal(ros_env, rclpy_con
     configured = list(load_task_set("config/tasks/metaworld.yaml").instructions)
     ws, logs, up_log = tmp_path / "ws", tmp_path / "logs", tmp_path / "amf_up.log"
     env = {**os.environ, **ros_env, "AMF_WORKSPACE": str(ws)}  # a fresh workspace: no checkpoint, no dataset
-    cmd = [*_amf_command(), "up", "config/sim.yaml", "--log-dir", str(logs), "--console-port", str(_free_port())]
+    cmd = [*amf_command(), "up", "config/sim.yaml", "--log-dir", str(logs), "--console-port", str(free_port())]
     with open(up_log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -95,12 +81,6 @@ def test_twenty_rounds_on_a_fresh_workspace_without_a_refusal(ros_env, rclpy_con
     finally:
         client.close()
         print(f"rounds: {rounds}")
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop(proc)
         print(_logs(up_log, logs))  # shown by pytest only when the test failed
     assert proc.returncode == 0, _logs(up_log, logs)

@@ -206,3 +206,42 @@ def test_the_worker_process_runs_at_the_configured_niceness() -> None:
         assert os.getpriority(os.PRIO_PROCESS, worker.pid) == want
     finally:
         worker.close()
+
+
+def test_worker_process_ignores_a_terminals_ctrl_c_and_is_stopped_by_its_parent() -> None:
+    """Ctrl-C in a terminal signals the whole process group: the worker must not die with a KeyboardInterrupt
+    traceback of its own (the parent node stops it on shutdown)."""
+    import os
+    import signal
+
+    from amf_ros.runtime.fine_tune_worker import FineTuneWorker
+
+    worker = FineTuneWorker()
+    worker._ensure_started()
+    proc = worker._proc
+    try:
+        # Wait until the child runs our code (its SIGINT disposition is set first thing): a SIGINT before that would
+        # hit the interpreter's start-up, not the worker loop this test is about.
+        deadline_polls = 600
+        while deadline_polls and not _ignores_sigint(proc.pid):
+            deadline_polls -= 1
+            proc.join(0.1)
+        assert _ignores_sigint(proc.pid), "the worker never set SIGINT to ignored"
+        os.kill(proc.pid, signal.SIGINT)
+        proc.join(3.0)
+        assert proc.is_alive() and proc.exitcode is None, f"the worker died on SIGINT (exit code {proc.exitcode})"
+    finally:
+        worker.close()
+    assert not proc.is_alive()
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """True when /proc says the process ignores SIGINT (bit 2 of SigIgn)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("SigIgn:"):
+                    return bool(int(line.split()[1], 16) & (1 << (2 - 1)))
+    except FileNotFoundError:
+        return False
+    return False

@@ -212,3 +212,19 @@ def test_estop_of_the_embedded_widowx_refuses_actions_without_stepping_or_echoin
     assert bridge.step([0.02, 0, 0, 0, 0, 0, 1.0]) == "" and bridge.status().steps == 1
     with pytest.raises(ValueError, match="no emergency stop"):
         SimBridge(FakeSim(), frames.append).estop(True)
+
+
+def test_actions_refused_soon_after_the_episode_end_count_as_late_not_as_errors():
+    """The action in flight when an episode ends is expected (the node logs the first at info, not as an error)."""
+    from amf_ros.runtime.sim_bridge import LATE_ACTION_S
+
+    bridge, _, _, clock = make(seed=0)
+    assert bridge.step(a(0.2)) == "" and bridge.step(a(0.2)) == ""  # solved: done
+    assert bridge.late_refusals() == 0
+    assert "is over" in bridge.step(a(0.1)) and bridge.late_refusals() == 1
+    assert "is over" in bridge.step(a(0.1)) and bridge.late_refusals() == 2
+    assert bridge.step([float("nan")] * 7) and bridge.late_refusals() == 0, "an invalid action is an error"
+    clock.t += LATE_ACTION_S + 0.1
+    assert "is over" in bridge.step(a(0.1)) and bridge.late_refusals() == 0, "long after the end: the sender ignores it"
+    bridge.reset("reach", 0)
+    assert bridge.step(a(0.4)) == "" and "is over" in bridge.step(a(0.1)) and bridge.late_refusals() == 1

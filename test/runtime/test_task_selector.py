@@ -304,3 +304,48 @@ def test_peer_rules_are_served_after_their_warm_start(tmp_path, selector):
     vfd = TaskSelectorRuntime(_params(tmp_path, selector="vfd"))
     with pytest.raises(ValueError, match="has no ensemble members .* parameter ensemble_members to 2 or more"):
         vfd.next_task()
+
+
+def test_frozen_choice_is_kept_across_restarts(tmp_path):
+    """Issue 29: after a restart "frozen" moved to the newest round. The first start freezes the newest checkpoint
+    and records it (atomically) under checkpoint_dir; a restart after newer rounds keeps it; a gone or broken record
+    freezes the newest again, saying so; 'latest' neither reads nor writes the record."""
+    from amf_ros.runtime.task_selector import FROZEN_RECORD
+
+    _write_store(tmp_path / "data", ORDER)
+    policy = _policy(tmp_path / "data", horizon=1)
+    first = _save(policy, tmp_path / "ckpts" / "round_0001")
+    params = _params(tmp_path, selection_policy="frozen", selector="rebalancing")
+    rt = TaskSelectorRuntime(params)
+    record = tmp_path / "ckpts" / FROZEN_RECORD
+    assert rt.checkpoint == first and json.loads(record.read_text()) == {"checkpoint": first}
+    newer = _save(policy, tmp_path / "ckpts" / "round_0002")
+    assert rt.on_checkpoint(newer)[0] is False
+    restarted = TaskSelectorRuntime(params)
+    assert restarted.checkpoint == first and any("frozen keeps" in n for n in restarted.notes)
+    assert not list(record.parent.glob(f"*{FROZEN_RECORD}*.tmp*"))  # nothing left of the atomic write
+    assert TaskSelectorRuntime(_params(tmp_path, selection_policy="latest", selector="rebalancing")).checkpoint == newer
+    import shutil
+
+    shutil.rmtree(first)  # the frozen checkpoint is gone: the newest is frozen instead, with a note
+    gone = TaskSelectorRuntime(params)
+    assert gone.checkpoint == newer and any("freezing the newest" in n for n in gone.notes)
+    assert json.loads(record.read_text()) == {"checkpoint": newer}
+    record.write_text("not json")
+    assert TaskSelectorRuntime(params).checkpoint == newer and json.loads(record.read_text()) == {"checkpoint": newer}
+
+
+def test_frozen_without_a_checkpoint_freezes_the_first_announced(tmp_path):
+    """On an empty workspace the first announced checkpoint (the pre-trained one) is frozen, and a restart keeps it
+    although checkpoint_dir then holds a newer round."""
+    from amf_ros.runtime.task_selector import FROZEN_RECORD
+
+    _write_store(tmp_path / "data", ORDER)
+    policy = _policy(tmp_path / "data", horizon=1)
+    params = _params(tmp_path, selection_policy="frozen", selector="rebalancing")
+    rt = TaskSelectorRuntime(params)
+    assert rt.checkpoint == "" and not (tmp_path / "ckpts" / FROZEN_RECORD).exists()
+    pretrained = _save(policy, tmp_path / "cache" / "pretrained")
+    assert rt.on_checkpoint(pretrained)[0] and rt.checkpoint == pretrained
+    _save(policy, tmp_path / "ckpts" / "round_0001")
+    assert TaskSelectorRuntime(params).checkpoint == pretrained

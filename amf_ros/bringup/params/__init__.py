@@ -117,7 +117,8 @@ def workspace_param() -> Any:
     return param(
         "",
         "Root of every relative data path of this node (dataset_dir, checkpoint_dir); empty = $AMF_WORKSPACE, "
-        "else $ROS_HOME/amf, else ~/.ros/amf (amf_ros.paths). Never the working directory of the launch.",
+        "else $ROS_HOME/amf, else ~/.ros/amf, and in a namespace other than /amf its namespaces/<namespace> "
+        "folder (amf_ros.paths). Never the working directory of the launch.",
     )
 
 

@@ -67,6 +67,19 @@ class OperatorConsoleParams:
         "recorded path).",
         type="string_array",
     )
+    watch_nodes: tuple[str, ...] = param(
+        ("policy_server", "task_selector", "demo_recorder"),
+        "Nodes of this namespace whose liveness the page shows: down (not in the ROS graph, or `amf up`'s "
+        "status.json says it exited), not ready with the reason from its latched status (~/status, demo_recorder's "
+        "recorder status), or ready.",
+        type="string_array",
+    )
+    status_workspace: str = param(
+        "",
+        "Workspace (the other nodes' 'workspace') whose graphs/<namespace>/status.json (written by `amf up`) says "
+        "why a node is down; empty = the default workspace ($AMF_WORKSPACE, else $ROS_HOME/amf). Absent file: the "
+        "ROS graph alone.",
+    )
     idle_quiet_topics: tuple[str, ...] = param(
         ("action", "action/applied"),
         "Recorder inputs that only flow while someone commands the arm (teleop actions and their echo): flagged "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amf_ros.bringup.params import param
+from amf_ros.bringup.params._arm_status import arm_status_topic
 from amf_ros.envs.suites import SUITES
 
 
@@ -79,13 +80,7 @@ class SimBridgeParams:
         "on the real arm): true holds the arm and refuses every action until false. Not offered by backends "
         "without one.",
     )
-    arm_status_topic: str = param(
-        "arm/status",
-        "Latched arm status (amf_ros/ArmStatus): the e-stop (engaged, times engaged) and the actions applied and "
-        "refused by reason since the start; published at start, on every e-stop change and after every action. "
-        "policy_server ends a run_policy goal when the e-stop engages, demo_recorder discards the episode "
-        "('' = not published).",
-    )
+    arm_status_topic: str = arm_status_topic()
     reset_service: str = param("sim/reset", "Service (amf_ros/ResetTask) resetting the arm to a task.")
     success_service: str = param(
         "sim/success",

@@ -95,8 +95,10 @@ class TaskSelectorParams(OctoTrunkParams):
     )
     selection_policy: str = param(
         "latest",
-        "Which policy copy feeds the criterion: 'latest' = reloaded on every /amf/checkpoint; 'frozen' = the "
-        "checkpoint loaded at start, never reloaded (amf bench metaworld's selection_copy 'frozen').",
+        "Which policy copy feeds the criterion: 'latest' = reloaded on every /amf/checkpoint; 'frozen' = the first "
+        "checkpoint loaded on this checkpoint_dir (the newest at the first start, else the first announced), never "
+        "reloaded and kept across restarts in <checkpoint_dir>/selection_frozen.json (delete it to freeze the "
+        "newest again; amf bench metaworld's selection_copy 'frozen').",
         choices=("latest", "frozen"),
     )
     targets: str = param(

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from amf_ros.bringup.params import param
+from amf_ros.bringup.params._arm_status import arm_status_topic
 from amf_ros.robots.widowx_arm import WidowXArmConfig
 
 _ARM = WidowXArmConfig()
@@ -91,13 +92,7 @@ class WidowxDriverParams:
         "ArmStop topic (amf_ros/ArmStop): actions stamped at or before a stop are dropped and the arm holds "
         "(amf_ros/robots/action_gate.py).",
     )
-    arm_status_topic: str = param(
-        "arm/status",
-        "Latched arm status (amf_ros/ArmStatus): the e-stop (engaged, times engaged) and the actions applied and "
-        "refused by reason since the start; published at start, on every e-stop change and after every action. "
-        "policy_server ends a run_policy goal when the e-stop engages, demo_recorder discards the episode "
-        "('' = not published).",
-    )
+    arm_status_topic: str = arm_status_topic()
     gripper_pressure: float = param(
         _ARM.gripper_pressure, "Gripper effort in [0, 1], mapped to PWM between the two limits.", range=(0.0, 1.0)
     )

@@ -58,7 +58,8 @@ const renderers = {
     state.targets = d.targets || {};
     fillTaskSelect();
     const dec = d.decision;
-    if (!dec) return;
+    state.decided = !!dec;
+    if (!dec) { showSelectorDown(); return; }
     $("next-task").textContent = dec.ok ? dec.task : "no decision";
     $("next-task").dataset.task = dec.ok ? dec.task : "";
     $("next-instruction").textContent = dec.ok ? `“${dec.instruction || state.instructions[dec.task] || ""}”` : "";
@@ -96,7 +97,10 @@ const renderers = {
     if (ft) {
       $("fine-tune-state").textContent = ft.running ? "running" : (ft.message || "idle");
       $("fine-tune-step").textContent = ft.running && ft.total ? `step ${ft.step} / ${ft.total}` : "";
-      plotLines("loss-plot", "loss", ft.losses.map((p) => p[0]), { loss: ft.losses.map((p) => p[1]) }, "step");
+      // the model's axis: log when the losses span more than 10x, else a robust range (a first loss of 100 must not
+      // flatten the rest of the curve)
+      plotLines("loss-plot", "loss", ft.losses.map((p) => p[0]), { loss: ft.losses.map((p) => p[1]) }, "step",
+        ft.loss_axis && ft.loss_axis.range, ft.loss_axis && ft.loss_axis.log);
     }
     const ev = d.evaluation;
     if (ev) $("evaluation-state").textContent = ev.running ? `${ev.task}: step ${ev.step}` : (ev.message || "idle");
@@ -122,6 +126,7 @@ const renderers = {
     $("recorder-ready").textContent = d.ready ? "yes" : `no: ${d.not_ready_reason}`;
     $("recorder-error").textContent = d.last_error || "none";
     $("recorder-error").className = d.last_error ? "" : "muted";
+    $("recorder-note").textContent = d.last_note || "–";  // an expected refusal (e.g. "not recording"): no error
   },
   streams(rows) {
     $("streams").querySelector("tbody").innerHTML = rows.map((r) => {
@@ -132,6 +137,24 @@ const renderers = {
     const bad = rows.filter((r) => r.warning);
     $("stream-warning").hidden = bad.length === 0;
     $("stream-warning").textContent = bad.map((r) => `${r.topic}: ${r.warning}`).join(" · ");
+  },
+  nodes(rows) {
+    state.nodes = rows;
+    $("nodes").querySelector("tbody").innerHTML = rows.map((r) =>
+      `<tr data-node="${esc(r.node)}" data-state="${esc(r.state)}" class="${esc(r.state.replace(" ", "-"))}"><td>${esc(r.node)}</td>
+        <td>${esc(r.state)}</td><td>${esc(r.reason)}</td></tr>`).join("");
+    const bad = rows.filter((r) => r.state === "down" || r.state === "not ready");
+    $("node-warning").hidden = bad.length === 0;
+    $("node-warning").textContent = bad.map((r) => `${r.node} ${r.state}`).join(" · ");
+    showSelectorDown();
+  },
+  camera(d) {
+    state.camera = d;
+    const none = $("camera-none");
+    if (!none) return;  // frames are showing
+    const published = (d.topics || []).filter((t) => (d.publishers || {})[t] > 0);
+    none.textContent = published.length ? `no camera frames yet (${published.join(", ")})`
+      : `no camera configured: nothing publishes ${(d.topics || []).join(", ") || "an image topic"}`;
   },
   sim(d) {
     state.sim = !!d.available;
@@ -154,6 +177,15 @@ const renderers = {
 };
 function render(name, data) { if (renderers[name]) renderers[name](data); }
 
+// before any decision: say why none can come instead of "press Ask" while task_selector is down or not ready
+function showSelectorDown() {
+  if (state.decided) return;
+  const sel = (state.nodes || []).find((r) => r.node === "task_selector");
+  const down = sel && (sel.state === "down" || sel.state === "not ready");
+  $("next-task").textContent = down ? `task_selector ${sel.state}` : "press Ask";
+  $("next-instruction").textContent = down ? sel.reason : "";
+}
+
 function fillTaskSelect() {
   const sel = $("task-select");
   const have = [...sel.options].map((o) => o.value).slice(1).join(",");
@@ -165,7 +197,7 @@ function fillTaskSelect() {
 }
 
 const COLORS = ["#2f6fdf", "#e0622e", "#1a7f37", "#8e44ad", "#b26a00", "#c62828", "#00838f", "#6b7480"];
-function plotLines(id, title, xs, series, xlabel, yrange) {
+function plotLines(id, title, xs, series, xlabel, yrange, ylog) {
   const el = $(id);
   const names = Object.keys(series);
   if (xs.length === 0 || names.length === 0 || typeof uPlot === "undefined") {
@@ -174,14 +206,18 @@ function plotLines(id, title, xs, series, xlabel, yrange) {
     return;
   }
   const data = [xs, ...names.map((n) => series[n])];
-  const key = names.join(",");
+  const key = names.join(",") + (ylog ? ":log" : "");
   let plot = state.plots[id];
-  if (plot && plot._key === key) { plot.setData(data); return; }
+  if (plot && plot._key === key) {
+    plot.setData(data);
+    if (yrange) plot.setScale("y", { min: yrange[0], max: yrange[1] });
+    return;
+  }
   if (plot) plot.destroy();
   el.innerHTML = "";
   plot = new uPlot({
     width: Math.max(280, el.clientWidth || 360), height: 160,
-    scales: { x: { time: false }, y: yrange ? { range: yrange } : {} },
+    scales: { x: { time: false }, y: ylog ? { distr: 3, log: 10 } : yrange ? { range: yrange } : {} },
     axes: [{ label: xlabel }, {}],
     series: [{ label: xlabel }, ...names.map((n, i) => ({ label: n, stroke: COLORS[i % COLORS.length], width: 2, points: { show: true } }))],
   }, data, el);

@@ -10,16 +10,23 @@ executor; no callback waits on anything.
 
 from __future__ import annotations
 
+import json
+import os
 import queue
+from pathlib import Path
 from typing import Any, Callable
 
+from rcl_interfaces.msg import ParameterType
+from rcl_interfaces.srv import GetParameters
 from rclpy.action import ActionClient
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import Image
+from std_msgs.msg import String
 
 from amf_ros._optional import load_object
 from amf_ros.action import FineTune, RunPolicy
+from amf_ros.bringup import graph_lock
 from amf_ros.bringup.params.operator_console import OperatorConsoleParams
 from amf_ros.console.model import ConsoleModel
 from amf_ros.console.protocol import Command
@@ -103,6 +110,13 @@ class OperatorConsoleNode(Node):
         self._sim_available: bool | None = None
         self._ask_when_ready = p.auto_ask  # the first decision as soon as task_selector answers
         self.model.idle_quiet = {self.resolve_topic_name(t) for t in p.idle_quiet_topics}
+        self.model.watch_nodes = [n for n in p.watch_nodes if n != self.get_name()]
+        for node in self.model.watch_nodes:  # "ready: ..." / "not ready: <reason>" (policy_server, task_selector)
+            self.create_subscription(String, f"{node}/status", lambda m, n=node: self.model.on_node_status(n, m.data),
+                                     qos.LATCHED, callback_group=group)
+        self._image_topics = [self.resolve_topic_name(t) for t in p.image_topics]
+        self._supervisor_file = graph_lock.graph_dir(p.status_workspace, self.get_namespace()) / graph_lock.STATUS_FILE
+        self._recorder_rule_asked = False
         self._wake = self.create_guard_condition(self._drain_inbox, callback_group=group)
         self.create_timer(1.0, self._graph_checks, callback_group=group)
         self.server = ConsoleServer(self.model, self._from_browser, host=p.host, port=p.port, token=p.token,
@@ -153,7 +167,14 @@ class OperatorConsoleNode(Node):
         self.model.on_fine_tune(True, int(fb.step), int(fb.total_steps), float(fb.loss))
 
     def _graph_checks(self) -> None:
-        """Once a second, never per browser: is the simulator there; subscribe to new recorder input topics."""
+        """Once a second, never per browser: is the simulator there; subscribe to new recorder input topics; which
+        watched nodes are up (the ROS graph, `amf up`'s status file); is any camera published."""
+        ns = self.get_namespace()
+        names = {name for name, node_ns in self.get_node_names_and_namespaces() if node_ns == ns}
+        self.model.on_graph(names, read_supervisor(self._supervisor_file))
+        self.model.on_camera_sources(self._image_topics, {t: self.count_publishers(t) for t in self._image_topics})
+        if not self._recorder_rule_asked and self.model.section("recorder") is not None:
+            self._ask_recorder_rule()
         if self._ask_when_ready and self._next.service_is_ready():
             self._ask_when_ready = False
             self.console.ask()
@@ -177,6 +198,27 @@ class OperatorConsoleNode(Node):
                                          raw=True, callback_group=self._group)
                 self._watched.add(topic)
                 self.model.monitor.watch(topic)
+
+    def _ask_recorder_rule(self) -> None:
+        """Read the recorder's own min_rate_fraction once (asynchronous, bounded): the console never warns about a
+        stream rate the recorder is configured not to warn about (0 in the simulators' configs)."""
+        infos = self.get_publishers_info_by_topic(self.resolve_topic_name(self.p.status_topic))
+        if not infos:
+            return
+        self._recorder_rule_asked = True
+        ns = infos[0].node_namespace.rstrip("/")
+        client = self.create_client(GetParameters, f"{ns}/{infos[0].node_name}/get_parameters",
+                                    qos_profile=qos.SERVICES, callback_group=self._group)
+
+        def done(res: Any, why: str) -> None:
+            value = res.values[0] if res is not None and len(res.values) == 1 else None
+            if value is not None and value.type == ParameterType.PARAMETER_DOUBLE:
+                self.model.recorder_min_rate_fraction = float(value.double_value)
+            else:
+                self.get_logger().info(f"recorder's min_rate_fraction not read ({why or 'no such parameter'}): "
+                                       f"stream rates are judged by this console's min_rate_fraction alone")
+
+        call_bounded(self, client, GetParameters.Request(names=["min_rate_fraction"]), self.p.call_timeout_s, done)
 
     # -- ConsoleOutputs ----------------------------------------------------------------------------------------
     def _call(self, client: Any, request: Any, done: Done, timeout_s: float | None = None) -> None:
@@ -244,6 +286,22 @@ class OperatorConsoleNode(Node):
     def close(self) -> None:
         """Called by spin() at shutdown: close every browser connection and the listener (bounded)."""
         self.server.stop(timeout_s=3.0)
+
+
+SUPERVISOR_MAX_BYTES = 1 << 20
+"""Bound on reading `amf up`'s status.json (a few hundred bytes per node)."""
+
+
+def read_supervisor(path: Path) -> dict[str, Any] | None:
+    """``nodes`` of `amf up`'s status file, or None if absent, unreadable, or its supervisor is gone (a file left
+    by an earlier run says nothing about this one)."""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(SUPERVISOR_MAX_BYTES))
+        os.kill(int(data["supervisor_pid"]), 0)
+        return dict(data["nodes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def main(args: list[str] | None = None) -> None:

@@ -17,9 +17,11 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import Image
+from std_msgs.msg import String
 
 from amf_ros.action import FineTune, RunPolicy
 from amf_ros.bringup.graph_lock import hold_node_lock
+from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.bringup.params.policy_server import PolicyServerParams
 from amf_ros.data import transitions
 from amf_ros.data.ros_convert import image_to_rgb
@@ -33,6 +35,7 @@ from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.control_loop import TaskStatusValue
 from amf_ros.runtime.policy_server import PolicyServer
+from amf_ros.runtime.readiness import CHECK_PERIOD_S, config_problem
 
 
 def _finish(transition) -> None:
@@ -49,25 +52,37 @@ class PolicyServerNode(Node):
 
     def __init__(self) -> None:
         super().__init__("policy_server")
-        p = self.p = declare(self, PolicyServerParams)
+        try:
+            p = self.p = declare(self, PolicyServerParams)
+        except ValueError as exc:  # e.g. an unknown backend: a restart cannot fix it
+            raise NoRespawnError(str(exc)) from None
+        problem = config_problem(p.tasks_file) if p.backend == "octo" else ""
+        if problem:
+            raise NoRespawnError(f"policy_server: {problem}")
         self._place = hold_node_lock(p.workspace, self.get_namespace(), self.get_name())  # one graph per namespace
         self.executor_kind = p.executor  # read by spin()
         self.offload = Offload(self, inline=p.executor.startswith("multi"))  # goals wait on a thread of their own
+        self._goals = threading.Condition()  # counts the goals whose execute callback runs (close() waits for them)
+        self._active_goals = 0
+        self._shutting_down = False
         self.pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.ACTIONS)
         self.stop_pub = self.create_publisher(ArmStop, p.stop_topic, qos.EVENTS)
         self.ckpt_pub = self.create_publisher(CheckpointInfo, p.checkpoint_topic, qos.LATCHED)
         self.outcome_pub = self.create_publisher(TaskStatus, p.outcomes_topic, qos.EVENTS)
+        # latched "ready: ..." / "not ready: <reason and what to do>" (backend octo waits for Octo and its checkpoint)
+        self.status_pub = self.create_publisher(String, "~/status", qos.LATCHED)
         self.server = PolicyServer(p, self.publish_action, log=log_fn(self, "info"), warn=log_fn(self, "warn"))
         if self.server.octo is not None:
             self.get_logger().info(f"Octo warm-up (first trunk + head call): {self.server.octo.warm_up():.2f} s")
+        octo = self.server.octo_backend
         inputs = MutuallyExclusiveCallbackGroup()  # cheap callbacks: store the newest value
-        if self.server.octo is None:
+        if not octo:
             self.create_subscription(StateVector, p.state_topic, lambda m: self.server.observe_state(m.values),
                                      qos.STREAM, callback_group=inputs)
         if p.image_topic:
             self.create_subscription(Image, p.image_topic, lambda m: self._image(m, self.server.observe_image),
                                      qos.LATEST, callback_group=inputs)
-        if self.server.octo is not None and p.wrist_image_topic:
+        if octo and p.wrist_image_topic:
             self.create_subscription(Image, p.wrist_image_topic, lambda m: self._image(m, self.server.observe_wrist),
                                      qos.LATEST, callback_group=inputs)
         if p.task_status_topic:
@@ -81,21 +96,70 @@ class PolicyServerNode(Node):
             self._adopting = threading.Lock()
             self.create_subscription(CheckpointInfo, p.follow_checkpoint_topic, self._on_fleet_checkpoint,
                                      qos.LATCHED, callback_group=inputs)
-        ActionServer(self, RunPolicy, "run_policy", self.execute_run, callback_group=ReentrantCallbackGroup(),
+        ActionServer(self, RunPolicy, "run_policy", self._counted(self.execute_run),
+                     callback_group=ReentrantCallbackGroup(),
                      goal_callback=lambda _req: GoalResponse.ACCEPT if self.server.reserve_run()
                      else GoalResponse.REJECT, cancel_callback=lambda _g: CancelResponse.ACCEPT,
                      **qos.action_services())
-        ActionServer(self, FineTune, "fine_tune", self.execute_fine_tune, callback_group=ReentrantCallbackGroup(),
+        ActionServer(self, FineTune, "fine_tune", self._counted(self.execute_fine_tune),
+                     callback_group=ReentrantCallbackGroup(),
                      goal_callback=lambda _req: GoalResponse.REJECT if self.server.fine_tuning
                      else GoalResponse.ACCEPT, cancel_callback=lambda _g: CancelResponse.ACCEPT,
                      **qos.action_services())
+        self._ready_timer = None
+        if self.server.readiness is not None and not self.server.readiness.ready:
+            self.get_logger().warn(self.server.not_ready())  # one line; every goal is answered with it
+            self.status_pub.publish(String(data=self.server.not_ready()))
+            self.server.readiness.on_change = self._readiness_changed
+            self._ready_timer = self.create_timer(CHECK_PERIOD_S, self.server.readiness.check,
+                                                  callback_group=MutuallyExclusiveCallbackGroup())
+        else:
+            self._ready()
+
+    def _ready(self) -> None:
+        """The backend is built: announce its checkpoint, say ready (log and status topic)."""
         self.announce()
-        self.get_logger().info(f"ready: {p.backend} backend, checkpoint {self.server.runtime.checkpoint}, "
-                               f"control {p.control_rate_hz} Hz, dataset {p.dataset_dir}")
+        line = (f"ready: {self.p.backend} backend, checkpoint {self.server.runtime.checkpoint}, "
+                f"control {self.p.control_rate_hz} Hz, dataset {self.p.dataset_dir}")
+        self.status_pub.publish(String(data=line))
+        self.get_logger().info(line)
+
+    def _readiness_changed(self, reason: str) -> None:
+        """From the readiness check (timer) or its build thread: log and publish the new state once."""
+        if reason:
+            self.get_logger().warn(self.server.not_ready())
+            self.status_pub.publish(String(data=self.server.not_ready()))
+            return
+        if self._ready_timer is not None:
+            self._ready_timer.cancel()
+        try:
+            self.get_logger().info(f"Octo warm-up (first trunk + head call): {self.server.octo.warm_up():.2f} s")
+        except Exception as exc:  # the first goal compiles instead; the policy itself loaded
+            self.get_logger().warn(f"Octo warm-up failed: {type(exc).__name__}: {exc}")
+        self._ready()
 
     def close(self) -> None:
-        """Shutdown hook (amf_ros.ros.spin): stop the control thread and the fine-tune worker."""
+        """Shutdown hook (amf_ros.ros.spin, called while the executor still spins): stop the control thread and the
+        fine-tune worker, so that every active goal ends, aborted with ok=false and "policy_server is shutting
+        down", and its result reaches the client; waits for that at most 3 s (the executor's threads are joined
+        after this, so a result being sent is not cut off)."""
+        self._shutting_down = True
         self.server.close()
+        with self._goals:
+            self._goals.wait_for(lambda: self._active_goals == 0, timeout=3.0)
+
+    def _counted(self, execute):
+        """``execute`` (an action's execute coroutine), counted in ``_active_goals`` while it runs."""
+        async def counted(goal_handle):
+            with self._goals:
+                self._active_goals += 1
+            try:
+                return await execute(goal_handle)
+            finally:
+                with self._goals:
+                    self._active_goals -= 1
+                    self._goals.notify_all()
+        return counted
 
     def publish_action(self, action: np.ndarray) -> None:
         """Publish one action for the arm, stamped now and valid for ``action_valid_for_s``."""
@@ -116,7 +180,9 @@ class PolicyServerNode(Node):
             self.get_logger().warn("run_policy: the arm's e-stop was engaged; ending the goal")
 
     def announce(self) -> None:
-        """Publish the acting checkpoint on the latched checkpoint topic."""
+        """Publish the acting checkpoint on the latched checkpoint topic (nothing while not ready)."""
+        if self.server.runtime is None:
+            return
         alphas = transitions.alphas(self.server.runtime.policy)
         msg = CheckpointInfo(path=str(self.server.runtime.checkpoint.resolve()), round=self.server.runtime.round,
                              tasks=list(alphas), alphas=list(alphas.values()))
@@ -125,7 +191,8 @@ class PolicyServerNode(Node):
 
     def _on_fleet_checkpoint(self, msg: CheckpointInfo) -> None:
         """A newer round from the fleet's trainer: load it on a thread of its own (seconds), then act with it."""
-        if int(msg.round) <= self.server.runtime.round or not self._adopting.acquire(blocking=False):
+        if (self.server.runtime is None or int(msg.round) <= self.server.runtime.round
+                or not self._adopting.acquire(blocking=False)):
             return
 
         def adopt() -> None:
@@ -176,9 +243,13 @@ class PolicyServerNode(Node):
                                          FineTune.Feedback(step=s, total_steps=n, loss=loss)),
                                      lambda: goal_handle.is_cancel_requested)
         except Exception as exc:  # reported to the client as ok=false; the node keeps running
-            _finish(goal_handle.canceled if isinstance(exc, FineTuneCancelledError) else goal_handle.abort)
-            self.get_logger().warn(f"fine_tune failed: {exc}")
-            return FineTune.Result(ok=False, message=str(exc), final_loss=float("nan"))
+            cancelled = isinstance(exc, FineTuneCancelledError) and not self._shutting_down
+            message = str(exc)
+            if self._shutting_down and "shutting down" not in message:  # the worker's own "cancelled after N steps"
+                message = f"policy_server is shutting down; {message}"
+            _finish(goal_handle.canceled if cancelled else goal_handle.abort)
+            self.get_logger().warn(f"fine_tune failed: {message}")
+            return FineTune.Result(ok=False, message=message, final_loss=float("nan"))
         self.announce()
         _finish(goal_handle.succeed)
         msg = f"round {res.round}: {len(res.losses)} steps in {res.wall_time_s:.1f} s, loss {res.final_loss:.4f}"

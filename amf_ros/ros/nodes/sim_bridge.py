@@ -107,7 +107,11 @@ class SimBridge(Node):
             return
         echo = (lambda: self._applied_pub.publish(msg)) if self._applied_pub is not None else None
         refused = self.sim.step(np.array(a7, dtype=np.float64), applied=echo)
-        if refused:
+        late = self.sim.late_refusals() if refused else 0
+        if late == 1:  # sent before its sender saw the episode end (the last action of a solved rollout): expected
+            self.get_logger().info(f"{refused} (on {self.p.action_topic}; in flight when the episode ended, not "
+                                   "applied)")
+        elif refused and not late:
             self.get_logger().error(f"{refused} (on {self.p.action_topic})", throttle_duration_sec=2.0)
 
     def _on_stop(self, msg: ArmStop) -> None:

@@ -11,15 +11,17 @@ from functools import partial
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
-from std_msgs.msg import Header
+from std_msgs.msg import Header, String
 
 from amf_ros.bringup.graph_lock import hold_node_lock
+from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.bringup.params.task_selector import TaskSelectorParams
 from amf_ros.msg import CheckpointInfo, EpisodeInfo, TaskDecision
 from amf_ros.ros import qos
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.log_lines import ErrorThrottle, bounded
+from amf_ros.runtime.readiness import CHECK_PERIOD_S, config_problem
 from amf_ros.runtime.task_selector import TaskSelectorRuntime
 from amf_ros.srv import NextTask
 from amf_ros.threads import limit_threads
@@ -31,7 +33,13 @@ class TaskSelectorNode(Node):
 
     def __init__(self) -> None:
         super().__init__("task_selector")
-        self.p = declare(self, TaskSelectorParams)
+        try:
+            self.p = declare(self, TaskSelectorParams)
+        except ValueError as exc:  # e.g. an unknown backend or selector: a restart cannot fix it
+            raise NoRespawnError(str(exc)) from None
+        problem = config_problem(self.p.tasks_file, self.p.tasks)
+        if problem:
+            raise NoRespawnError(f"task_selector: {problem}")
         self._place = hold_node_lock(self.p.workspace, self.get_namespace(), self.get_name())  # one graph per ns
         limit_threads(self.p.torch_threads)  # 0 = torch's default
         self.runtime = TaskSelectorRuntime(self.p)
@@ -41,14 +49,43 @@ class TaskSelectorNode(Node):
         self.create_service(NextTask, "next_task", self.on_next_task, qos_profile=qos.SERVICES,
                             callback_group=MutuallyExclusiveCallbackGroup())
         self.decision_pub = self.create_publisher(TaskDecision, self.p.decision_topic, qos.LATCHED)
+        reloads = MutuallyExclusiveCallbackGroup()  # checkpoint loads and readiness checks (seconds)
         self.create_subscription(CheckpointInfo, self.p.checkpoint_topic, self.on_checkpoint, qos.LATCHED,
-                                 callback_group=MutuallyExclusiveCallbackGroup())
+                                 callback_group=reloads)
+        # latched "ready: ..." / "not ready: <reason and what to do>" (backend octo waits for its checkpoint)
+        self.status_pub = self.create_publisher(String, "~/status", qos.LATCHED)
+        readiness, self._ready_timer = self.runtime.readiness, None
+        if readiness is not None and not readiness.ready:
+            readiness.on_change = self._readiness_changed
+            self._ready_timer = self.create_timer(CHECK_PERIOD_S, readiness.check, callback_group=reloads)
         for topic in self.p.episode_topics:  # fleet: a saved episode ends its robot's assignment
             robot = self.resolve_topic_name(topic).rstrip("/").split("/")[-2] if topic.count("/") else ""
             self.create_subscription(EpisodeInfo, topic, partial(self.on_episode, robot), qos.EVENTS,
                                      callback_group=MutuallyExclusiveCallbackGroup())
-        self.get_logger().info(f"ready: selector={self.p.selector} tasks={list(self.runtime.instructions)} "
-                               f"checkpoint={self.runtime.checkpoint or '(none)'}")
+        if self._ready_timer is not None:
+            line = (f"{self.runtime.not_ready()}; next_task answers meanwhile where no policy is needed (warm start, "
+                    "uniform, round_robin)")
+            self.get_logger().warn(line)  # one line; every refused request says it again
+            self.status_pub.publish(String(data=line))
+        else:
+            self._ready()
+
+    def _ready(self) -> None:
+        """Say ready (log and status topic)."""
+        line = (f"ready: selector={self.p.selector} tasks={list(self.runtime.instructions)} "
+                f"checkpoint={self.runtime.checkpoint or '(none)'}")
+        self.status_pub.publish(String(data=line))
+        self.get_logger().info(line)
+
+    def _readiness_changed(self, reason: str) -> None:
+        """From the readiness check or its build thread: log and publish the new state once."""
+        if reason:
+            self.get_logger().warn(self.runtime.not_ready())
+            self.status_pub.publish(String(data=self.runtime.not_ready()))
+            return
+        if self._ready_timer is not None:
+            self._ready_timer.cancel()
+        self._ready()
 
     def on_checkpoint(self, msg: CheckpointInfo) -> None:
         """Reload the policy copy (in this callback group, so next_task keeps answering with the old copy)."""
