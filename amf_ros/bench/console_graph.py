@@ -1,7 +1,7 @@
 """The embedded WidowX graph with the operator console and a rendered camera, and headless Chromium to open it.
 
 One bring-up for everything that drives the console through a real browser: the DDS test of the page
-(test/ros_system/test_console_dds.py) and `amf bench console-load`. The graph is `widowx.launch.py
+(test/dds/test_console_dds.py) and `amf bench console-load`. The graph is `widowx.launch.py
 robot:=sim_widowx` (config/sim_widowx.yaml, every node its own process, the console on a free port) with a tiny
 WidowX policy, sim_bridge rendering the primary camera and demo_recorder recording it as ``image_primary``.
 Browsers are Debian's ``chromium`` driven by ``/usr/bin/chromedriver`` through selenium (scripts/setup.sh installs

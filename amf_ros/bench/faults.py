@@ -4,7 +4,7 @@ Every probe injects one fault a robot lab has (a killed or frozen node, a flood 
 corrupt checkpoint, a recorder killed mid-episode) into the embedded simulation's graph (every node its own
 process over DDS, as `amf up` starts them) and measures what the issue asks: how long until the goal ends, whether
 the next goal works, how many actions the arm applied after a goal ended, how many log bytes a refusal costs.
-The same probe functions are the fault-injection tests (test/ros_system/test_fault_probes.py); the tests allow more
+The same probe functions are the fault-injection tests (test/dds/test_fault_probes.py); the tests allow more
 scheduling slack than this table's verdicts (a loaded CI machine).
 
 Columns: probe, the finding of issue 12 it covers, its bound (what the design guarantees), the measured value,

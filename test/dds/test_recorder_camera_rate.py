@@ -8,17 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from robot_testutil import (
-    ACTION_TOPIC,
-    IMAGE_TOPIC,
-    STATE_TOPIC,
-    LivePublisher,
-    StatusWatcher,
-    call,
-    vga_frame,
-    wait_for,
-    warm_up,
-)
+import robot_testutil as rt
 
 pytestmark = [pytest.mark.ros]
 
@@ -30,15 +20,15 @@ def test_recorder_stores_every_frame_of_a_30hz_vga_camera(start_nodes, client_no
     from amf_ros.srv import EndEpisode, StartEpisode
 
     params = {"dataset_dir": str(tmp_path / "ds"), "sync_mode": "on_action", "control_rate_hz": RATE_HZ,
-              "image_topics": [IMAGE_TOPIC], "image_codec": "png", "topic_timeout_s": 5.0, "status_period_s": 0.2}
+              "image_topics": [rt.IMAGE_TOPIC], "image_codec": "png", "topic_timeout_s": 5.0, "status_period_s": 0.2}
     procs = start_nodes({"demo_recorder": params}, name="cam")
-    status = StatusWatcher(client_node)
-    live = LivePublisher(client_node)
-    warm_up(live, status)
-    res = call(client_node, StartEpisode, "/amf/recorder/start_episode",
+    status = rt.StatusWatcher(client_node)
+    live = rt.LivePublisher(client_node)
+    rt.warm_up(live, status)
+    res = rt.call(client_node, StartEpisode, "/amf/recorder/start_episode",
                StartEpisode.Request(task="cam", instruction="look"))
     assert res.ok, res.message
-    images = [vga_frame(k) for k in range(FRAMES)]
+    images = [rt.vga_frame(k) for k in range(FRAMES)]
     rng = np.random.default_rng(0)
     period = 1.0 / RATE_HZ
     t_start = time.monotonic()
@@ -46,13 +36,13 @@ def test_recorder_stores_every_frame_of_a_30hz_vga_camera(start_nodes, client_no
     for k in range(FRAMES):  # real time: one frame, its state and the action taken on it per period
         ns = client_node.get_clock().now().nanoseconds
         stamps.append(ns)
-        live.publish([(STATE_TOPIC, ns, "state", rng.normal(size=5)), (IMAGE_TOPIC, ns, "rgb8", images[k]),
-                      (ACTION_TOPIC, ns + 1_000_000, "action", np.r_[rng.uniform(-0.01, 0.01, 6), 1.0])], 0.0)
+        live.publish([(rt.STATE_TOPIC, ns, "state", rng.normal(size=5)), (rt.IMAGE_TOPIC, ns, "rgb8", images[k]),
+                      (rt.ACTION_TOPIC, ns + 1_000_000, "action", np.r_[rng.uniform(-0.01, 0.01, 6), 1.0])], 0.0)
         time.sleep(max(0.0, t_start + (k + 1) * period - time.monotonic()))
     wall = time.monotonic() - t_start
-    wait_for(lambda: status.last.num_steps >= FRAMES - 1, 30, f"{FRAMES - 1} steps decided")
+    rt.wait_for(lambda: status.last.num_steps >= FRAMES - 1, 30, f"{FRAMES - 1} steps decided")
     lag = time.monotonic() - t_start - wall
-    end = call(client_node, EndEpisode, "/amf/recorder/end_episode", EndEpisode.Request(episode_id=res.episode_id,
+    end = rt.call(client_node, EndEpisode, "/amf/recorder/end_episode", EndEpisode.Request(episode_id=res.episode_id,
                                                                                          success=True))
     assert end.ok and end.num_steps == FRAMES, (end.message, end.num_steps)
     ep = EpisodeStore(tmp_path / "ds", create=False).load(res.episode_id)
@@ -74,10 +64,10 @@ def test_a_camera_dropping_to_half_rate_mid_episode_is_warned_on_the_status_and_
     from amf_ros.srv import EndEpisode, StartEpisode
 
     params = {"dataset_dir": str(tmp_path / "ds"), "sync_mode": "on_action", "control_rate_hz": RATE_HZ,
-              "image_topics": [IMAGE_TOPIC], "image_codec": "raw", "topic_timeout_s": 5.0, "status_period_s": 0.1,
+              "image_topics": [rt.IMAGE_TOPIC], "image_codec": "raw", "topic_timeout_s": 5.0, "status_period_s": 0.1,
               "rate_window_s": 1.0, "min_rate_fraction": 0.8}
     procs = start_nodes({"demo_recorder": params}, name="cam_slow")
-    status = StatusWatcher(client_node)
+    status = rt.StatusWatcher(client_node)
     warnings_seen: list[str] = []
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
@@ -87,9 +77,9 @@ def test_a_camera_dropping_to_half_rate_mid_episode_is_warned_on_the_status_and_
                                     lambda m: warnings_seen.extend(m.rate_warnings),
                                     QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE,
                                                durability=DurabilityPolicy.TRANSIENT_LOCAL))
-    live = LivePublisher(client_node)
-    warm_up(live, status)
-    res = call(client_node, StartEpisode, "/amf/recorder/start_episode",
+    live = rt.LivePublisher(client_node)
+    rt.warm_up(live, status)
+    res = rt.call(client_node, StartEpisode, "/amf/recorder/start_episode",
                StartEpisode.Request(task="cam", instruction="look"))
     assert res.ok, res.message
     img = np.zeros((48, 64, 3), np.uint8)
@@ -99,19 +89,19 @@ def test_a_camera_dropping_to_half_rate_mid_episode_is_warned_on_the_status_and_
     slow = range(60, 120)  # frames 60-119 (2 s): the camera sends every other one; then 2 s at full rate, time for
     for k in range(180):   # the recent rate (a 1 s window ending lag_s = 0.5 s back) to recover
         ns = t0 + k * period_ns
-        seq = [(STATE_TOPIC, ns, "state", np.zeros(5))]
+        seq = [(rt.STATE_TOPIC, ns, "state", np.zeros(5))]
         if k not in slow or k % 2 == 0:
-            seq.append((IMAGE_TOPIC, ns, "rgb8", img))
-        seq.append((ACTION_TOPIC, ns + 1_000_000, "action", np.r_[np.zeros(6), 1.0]))
+            seq.append((rt.IMAGE_TOPIC, ns, "rgb8", img))
+        seq.append((rt.ACTION_TOPIC, ns + 1_000_000, "action", np.r_[np.zeros(6), 1.0]))
         live.publish(seq, 0.0)
         time.sleep(max(0.0, t_start + (k + 1) / RATE_HZ - time.monotonic()))
-    end = call(client_node, EndEpisode, "/amf/recorder/end_episode",
+    end = rt.call(client_node, EndEpisode, "/amf/recorder/end_episode",
                EndEpisode.Request(episode_id=res.episode_id, success=True), 30)
     assert end.ok, end.message
-    assert any(w.startswith(f"{IMAGE_TOPIC} at") for w in warnings_seen), warnings_seen
-    assert not any(w.startswith(STATE_TOPIC) for w in warnings_seen), warnings_seen
+    assert any(w.startswith(f"{rt.IMAGE_TOPIC} at") for w in warnings_seen), warnings_seen
+    assert not any(w.startswith(rt.STATE_TOPIC) for w in warnings_seen), warnings_seen
     log = procs.log_tail("demo_recorder", 20000)
-    assert f"{IMAGE_TOPIC} at" in log and f"{IMAGE_TOPIC} back to" in log, log[-2000:]
+    assert f"{rt.IMAGE_TOPIC} at" in log and f"{rt.IMAGE_TOPIC} back to" in log, log[-2000:]
     streams = EpisodeStore(tmp_path / "ds", create=False).meta(res.episode_id).extra["streams"]
     cam, state = streams["image_primary"], streams["state"]
     assert cam["nominal_hz"] == pytest.approx(RATE_HZ, rel=0.02) and cam["min_recent_hz"] <= 16.0

@@ -2,7 +2,7 @@
 
 Run (from the repository root, after ``source scripts/env.sh``)::
 
-    python test/ros_robot/measure/measure_demos.py
+    python test/dds/measure/measure_demos.py
 
 Uses the three nodes' sections of config/sim.yaml (20 Hz, on_action sampling), each node its own process over
 real DDS in a random ROS_DOMAIN_ID; prints recorded steps, simulator steps, success and wall time per task

@@ -3,11 +3,11 @@ action), and what each stored step costs on disk.
 
 Run (from the repository root, after ``source scripts/env.sh``)::
 
-    python test/ros_robot/measure/measure_recorder_camera.py --rate 30 --frames 150 --codec png
+    python test/dds/measure/measure_recorder_camera.py --rate 30 --frames 150 --codec png
 
 Publishes in real time at ``--rate`` (on_action sampling: one step per frame), then reports the publishing
 rate, when the recorder had decided every step (ingest rate), EndEpisode time and bytes per stored step.
-The frames are smooth synthetic images (test_recorder_camera_rate.frame), so PNG compresses them far better
+The frames are smooth synthetic images (robot_testutil.vga_frame), so PNG compresses them far better
 than a real camera image.
 """
 
@@ -36,19 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE.parents[1] / "support"))
     import numpy as np
     import rclpy
+    import robot_testutil as rt
     import yaml
-    from robot_testutil import (
-        ACTION_TOPIC,
-        IMAGE_TOPIC,
-        STATE_TOPIC,
-        LivePublisher,
-        StatusWatcher,
-        call,
-        spinning_node,
-        wait_for,
-        warm_up,
-    )
-    from robot_testutil import vga_frame as frame
 
     from amf_ros.bringup.graph import NodeSpec
     from amf_ros.bringup.processes import NodeProcesses
@@ -56,32 +45,33 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(tempfile.mkdtemp(prefix="amf_measure_cam_"))
     params = {"dataset_dir": str(out / "ds"), "sync_mode": "on_action", "control_rate_hz": args.rate,
-              "image_topics": [IMAGE_TOPIC], "image_codec": args.codec, "topic_timeout_s": 5.0,
+              "image_topics": [rt.IMAGE_TOPIC], "image_codec": args.codec, "topic_timeout_s": 5.0,
               "status_period_s": 0.1}
     (out / "params.yaml").write_text(yaml.safe_dump({"/**/demo_recorder": {"ros__parameters": params}}))
-    images = [frame(k) for k in range(args.frames)]
+    images = [rt.vga_frame(k) for k in range(args.frames)]
     rclpy.init()
     try:
-        with spinning_node("measure_recorder_camera") as node:
+        with rt.spinning_node("measure_recorder_camera") as node:
             with NodeProcesses([NodeSpec("demo_recorder", "demo_recorder", str(out / "params.yaml"))],
                                log_dir=out / "logs", env=dict(os.environ)):
-                status, live = StatusWatcher(node), LivePublisher(node)
-                warm_up(live, status)
-                res = call(node, StartEpisode, "/amf/recorder/start_episode",
+                status, live = rt.StatusWatcher(node), rt.LivePublisher(node)
+                rt.warm_up(live, status)
+                res = rt.call(node, StartEpisode, "/amf/recorder/start_episode",
                            StartEpisode.Request(task="c", instruction="c"))
                 rng = np.random.default_rng(0)
                 t0 = time.monotonic()
                 for k in range(args.frames):
                     ns = node.get_clock().now().nanoseconds
-                    live.publish([(STATE_TOPIC, ns, "state", rng.normal(size=5)), (IMAGE_TOPIC, ns, "rgb8", images[k]),
-                                  (ACTION_TOPIC, ns + 1_000_000, "action", np.r_[rng.uniform(-0.01, 0.01, 6), 1.0])],
+                    live.publish([(rt.STATE_TOPIC, ns, "state", rng.normal(size=5)),
+                                  (rt.IMAGE_TOPIC, ns, "rgb8", images[k]),
+                                  (rt.ACTION_TOPIC, ns + 1_000_000, "action", np.r_[rng.uniform(-0.01, 0.01, 6), 1.0])],
                                  0.0)
                     time.sleep(max(0.0, t0 + (k + 1) / args.rate - time.monotonic()))
                 publish_s = time.monotonic() - t0
-                wait_for(lambda: status.last.num_steps >= args.frames - 1, 120, "every step decided")
+                rt.wait_for(lambda: status.last.num_steps >= args.frames - 1, 120, "every step decided")
                 decided_s = time.monotonic() - t0
                 t1 = time.monotonic()
-                end = call(node, EndEpisode, "/amf/recorder/end_episode",
+                end = rt.call(node, EndEpisode, "/amf/recorder/end_episode",
                            EndEpisode.Request(episode_id=res.episode_id, success=True), 120)
                 end_s = time.monotonic() - t1
                 size = sum(p.stat().st_size for p in Path(end.path).rglob("*") if p.is_file())
