@@ -10,9 +10,11 @@ reset during a demonstration, before it could end the episode).
 
 The rule every node follows (test/ros/test_logs.py checks it over amf_ros/ros/ with the AST, and runs the nodes'
 ``log`` methods against rclpy's logger): ``get_logger()`` is only ever called as ``get_logger().<severity>(...)``
-with a literal severity method; where the severity is a value, call :func:`log_at`, whose branches are one call
-site each; where a library wants a log function, pass :func:`log_fn` (never a bound logger method, whose call site
-would be the library's line).
+with a literal severity method, never ``warn`` (rclpy 9.1.2 wraps ``warn`` in ``typing_extensions.deprecated``, so
+the wrapper's one line is the call site of every ``warn()`` in the process and two of them with different filters
+crash: sim_bridge died on an e-stop request that way); where the severity is a value, call :func:`log_at`, whose
+branches are one call site each; where a library wants a log function, pass :func:`log_fn` (never a bound logger
+method, whose call site would be the library's line).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import yaml
-from robot_testutil import make_action, wait_action_path
+from robot_testutil import make_action, wait_action_path, wait_for
 
 pytestmark = pytest.mark.ros
 
@@ -30,7 +30,7 @@ def _wait_log(procs, text: str, timeout: float = 30.0) -> str:
 
 def test_the_action_in_flight_at_the_episode_end_is_logged_at_info_not_as_an_error(start_nodes, client_node,
                                                                                    tmp_path):
-    from amf_ros.msg import EefDeltaAction
+    from amf_ros.msg import EefDeltaAction, TaskStatus
     from amf_ros.paths import resolve_config
     from amf_ros.ros import qos
 
@@ -46,11 +46,17 @@ def test_the_action_in_flight_at_the_episode_end_is_logged_at_info_not_as_an_err
     def send(a7) -> None:
         pub.publish(make_action(a7, client_node.get_clock().now().nanoseconds))
 
-    # LIMIT actions end the episode; the next one was "in flight". The arm handles them in order, one right after the
-    # other, so the late one arrives well within LATE_ACTION_S (2 s) of the end.
-    for _ in range(LIMIT + 1):
+    steps = [-1]  # the simulator's step count, from its latched status (a late match still gets the newest)
+    client_node.create_subscription(TaskStatus, "/amf/sim/status", lambda m: steps.__setitem__(0, m.steps),
+                                    qos.LATCHED)
+    wait_for(lambda: steps[0] == 0, 30.0, "the simulator's status at step 0")
+    # LIMIT actions end the episode, each sent once the arm applied the one before (the action topic keeps only the
+    # newest action: a loaded arm would otherwise skip some and the episode would not end); the next one, sent right
+    # after the last was applied, was "in flight": it arrives well within LATE_ACTION_S (2 s) of the end.
+    for k in range(LIMIT):
         send([0.0] * 6 + [1.0])
-        time.sleep(0.05)
+        wait_for(lambda k=k: steps[0] > k, 30.0, f"the arm applying action {k + 1} of {LIMIT}")
+    send([0.0] * 6 + [1.0])
     log = _wait_log(procs, "in flight when the episode ended")
     refusals = [line for line in log.splitlines() if "refused action: the episode" in line]
     assert refusals and all(line.startswith("[INFO]") for line in refusals), refusals

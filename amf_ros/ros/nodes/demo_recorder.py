@@ -49,7 +49,7 @@ class DemoRecorderNode(Node):
                              image_topics=tuple(full(t) for t in p.image_topics))
         self.rt = DemoRecorder(p)
         for line in self.rt.partial_report:
-            self.get_logger().warn(line)
+            self.get_logger().warning(line)
         messages, services = MutuallyExclusiveCallbackGroup(), MutuallyExclusiveCallbackGroup()
         self._status_pub = self.create_publisher(RecorderStatus, p.status_topic, qos.LATCHED)
         self._episodes_pub = self.create_publisher(EpisodeInfo, p.episodes_topic, qos.EVENTS)
@@ -84,7 +84,7 @@ class DemoRecorderNode(Node):
         events = self.rt.rate_events()
         for level, text in events:
             if level == "warn":
-                self.get_logger().warn(text)
+                self.get_logger().warning(text)
             else:
                 self.get_logger().info(text)
         if events:
@@ -93,7 +93,7 @@ class DemoRecorderNode(Node):
     def _on_arm_status(self, msg: ArmStatus) -> None:
         line = self.rt.observe_arm(bool(msg.estop), int(msg.estop_engagements))
         if line is not None:
-            self.get_logger().warn(line)
+            self.get_logger().warning(line)
             self._publish_status()
 
     def _on_start(self, req: StartEpisode.Request, res: StartEpisode.Response) -> StartEpisode.Response:
@@ -116,7 +116,7 @@ class DemoRecorderNode(Node):
         out = self.rt.end(req.episode_id, req.success, req.discard, self.get_clock().now().nanoseconds)
         res.ok, res.message, res.num_steps, res.path = out.ok, out.message, out.num_steps, out.path
         if not out.settled:
-            self.get_logger().warn(f"EndEpisode: topics not settled after {out.waited_s:.2f} s (end_timeout_s); "
+            self.get_logger().warning(f"EndEpisode: topics not settled after {out.waited_s:.2f} s (end_timeout_s); "
                                    "committed what had arrived")
         if out.announce is not None:
             info = EpisodeInfo(**out.announce)
@@ -133,7 +133,7 @@ class DemoRecorderNode(Node):
             self.get_logger().error(f"partial-episode sweep failed: {type(exc).__name__}: {exc}")
             return
         for line in lines:
-            self.get_logger().warn(line)
+            self.get_logger().warning(line)
         if lines:
             self._publish_status()
 

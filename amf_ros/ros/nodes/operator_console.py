@@ -190,7 +190,7 @@ class OperatorConsoleNode(Node):
                 try:
                     cls = message_class(types[topic][0])
                 except (ImportError, AttributeError, ValueError) as exc:
-                    self.get_logger().warn(f"cannot watch {topic} ({types[topic][0]}): {exc}")
+                    self.get_logger().warning(f"cannot watch {topic} ({types[topic][0]}): {exc}")
                     self._watched.add(topic)
                     continue
                 # best effort: compatible with any publisher, and never asks a publisher to resend to the console

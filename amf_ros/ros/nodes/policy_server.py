@@ -108,7 +108,7 @@ class PolicyServerNode(Node):
                      **qos.action_services())
         self._ready_timer = None
         if self.server.readiness is not None and not self.server.readiness.ready:
-            self.get_logger().warn(self.server.not_ready())  # one line; every goal is answered with it
+            self.get_logger().warning(self.server.not_ready())  # one line; every goal is answered with it
             self.status_pub.publish(String(data=self.server.not_ready()))
             self.server.readiness.on_change = self._readiness_changed
             self._ready_timer = self.create_timer(CHECK_PERIOD_S, self.server.readiness.check,
@@ -127,7 +127,7 @@ class PolicyServerNode(Node):
     def _readiness_changed(self, reason: str) -> None:
         """From the readiness check (timer) or its build thread: log and publish the new state once."""
         if reason:
-            self.get_logger().warn(self.server.not_ready())
+            self.get_logger().warning(self.server.not_ready())
             self.status_pub.publish(String(data=self.server.not_ready()))
             return
         if self._ready_timer is not None:
@@ -135,7 +135,7 @@ class PolicyServerNode(Node):
         try:
             self.get_logger().info(f"Octo warm-up (first trunk + head call): {self.server.octo.warm_up():.2f} s")
         except Exception as exc:  # the first goal compiles instead; the policy itself loaded
-            self.get_logger().warn(f"Octo warm-up failed: {type(exc).__name__}: {exc}")
+            self.get_logger().warning(f"Octo warm-up failed: {type(exc).__name__}: {exc}")
         self._ready()
 
     def close(self) -> None:
@@ -173,11 +173,11 @@ class PolicyServerNode(Node):
         if msg.source != self.get_fully_qualified_name():
             reason = f"stop from {msg.source or '?'}: {msg.reason[:200] or 'no reason'}"
             if self.server.stop_run(reason):
-                self.get_logger().warn(f"run_policy: {reason}; ending the goal")
+                self.get_logger().warning(f"run_policy: {reason}; ending the goal")
 
     def _on_arm_status(self, msg: ArmStatus) -> None:
         if self.server.observe_arm(arm_counts(msg)):
-            self.get_logger().warn("run_policy: the arm's e-stop was engaged; ending the goal")
+            self.get_logger().warning("run_policy: the arm's e-stop was engaged; ending the goal")
 
     def announce(self) -> None:
         """Publish the acting checkpoint on the latched checkpoint topic (nothing while not ready)."""
@@ -248,7 +248,7 @@ class PolicyServerNode(Node):
             if self._shutting_down and "shutting down" not in message:  # the worker's own "cancelled after N steps"
                 message = f"policy_server is shutting down; {message}"
             _finish(goal_handle.canceled if cancelled else goal_handle.abort)
-            self.get_logger().warn(f"fine_tune failed: {message}")
+            self.get_logger().warning(f"fine_tune failed: {message}")
             return FineTune.Result(ok=False, message=message, final_loss=float("nan"))
         self.announce()
         _finish(goal_handle.succeed)

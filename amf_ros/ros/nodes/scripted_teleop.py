@@ -89,7 +89,7 @@ class ScriptedTeleop(Node):
     def reset_sim(self, episode_id: str, task: str) -> None:
         """sim_bridge's reset (seed -1), bounded and asynchronous; the answer goes to the runtime."""
         if not self._reset.service_is_ready():
-            self.get_logger().warn(f"{self.p.reset_service} not available yet; asking anyway")
+            self.get_logger().warning(f"{self.p.reset_service} not available yet; asking anyway")
 
         def done(res: Any, why: str) -> None:
             self.teleop.on_reset_reply(episode_id, res is not None and res.ok, why or res.message)

@@ -102,7 +102,7 @@ class SimBridge(Node):
         a7, stamp, valid_for = action_fields(msg)
         dropped = self.gate.refusal(stamp, valid_for, self.get_clock().now().nanoseconds)
         if dropped:
-            self.get_logger().warn(f"{dropped} ({self.gate.dropped} dropped so far)", throttle_duration_sec=2.0)
+            self.get_logger().warning(f"{dropped} ({self.gate.dropped} dropped so far)", throttle_duration_sec=2.0)
             self.sim.dropped(self.gate.last_drop)
             return
         echo = (lambda: self._applied_pub.publish(msg)) if self._applied_pub is not None else None
@@ -138,7 +138,7 @@ class SimBridge(Node):
         except Exception as exc:
             response.message, response.success = f"e-stop failed: {type(exc).__name__}: {exc}", False
         if request.data:
-            self.get_logger().warn(response.message)
+            self.get_logger().warning(response.message)
         else:
             self.get_logger().info(response.message)
         return response

@@ -45,7 +45,7 @@ class TaskSelectorNode(Node):
         self.runtime = TaskSelectorRuntime(self.p)
         self._refusals = ErrorThrottle(1.0)  # a fuzzing client gets every answer, the log one line per second
         for note in self.runtime.notes:
-            self.get_logger().warn(note)
+            self.get_logger().warning(note)
         self.create_service(NextTask, "next_task", self.on_next_task, qos_profile=qos.SERVICES,
                             callback_group=MutuallyExclusiveCallbackGroup())
         self.decision_pub = self.create_publisher(TaskDecision, self.p.decision_topic, qos.LATCHED)
@@ -65,7 +65,7 @@ class TaskSelectorNode(Node):
         if self._ready_timer is not None:
             line = (f"{self.runtime.not_ready()}; next_task answers meanwhile where no policy is needed (warm start, "
                     "uniform, round_robin)")
-            self.get_logger().warn(line)  # one line; every refused request says it again
+            self.get_logger().warning(line)  # one line; every refused request says it again
             self.status_pub.publish(String(data=line))
         else:
             self._ready()
@@ -80,7 +80,7 @@ class TaskSelectorNode(Node):
     def _readiness_changed(self, reason: str) -> None:
         """From the readiness check or its build thread: log and publish the new state once."""
         if reason:
-            self.get_logger().warn(self.runtime.not_ready())
+            self.get_logger().warning(self.runtime.not_ready())
             self.status_pub.publish(String(data=self.runtime.not_ready()))
             return
         if self._ready_timer is not None:
@@ -104,7 +104,7 @@ class TaskSelectorNode(Node):
         if self.runtime.on_episode(robot, msg.task):
             self.get_logger().info(f"{robot}: assignment {msg.task} done ({msg.episode_id})")
         for r, t in self.runtime.assignments.expired:
-            self.get_logger().warn(f"{r}: assignment {t} expired after {self.p.assignment_timeout_s:g} s unrecorded")
+            self.get_logger().warning(f"{r}: assignment {t} expired after {self.p.assignment_timeout_s:g} s unrecorded")
         self.runtime.assignments.expired.clear()
 
     def on_next_task(self, request: NextTask.Request, response: NextTask.Response) -> NextTask.Response:
@@ -116,7 +116,7 @@ class TaskSelectorNode(Node):
             response.selector = self.p.selector
             line = self._refusals.line(("next_task", "refused"), f"next_task refused: {bounded(str(exc))}")
             if line is not None:
-                self.get_logger().warn(line)
+                self.get_logger().warning(line)
             return response
         response.ok, response.message = True, d.message
         response.task, response.instruction, response.selected_tasks = d.task, d.instruction, d.selected_tasks

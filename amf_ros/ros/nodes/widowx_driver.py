@@ -83,7 +83,7 @@ class WidowXDriverNode(Node):
         if self.executor is not None:
             raise RuntimeError("set_profile() runs before spinning, never from a callback")
         if not self._modes.wait_for_service(timeout_sec=timeout_s):
-            self.get_logger().warn(f"{self.p.operating_modes_service} not available; motion profile unchanged")
+            self.get_logger().warning(f"{self.p.operating_modes_service} not available; motion profile unchanged")
             return
         future = self._modes.call_async(self._modes.srv_type.Request(**request))
         try:
@@ -91,7 +91,7 @@ class WidowXDriverNode(Node):
         finally:
             self.executor = None  # leave the global executor: spin() adds the node to its own
         if not future.done():
-            self.get_logger().warn(f"{self.p.operating_modes_service} did not answer in {timeout_s} s; "
+            self.get_logger().warning(f"{self.p.operating_modes_service} did not answer in {timeout_s} s; "
                                    "motion profile may be unchanged")
 
     def _on_joints(self, msg: JointState) -> None:
@@ -131,7 +131,7 @@ class WidowXDriverNode(Node):
             if level == "error":
                 self.get_logger().error(line)
             elif level == "warn":
-                self.get_logger().warn(line)
+                self.get_logger().warning(line)
             else:
                 self.get_logger().info(line)
 
