@@ -65,7 +65,10 @@ def test_a_camera_dropping_to_half_rate_mid_episode_is_warned_on_the_status_and_
 
     params = {"dataset_dir": str(tmp_path / "ds"), "sync_mode": "on_action", "control_rate_hz": RATE_HZ,
               "image_topics": [rt.IMAGE_TOPIC], "image_codec": "raw", "topic_timeout_s": 5.0, "status_period_s": 0.1,
-              "rate_window_s": 1.0, "min_rate_fraction": 0.8}
+              "rate_window_s": 1.0, "min_rate_fraction": 0.55}
+    # 0.55: the camera at half rate (15 Hz in a 1 s window) is below 16.5 Hz; the state stream keeps clear of it
+    # even when this test's publishing thread stalls for ~0.4 s (a CI run measured the state at 18 Hz that way and
+    # 0.8 warned for it too).
     procs = start_nodes({"demo_recorder": params}, name="cam_slow")
     status = rt.StatusWatcher(client_node)
     warnings_seen: list[str] = []
