@@ -195,6 +195,7 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
     finally:
         signals.building = False
         _ignore_further_interrupts()
+        _watchdog(exit_code)
         _close(node)  # the executor still spins: goals end with a result that reaches their clients
         if ex is not None:
             stopping = ex
@@ -222,6 +223,23 @@ def _destroy(node: Node) -> None:
             except Exception as exc:  # already destroyed, or rclpy refuses: the process ends anyway
                 logging.getLogger(__name__).debug("destroying %r: %s", waitable, exc)
     node.destroy_node()
+
+
+SHUTDOWN_DEADLINE_S = 10.0
+"""Longest the whole clean-up may take before the process ends anyway: each step is bounded (close() ~3 s, the
+executor 3 s, its thread 2 s), but destroying the node and the context are rclpy calls without a timeout, and one
+CI run saw operator_console still alive 15 s after SIGINT. Nothing is lost by ending then: close() ran first."""
+
+
+def _watchdog(code: int) -> None:
+    """End the process with ``code`` if the clean-up is still running after :data:`SHUTDOWN_DEADLINE_S`."""
+    def expire() -> None:
+        print(f"shutdown did not finish within {SHUTDOWN_DEADLINE_S:.0f} s; exiting", file=sys.stderr, flush=True)
+        os._exit(code)
+
+    timer = threading.Timer(SHUTDOWN_DEADLINE_S, expire)
+    timer.daemon = True
+    timer.start()
 
 
 def _exit_now(code: int) -> None:
