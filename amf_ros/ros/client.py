@@ -21,6 +21,7 @@ from rclpy.client import Client
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.task import Future
+from std_msgs.msg import String
 from std_srvs.srv import SetBool
 
 from amf_ros.action import FineTune, RunPolicy
@@ -47,6 +48,13 @@ def _sendable(*texts: str) -> None:
                              f"would be sent as {text.split(chr(0))[0][:40]!r}")
 
 
+RESEND_AFTER_S = 1.0
+"""A request of a client that has had no answer yet is sent again after this long, then after twice as long, ...:
+rmw_fastrtps drops a response when the server has not yet discovered the client's response reader 100 ms after the
+request arrived ("failed to send response (timeout): client will not receive response" in the server's log),
+which a loaded machine hits on the first call of a fresh client (seen in CI: /fleet/next_task never answered)."""
+
+
 def _wait(future: Future, timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while not future.done():
@@ -64,6 +72,7 @@ class Observed:
     checkpoints: list[CheckpointInfo] = field(default_factory=list)
     actions: list[tuple[float, EefDeltaAction]] = field(default_factory=list)  # (monotonic receive time, action)
     status: RecorderStatus | None = None  # the latest one
+    policy_status: str | None = None  # the latest policy_server ~/status line ("ready: ..." / "not ready: ...")
 
 
 class PendingResult(Generic[R]):
@@ -92,6 +101,7 @@ class AMFClient:
         self.seen = Observed()
         self._fine_tune_handles: list[ClientGoalHandle] = []
         self._lock = threading.Lock()
+        self._answered: set[str] = set()  # services that answered this client once (their response path works)
         n = self.node
         # a fleet robot asks /fleet/next_task
         self.next_task_cli = n.create_client(NextTask, next_task_service, qos_profile=qos.SERVICES)
@@ -106,6 +116,9 @@ class AMFClient:
         n.create_subscription(CheckpointInfo, "checkpoint", lambda m: self._add(self.seen.checkpoints, m),
                               qos.LATCHED)
         n.create_subscription(RecorderStatus, "recorder/status", self._on_status, qos.LATCHED)
+        # created after the action clients: its latched message arriving means policy_server has discovered their
+        # response readers (announced earlier, in order), so a goal's acceptance is not dropped (see RESEND_AFTER_S)
+        n.create_subscription(String, "policy_server/status", self._on_policy_status, qos.LATCHED)
         self.stop_pub = n.create_publisher(ArmStop, "stop", qos.EVENTS)
         if record_actions:
             n.create_subscription(EefDeltaAction, "action",
@@ -123,6 +136,9 @@ class AMFClient:
     def _add(self, target: list[R], item: R) -> None:
         with self._lock:
             target.append(item)
+
+    def _on_policy_status(self, msg: String) -> None:
+        self.seen.policy_status = msg.data
 
     def _on_status(self, msg: RecorderStatus) -> None:
         self.seen.status = msg
@@ -147,6 +163,8 @@ class AMFClient:
         for acli, name in ((self.fine_tune_cli, "fine_tune"), (self.run_cli, "run_policy")):
             if not acli.wait_for_server(timeout_sec=max(0.1, deadline - time.monotonic())):
                 raise ROSCallError(f"action {name} did not appear within {timeout:.0f} s")
+        self.wait_for(lambda: self.seen.policy_status is not None, max(0.1, deadline - time.monotonic()),
+                      "policy_server/status (the policy server's latched status)")
         if recorder:
             try:
                 self.wait_for(lambda: self.seen.status is not None and self.seen.status.ready,
@@ -164,11 +182,35 @@ class AMFClient:
             time.sleep(0.02)
 
     # -- services ------------------------------------------------------------------------------------------
-    def _call(self, cli: Client, request: Any, timeout: float, require_ok: bool) -> Any:
-        """The response to ``request``; with ``require_ok`` (every amf_ros service has ``ok``) a refusal raises."""
+    def _call(self, cli: Client, request: Any, timeout: float, require_ok: bool, resend: bool = True) -> Any:
+        """The response to ``request``; with ``require_ok`` (every amf_ros service has ``ok``) a refusal raises.
+
+        ``resend`` (services where a repeat does no harm: queries, resets, assignments that replace the previous
+        one): until ``cli`` has had its first answer, the request is sent again after :data:`RESEND_AFTER_S`,
+        doubling, and the first answer to any copy is taken."""
         if not cli.wait_for_service(timeout_sec=timeout):
             raise ROSCallError(f"service {cli.srv_name} is not available")
-        resp = _wait(cli.call_async(request), timeout, cli.srv_name)
+        deadline = time.monotonic() + timeout
+        futures = [cli.call_async(request)]
+        resend_at, gap = time.monotonic() + RESEND_AFTER_S, RESEND_AFTER_S
+        handshake = resend and cli.srv_name not in self._answered
+        try:
+            while not any(f.done() for f in futures):
+                now = time.monotonic()
+                if now > deadline:
+                    raise ROSCallError(f"{cli.srv_name}: no answer within {timeout:.0f} s"
+                                       + (f" ({len(futures)} sends)" if len(futures) > 1 else ""))
+                if handshake and now >= resend_at:
+                    futures.append(cli.call_async(request))
+                    gap *= 2
+                    resend_at = now + gap
+                time.sleep(0.005)
+            resp = next(f for f in futures if f.done()).result()
+        finally:
+            for f in futures:
+                if not f.done():
+                    cli.remove_pending_request(f)
+        self._answered.add(cli.srv_name)
         if require_ok and not resp.ok:
             raise ROSCallError(f"{cli.srv_name} refused: {resp.message}")
         return resp
@@ -202,14 +244,17 @@ class AMFClient:
                       require_ok: bool = True) -> StartEpisode.Response:
         """/amf/recorder/start_episode (``episode_id`` of the response names the take)."""
         _sendable(task, instruction)
+        # never resent (a second start would be refused as "already recording"): the recorder's latched status,
+        # which wait_ready(recorder=True) waits for, reached this client after the recorder had discovered this
+        # client's response readers (announced before that subscription, in order), so the answer is not dropped
         return self._call(self.start_cli, StartEpisode.Request(task=task, instruction=instruction), timeout,
-                          require_ok)
+                          require_ok, resend=False)
 
     def end_episode(self, episode_id: str, success: bool = True, discard: bool = False, timeout: float = 30.0,
                     require_ok: bool = True) -> EndEpisode.Response:
         """/amf/recorder/end_episode: commit (or ``discard``) the take."""
         return self._call(self.end_cli, EndEpisode.Request(episode_id=episode_id, success=success,
-                                                           discard=discard), timeout, require_ok)
+                                                           discard=discard), timeout, require_ok, resend=False)
 
     def wait_episode(self, episode_id: str, timeout: float) -> EpisodeInfo:
         """The EpisodeInfo announced for ``episode_id`` (the recorder commits it when the operator ends it)."""

@@ -467,7 +467,10 @@ class PolicyServer:
                                                    "one and fine-tune)")
             p = self.p
             cfg = ControlLoopConfig(period_s=1.0 / p.control_rate_hz, max_steps=int(max_steps or p.max_steps),
-                                    obs_timeout_s=p.observation_timeout_s, status_timeout_s=p.observation_timeout_s,
+                                    obs_timeout_s=p.observation_timeout_s,
+                                    # the arm may apply (or refuse as stale) the last action up to its validity
+                                    # after sending: its status is awaited that long plus an observation timeout
+                                    status_timeout_s=p.observation_timeout_s + p.action_valid_for_s,
                                     stale_s=p.observation_stale_periods / p.control_rate_hz,
                                     execution_horizon=p.execution_horizon)
             if self.octo is not None:

@@ -103,7 +103,8 @@ class PolicyServerParams(OctoTrunkParams):
     observation_timeout_s: float = param(
         2.0,
         "run_policy fails if no observation arrives within this time before its first action (the arm may be idle), "
-        "and the final success verdict waits at most this long for the arm's status, s.",
+        "and the final success verdict waits at most this long plus action_valid_for_s (the arm may still apply "
+        "the last action that long) for the arm's status, s.",
         range=(0.01, 600.0),
     )
     execution_horizon: int = param(
