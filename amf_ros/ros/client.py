@@ -64,6 +64,33 @@ def _wait(future: Future, timeout: float, what: str) -> Any:
     return future.result()
 
 
+def call_resending(cli: Client, request: Any, timeout: float, resend: bool = True) -> Any:
+    """The first answer to ``request`` on ``cli`` (ROSCallError after ``timeout`` s); with ``resend`` the request
+    is sent again after :data:`RESEND_AFTER_S`, then after twice as long, ..., and an answer to any copy is taken
+    (copies still unanswered are dropped). Only for a client that has had no answer yet, and only for requests a
+    repeat cannot harm (queries, resets, a robot's assignment, which replaces its previous one)."""
+    deadline = time.monotonic() + timeout
+    futures = [cli.call_async(request)]
+    gap = RESEND_AFTER_S
+    resend_at = time.monotonic() + gap
+    try:
+        while not any(f.done() for f in futures):
+            now = time.monotonic()
+            if now > deadline:
+                raise ROSCallError(f"{cli.srv_name}: no answer within {timeout:.0f} s"
+                                   + (f" ({len(futures)} sends)" if len(futures) > 1 else ""))
+            if resend and now >= resend_at:
+                futures.append(cli.call_async(request))
+                gap *= 2
+                resend_at = now + gap
+            time.sleep(0.005)
+        return next(f for f in futures if f.done()).result()
+    finally:
+        for f in futures:
+            if not f.done():
+                cli.remove_pending_request(f)
+
+
 @dataclass
 class Observed:
     """Messages seen on the graph's topics (appended by subscription callbacks)."""
@@ -190,26 +217,7 @@ class AMFClient:
         doubling, and the first answer to any copy is taken."""
         if not cli.wait_for_service(timeout_sec=timeout):
             raise ROSCallError(f"service {cli.srv_name} is not available")
-        deadline = time.monotonic() + timeout
-        futures = [cli.call_async(request)]
-        resend_at, gap = time.monotonic() + RESEND_AFTER_S, RESEND_AFTER_S
-        handshake = resend and cli.srv_name not in self._answered
-        try:
-            while not any(f.done() for f in futures):
-                now = time.monotonic()
-                if now > deadline:
-                    raise ROSCallError(f"{cli.srv_name}: no answer within {timeout:.0f} s"
-                                       + (f" ({len(futures)} sends)" if len(futures) > 1 else ""))
-                if handshake and now >= resend_at:
-                    futures.append(cli.call_async(request))
-                    gap *= 2
-                    resend_at = now + gap
-                time.sleep(0.005)
-            resp = next(f for f in futures if f.done()).result()
-        finally:
-            for f in futures:
-                if not f.done():
-                    cli.remove_pending_request(f)
+        resp = call_resending(cli, request, timeout, resend and cli.srv_name not in self._answered)
         self._answered.add(cli.srv_name)
         if require_ok and not resp.ok:
             raise ROSCallError(f"{cli.srv_name} refused: {resp.message}")
@@ -271,13 +279,25 @@ class AMFClient:
     def _action(self, cli: ActionClient, goal: Any, timeout: float, what: str,
                 feedback: Callable[[Any], None] | None = None) -> Any:
         """Send ``goal`` and wait for its result message (``feedback`` gets each feedback message)."""
-        if not cli.wait_for_server(timeout_sec=min(timeout, 30.0)):
-            raise ROSCallError(f"action {what} is not available")
         cb = (lambda fb: feedback(fb.feedback)) if feedback else None
+        handle = self._send_goal(cli, goal, cb, what, min(timeout, 30.0))
+        return _wait(handle.get_result_async(), timeout, f"{what} result").result
+
+    def _send_goal(self, cli: ActionClient, goal: Any, cb: Callable[[Any], None] | None, what: str,
+                   timeout: float = 30.0) -> ClientGoalHandle:
+        """Send ``goal`` once the policy server can answer this client, and wait for its acceptance.
+
+        A goal is never resent (a second copy would run a second goal), so before the first one the latched
+        policy_server/status must have arrived: its subscription was created after the action clients, and the
+        server's having matched it means it has discovered their response readers too (see RESEND_AFTER_S)."""
+        if not cli.wait_for_server(timeout_sec=timeout):
+            raise ROSCallError(f"action {what} is not available")
+        self.wait_for(lambda: self.seen.policy_status is not None, timeout,
+                      f"policy_server/status before sending a {what} goal")
         handle = _wait(cli.send_goal_async(goal, feedback_callback=cb), 30.0, f"{what} goal")
         if not handle.accepted:
             raise ROSCallError(f"{what}: goal rejected")
-        return _wait(handle.get_result_async(), timeout, f"{what} result").result
+        return handle
 
     def fine_tune(self, steps: int = 0, tasks: list[str] | None = None, timeout: float = 600.0,
                   feedback: Callable[[FineTune.Feedback], None] | None = None) -> FineTune.Result:
@@ -293,10 +313,7 @@ class AMFClient:
         Cancel it with :meth:`cancel_fine_tunes`, wait for it with :meth:`wait_result`.
         """
         cb = (lambda fb: feedback(fb.feedback)) if feedback else None
-        handle = _wait(self.fine_tune_cli.send_goal_async(FineTune.Goal(steps=steps), feedback_callback=cb), 30.0,
-                       "/amf/fine_tune goal")
-        if not handle.accepted:
-            raise ROSCallError("/amf/fine_tune: goal rejected")
+        handle = self._send_goal(self.fine_tune_cli, FineTune.Goal(steps=steps), cb, "/amf/fine_tune")
         self._fine_tune_handles.append(handle)
         return PendingResult(handle.get_result_async(), "/amf/fine_tune")
 
@@ -317,10 +334,7 @@ class AMFClient:
         """Start a run_policy goal without waiting; returns its pending result (:meth:`wait_result`)."""
         _sendable(task)
         cb = (lambda fb: feedback(fb.feedback)) if feedback else None
-        handle = _wait(self.run_cli.send_goal_async(RunPolicy.Goal(task=task, max_steps=max_steps),
-                                                    feedback_callback=cb), 30.0, "/amf/run_policy goal")
-        if not handle.accepted:
-            raise ROSCallError("/amf/run_policy: goal rejected")
+        handle = self._send_goal(self.run_cli, RunPolicy.Goal(task=task, max_steps=max_steps), cb, "/amf/run_policy")
         return PendingResult(handle.get_result_async(), "/amf/run_policy")
 
     def run_policy(self, task: str, max_steps: int = 0, timeout: float = 300.0) -> RunPolicy.Result:

@@ -39,7 +39,7 @@ class LossyClient:
 def _call(client: LossyClient, owner: SimpleNamespace, resend: bool = True, timeout: float = 20.0):
     from amf_ros.ros.client import AMFClient
 
-    return AMFClient._call(owner, client, "request", timeout, True, resend=resend)
+    return AMFClient._call(owner, client, SimpleNamespace(), timeout, True, resend=resend)
 
 
 def test_a_lost_first_answer_is_asked_again_and_the_unanswered_copies_are_dropped():

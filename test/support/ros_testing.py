@@ -45,13 +45,20 @@ def wait_future(future: Any, timeout: float, what: str = "call") -> Any:
     return future.result()
 
 
-def call(node: Any, srv_type: Any, name: str, request: Any, timeout: float = 20.0) -> Any:
-    """Call service ``name`` (waiting for it to appear) and return the response."""
+def call(node: Any, srv_type: Any, name: str, request: Any, timeout: float = 20.0, resend: bool = True) -> Any:
+    """Call service ``name`` (waiting for it to appear) and return the response. The client is fresh, so its first
+    answer can be dropped by a server that has not discovered it yet: the request is resent until one answer
+    arrives (amf_ros.ros.client.call_resending); ``resend=False`` where a second copy would change the outcome."""
+    from amf_ros.ros.client import ROSCallError, call_resending
+
     client = node.create_client(srv_type, name)
     try:
         if not client.wait_for_service(timeout_sec=timeout):
             raise AssertionError(f"service {name} did not appear within {timeout} s")
-        return wait_future(client.call_async(request), timeout, f"service {name}")
+        try:
+            return call_resending(client, request, timeout, resend)
+        except ROSCallError as exc:
+            raise AssertionError(f"service {name}: {exc}") from None
     finally:
         node.destroy_client(client)
 

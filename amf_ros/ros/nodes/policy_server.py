@@ -147,6 +147,18 @@ class PolicyServerNode(Node):
         self.server.close()
         with self._goals:
             self._goals.wait_for(lambda: self._active_goals == 0, timeout=3.0)
+        self._drain_results(2.0)
+
+    def _drain_results(self, timeout_s: float) -> None:
+        """Wait (bounded) until the results of the goals that just ended were sent. rclpy sends a result from an
+        executor task created when the goal's execute step sets it, after this node's goal count dropped; the
+        executor's shutdown would drop that task. A task created now runs after the current step (which sets the
+        results); the task it creates runs after the send tasks that step created."""
+        executor, sent = self.executor, threading.Event()
+        if executor is None:
+            return
+        executor.create_task(lambda: executor.create_task(sent.set))
+        sent.wait(timeout_s)
 
     def _counted(self, execute):
         """``execute`` (an action's execute coroutine), counted in ``_active_goals`` while it runs."""
