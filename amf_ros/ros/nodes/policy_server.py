@@ -17,7 +17,6 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import Image
-from std_msgs.msg import String
 
 from amf_ros.action import FineTune, RunPolicy
 from amf_ros.bringup.graph_lock import hold_node_lock
@@ -33,6 +32,7 @@ from amf_ros.ros.logs import log_fn
 from amf_ros.ros.offload import Offload
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
+from amf_ros.ros.status import StatusLine
 from amf_ros.runtime.control_loop import TaskStatusValue
 from amf_ros.runtime.policy_server import PolicyServer
 from amf_ros.runtime.readiness import CHECK_PERIOD_S, config_problem
@@ -70,7 +70,7 @@ class PolicyServerNode(Node):
         self.ckpt_pub = self.create_publisher(CheckpointInfo, p.checkpoint_topic, qos.LATCHED)
         self.outcome_pub = self.create_publisher(TaskStatus, p.outcomes_topic, qos.EVENTS)
         # latched "ready: ..." / "not ready: <reason and what to do>" (backend octo waits for Octo and its checkpoint)
-        self.status_pub = self.create_publisher(String, "~/status", qos.LATCHED)
+        self.status = StatusLine(self)
         self.server = PolicyServer(p, self.publish_action, log=log_fn(self, "info"), warn=log_fn(self, "warn"))
         if self.server.octo is not None:
             self.get_logger().info(f"Octo warm-up (first trunk + head call): {self.server.octo.warm_up():.2f} s")
@@ -108,8 +108,7 @@ class PolicyServerNode(Node):
                      **qos.action_services())
         self._ready_timer = None
         if self.server.readiness is not None and not self.server.readiness.ready:
-            self.get_logger().warning(self.server.not_ready())  # one line; every goal is answered with it
-            self.status_pub.publish(String(data=self.server.not_ready()))
+            self.status.not_ready(self.server.not_ready())  # one line; every goal is answered with it
             self.server.readiness.on_change = self._readiness_changed
             self._ready_timer = self.create_timer(CHECK_PERIOD_S, self.server.readiness.check,
                                                   callback_group=MutuallyExclusiveCallbackGroup())
@@ -121,14 +120,12 @@ class PolicyServerNode(Node):
         self.announce()
         line = (f"ready: {self.p.backend} backend, checkpoint {self.server.runtime.checkpoint}, "
                 f"control {self.p.control_rate_hz} Hz, dataset {self.p.dataset_dir}")
-        self.status_pub.publish(String(data=line))
-        self.get_logger().info(line)
+        self.status.ready(line)
 
     def _readiness_changed(self, reason: str) -> None:
         """From the readiness check (timer) or its build thread: log and publish the new state once."""
         if reason:
-            self.get_logger().warning(self.server.not_ready())
-            self.status_pub.publish(String(data=self.server.not_ready()))
+            self.status.not_ready(self.server.not_ready())
             return
         if self._ready_timer is not None:
             self._ready_timer.cancel()

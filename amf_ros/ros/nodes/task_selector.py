@@ -11,7 +11,7 @@ from functools import partial
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
-from std_msgs.msg import Header, String
+from std_msgs.msg import Header
 
 from amf_ros.bringup.graph_lock import hold_node_lock
 from amf_ros.bringup.lifetime import NoRespawnError
@@ -20,6 +20,7 @@ from amf_ros.msg import CheckpointInfo, EpisodeInfo, TaskDecision
 from amf_ros.ros import qos
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
+from amf_ros.ros.status import StatusLine
 from amf_ros.runtime.log_lines import ErrorThrottle, bounded
 from amf_ros.runtime.readiness import CHECK_PERIOD_S, config_problem
 from amf_ros.runtime.task_selector import TaskSelectorRuntime
@@ -53,7 +54,7 @@ class TaskSelectorNode(Node):
         self.create_subscription(CheckpointInfo, self.p.checkpoint_topic, self.on_checkpoint, qos.LATCHED,
                                  callback_group=reloads)
         # latched "ready: ..." / "not ready: <reason and what to do>" (backend octo waits for its checkpoint)
-        self.status_pub = self.create_publisher(String, "~/status", qos.LATCHED)
+        self.status = StatusLine(self)
         readiness, self._ready_timer = self.runtime.readiness, None
         if readiness is not None and not readiness.ready:
             readiness.on_change = self._readiness_changed
@@ -65,8 +66,7 @@ class TaskSelectorNode(Node):
         if self._ready_timer is not None:
             line = (f"{self.runtime.not_ready()}; next_task answers meanwhile where no policy is needed (warm start, "
                     "uniform, round_robin)")
-            self.get_logger().warning(line)  # one line; every refused request says it again
-            self.status_pub.publish(String(data=line))
+            self.status.not_ready(line)  # one line; every refused request says it again
         else:
             self._ready()
 
@@ -74,14 +74,12 @@ class TaskSelectorNode(Node):
         """Say ready (log and status topic)."""
         line = (f"ready: selector={self.p.selector} tasks={list(self.runtime.instructions)} "
                 f"checkpoint={self.runtime.checkpoint or '(none)'}")
-        self.status_pub.publish(String(data=line))
-        self.get_logger().info(line)
+        self.status.ready(line)
 
     def _readiness_changed(self, reason: str) -> None:
         """From the readiness check or its build thread: log and publish the new state once."""
         if reason:
-            self.get_logger().warning(self.runtime.not_ready())
-            self.status_pub.publish(String(data=self.runtime.not_ready()))
+            self.status.not_ready(self.runtime.not_ready())
             return
         if self._ready_timer is not None:
             self._ready_timer.cancel()
