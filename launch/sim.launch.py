@@ -5,10 +5,12 @@ arm:=metaworld (default) hosts Metaworld's Sawyer; arm:=widowx the embedded Wido
 tasks, every action through widowx_driver's runtime (the same as `widowx.launch.py robot:=sim_widowx`).
 Without `ros2 launch`: `amf up config/sim.yaml` (or config/sim_widowx.yaml) starts the same nodes
 (amf_ros.bringup.graph) from the same YAML.
+Before any node starts, bad arguments are refused in one line naming them (amf_ros/bringup/preflight.py, the same
+checks as `amf up`); a node that exits with code 78 (a configuration error no restart can fix) is not respawned.
 """
 
-from amf_ros.bringup import graph, graph_lock
-from amf_ros.bringup.lifetime import DIE_WITH_PARENT_ENV
+from amf_ros.bringup import graph, preflight
+from amf_ros.ros.launch_nodes import node_actions
 
 # Launch arguments: name -> (default, description). Read by the static launch test.
 LAUNCH_ARGUMENTS = {
@@ -35,24 +37,24 @@ def node_plan(arm: str = "metaworld", config: str = "", checkpoint: str = "", na
 
 
 def generate_launch_description():
-    """The LaunchDescription (needs `launch` and `launch_ros`, imported here so the module imports without)."""
-    from launch import LaunchDescription
+    """The LaunchDescription (needs `launch` and `launch_ros`, imported here so the module imports without).
+
+    Before any node starts, the arguments are checked (amf_ros/bringup/preflight.py: one line naming each bad one,
+    `ros2 launch` exits 1) and this graph takes its place (one graph per namespace and workspace, a free console
+    port); then every node starts with :func:`node_actions`.
+    """
     from launch.actions import DeclareLaunchArgument, OpaqueFunction
     from launch.substitutions import LaunchConfiguration
-    from launch_ros.actions import Node
+
+    from launch import LaunchDescription
 
     held = []  # this graph's lock (bringup/graph_lock.py), held while `ros2 launch` runs
 
     def _nodes(context):
         values = {k: LaunchConfiguration(k).perform(context) for k in LAUNCH_ARGUMENTS}
-        specs = node_plan(**values)
-        # one graph per namespace and workspace: a second one is refused before any node starts, in one line
-        held.append(graph_lock.claim_graph(specs, values["workspace"], values["namespace"]))
-        return [Node(package=graph.PACKAGE, executable=s.executable, name=s.name, namespace=s.namespace,
-                     output="screen", parameters=[s.params_file, s.overrides], respawn=s.respawn,
-                     respawn_delay=s.respawn_delay_s, respawn_max_retries=s.respawn_max_retries,
-                     additional_env={DIE_WITH_PARENT_ENV: "1"})
-                for s in specs]
+        specs = preflight.checked_sim_plan(values.pop("arm"), values)
+        held.append(preflight.claim(specs, values))
+        return [action for spec in specs for action in node_actions(spec)]
 
     args = [DeclareLaunchArgument(k, default_value=d, description=h) for k, (d, h) in LAUNCH_ARGUMENTS.items()]
     return LaunchDescription([*args, OpaqueFunction(function=_nodes)])

@@ -484,7 +484,8 @@ def _amf_up_once(work: Path, env: dict[str, str], sig_name: str, slack_s: float,
     rows = []
     with open(logfile, "wb") as out:
         up = subprocess.Popen([sys.executable, "-m", "amf_ros.cli", "up", str(resolve_config(SIM_CONFIG)),
-                               "--checkpoint", str(ckpt), "--tasks", ",".join(TASKS)], env=full_env, stdout=out,
+                               "--checkpoint", str(ckpt), "--tasks", ",".join(TASKS), "--no-console"], env=full_env,
+                              stdout=out,
                               stderr=subprocess.STDOUT, cwd=work)
     client = AMFClient(f"amf_bench_up_{sig_name.lower()}")
     try:

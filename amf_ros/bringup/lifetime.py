@@ -25,6 +25,25 @@ class NoRespawnError(RuntimeError):
     and exits with :data:`NO_RESPAWN_EXIT`, no traceback."""
 
 
+def stays_down(code: int | None, restarts: int, respawn: bool = True, max_retries: int = 3) -> str:
+    """The respawn rule of `amf up` and of both launch files, for a node that exited on its own: "" = start it again
+    (after its respawn delay), else why it stays down.
+
+    Args:
+        code: its exit status (negative: killed by that signal).
+        restarts: how often it was started again already.
+        respawn: its ``respawn`` (graph.NodeSpec).
+        max_retries: its ``respawn_max_retries``.
+    """
+    if code == NO_RESPAWN_EXIT:
+        return f"it refused to start (exit {NO_RESPAWN_EXIT}: a restart cannot help)"
+    if not respawn:
+        return "respawn off"
+    if restarts >= max_retries:
+        return f"it exited {restarts + 1} times, respawn retries used up"
+    return ""
+
+
 def alive(pid: int) -> bool:
     """True while process ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Mapping, Sequence
 
 from amf_ros.bringup.graph import NodeSpec, find_executable
-from amf_ros.bringup.lifetime import NO_RESPAWN_EXIT, die_with_parent
+from amf_ros.bringup.lifetime import die_with_parent, stays_down
 
 log = logging.getLogger(__name__)
 
@@ -94,15 +94,11 @@ class NodeProcesses:
             first = self._exited_at.setdefault(name, now)
             if first == now:
                 lines.append(f"{name} exited with code {code}")
-            refused = code == NO_RESPAWN_EXIT
-            if refused or not spec.respawn or self.restarts.get(name, 0) >= spec.respawn_max_retries:
+            why = stays_down(code, self.restarts.get(name, 0), spec.respawn, spec.respawn_max_retries)
+            if why:
                 self.given_up[name] = code
-                why = (f"it refused to start (exit {NO_RESPAWN_EXIT}: a restart cannot help)" if refused else
-                       "respawn off" if not spec.respawn else
-                       f"it exited {self.restarts.get(name, 0) + 1} times, respawn retries used up")
                 self.down_reason[name] = why
-                lines.append(f"{name} stays down ({'respawn off' if not spec.respawn else why}); "
-                             "the other nodes keep running")
+                lines.append(f"{name} stays down ({why}); the other nodes keep running")
             elif now - first >= spec.respawn_delay_s:
                 self.restarts[name] = self.restarts.get(name, 0) + 1
                 del self._exited_at[name]
@@ -115,12 +111,9 @@ class NodeProcesses:
         return self.log_dir / f"{name}.log" if self.log_dir is not None else None
 
     def down_report(self, name: str) -> str:
-        """The line that says node ``name`` of :attr:`given_up` is down for good: its last exit code, why, where its
-        log is, and that the rest of the graph runs without it."""
-        where = self.log_path(name) or "the terminal above (no --log-dir)"
-        return (f"NODE DOWN FOR GOOD: {name} exited with code {self.given_up[name]} and will not be restarted "
-                f"({self.down_reason.get(name, 'left down')}); its log: {where}; the rest of the graph keeps running "
-                f"WITHOUT it: fix the cause, then restart the graph")
+        """The line that says node ``name`` of :attr:`given_up` is down for good (:func:`down_report`)."""
+        return down_report(name, self.given_up[name], self.down_reason.get(name, "left down"),
+                           str(self.log_path(name) or "the terminal above (no --log-dir)"))
 
     def states(self) -> dict[str, dict[str, object]]:
         """``{node: {state, pid, exit_code, restarts, reason, log}}``: state "running", "respawning" (exited,
@@ -174,3 +167,10 @@ class NodeProcesses:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def down_report(name: str, code: int | None, why: str, log: str) -> str:
+    """The line that says node ``name`` is down for good (`amf up`, the launch files): its last exit code, why, where
+    its log is, and that the rest of the graph runs without it."""
+    return (f"NODE DOWN FOR GOOD: {name} exited with code {code} and will not be restarted ({why}); its log: {log}; "
+            "the rest of the graph keeps running WITHOUT it: fix the cause, then restart the graph")

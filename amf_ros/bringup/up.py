@@ -12,9 +12,11 @@ for good is reported with an error line (its last exit code and log file) and in
 ``<workspace>/graphs/<namespace>/status.json``; exits non-zero if a node stayed down or had to be killed. The nodes
 also die with `amf up` itself if it is killed (amf_ros.bringup.processes).
 
-One graph per namespace and workspace (amf_ros.bringup.graph_lock): before it starts any node, `amf up` refuses
-with one line naming the graph already there, and exit code 78 (NO_RESPAWN_EXIT), when another `amf up` or a node
-of its graph holds that namespace on that workspace, or when nodes of the same names answer in the ROS graph.
+Before it starts any node, `amf up` refuses with one line and exit code 78 (NO_RESPAWN_EXIT) what the launch files
+refuse (amf_ros.bringup.preflight): a bad argument or params file (a missing --checkpoint directory, an unknown
+--tasks key, a non-loopback --console-host without --console-token, a console port in use, ...), and a second graph
+in the same namespace (amf_ros.bringup.graph_lock): another `amf up` or a node of its graph holds that namespace on
+that workspace, or nodes of the same names answer in the ROS graph.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from amf_ros.bringup import graph_lock
+from amf_ros.bringup import graph_lock, preflight
 from amf_ros.bringup.graph import NAMESPACE, ROBOT_CONFIG, ROBOTS, plan
 from amf_ros.bringup.lifetime import NO_RESPAWN_EXIT
 from amf_ros.bringup.processes import NodeProcesses
@@ -53,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--console-port", default="", help="TCP port of the console (default: the YAML's, 8765)")
     p.add_argument("--console-token", default="", help="access token of the console page")
     p.add_argument("--log-dir", default=None, help="write each node's output to DIR/<node>.log")
-    p.add_argument("--dry-run", action="store_true", help="print the command lines and exit")
+    p.add_argument("--dry-run", action="store_true", help="print the command lines and exit (and what a start "
+                   "would refuse)")
     return p
 
 
@@ -85,9 +88,17 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="[amf up] %(message)s")
     robot = args.robot or default_robot(args.config)
-    specs = plan(robot, config=args.config, checkpoint=args.checkpoint, tasks=args.tasks, namespace=args.namespace,
-                 workspace=args.workspace, console=not args.no_console, console_host=args.console_host,
-                 console_port=args.console_port, console_token=args.console_token)
+    values = {"config": args.config, "checkpoint": args.checkpoint, "tasks": args.tasks, "namespace": args.namespace,
+              "workspace": args.workspace, "console": not args.no_console, "console_host": args.console_host,
+              "console_port": args.console_port, "console_token": args.console_token}
+    try:  # the launch files' checks (bringup/preflight.py): one line naming each bad argument, no node started
+        specs = preflight.checked_plan(robot, values, preflight.CLI)
+    except preflight.BadArgumentError as exc:
+        if not args.dry_run:
+            logging.error("%s", exc)
+            return NO_RESPAWN_EXIT
+        logging.warning("without --dry-run: %s", exc)  # the plan is still printed
+        specs = plan(robot, **values)
     nodes = NodeProcesses(specs, log_dir=args.log_dir)
     if args.dry_run:
         for spec in specs:
@@ -103,8 +114,8 @@ def main(argv: Sequence[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     try:
-        place = graph_lock.claim_graph(specs, args.workspace, args.namespace)
-    except graph_lock.PlaceTakenError as exc:
+        place = preflight.claim(specs, values, preflight.CLI)
+    except (graph_lock.PlaceTakenError, preflight.BadArgumentError) as exc:
         logging.error("%s", exc)
         return NO_RESPAWN_EXIT
     status = graph_lock.graph_dir(args.workspace, args.namespace) / graph_lock.STATUS_FILE

@@ -21,6 +21,7 @@ docs/ros-system.md ("Executors").
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import logging
 import os
 import signal
@@ -232,7 +233,10 @@ CI run saw operator_console still alive 15 s after SIGINT. Nothing is lost by en
 
 
 def _watchdog(code: int) -> None:
-    """End the process with ``code`` if the clean-up is still running after :data:`SHUTDOWN_DEADLINE_S`."""
+    """End the process with ``code`` if the clean-up is still running after :data:`SHUTDOWN_DEADLINE_S`, and in
+    any case a little later: a clean-up stuck inside an rclpy/Fast DDS call that holds the GIL (seen once: a
+    task_selector busy in node destruction for over 60 s) starves a Python timer thread, so faulthandler's C
+    watchdog, which needs no GIL, dumps the stacks and ends the process (exit code 1) 5 s after that."""
     def expire() -> None:
         print(f"shutdown did not finish within {SHUTDOWN_DEADLINE_S:.0f} s; exiting", file=sys.stderr, flush=True)
         os._exit(code)
@@ -240,6 +244,7 @@ def _watchdog(code: int) -> None:
     timer = threading.Timer(SHUTDOWN_DEADLINE_S, expire)
     timer.daemon = True
     timer.start()
+    faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S + 5.0, exit=True)
 
 
 def _exit_now(code: int) -> None:

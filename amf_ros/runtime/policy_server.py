@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.data import transitions as datasets
 from amf_ros.data.tasks import check_task_keys, episode_instructions
 from amf_ros.policies.checkpoint_dirs import member_dir, newest_checkpoint, round_of
@@ -353,8 +354,13 @@ class PolicyServer:
             self.readiness = Readiness(lambda: octo_inputs(p.checkpoint, p.octo_trunk_factory), self._start_octo)
             self.readiness.check(inline=True)
         else:
-            policy, path = initial_policy("native", p.checkpoint, p.checkpoint_dir,
-                                          pretrained=pretrained_fallback(p, log), warn=warn)
+            try:
+                policy, path = initial_policy("native", p.checkpoint, p.checkpoint_dir,
+                                              pretrained=pretrained_fallback(p, log), warn=warn)
+            except ValueError as exc:  # nothing to start from: a restart finds nothing either
+                raise NoRespawnError(f"policy_server (native backend): {exc}; set `checkpoint` to a pre-trained "
+                                     "checkpoint (or use a config with a pre-trained fallback: config/sim.yaml, "
+                                     "config/sim_widowx.yaml)") from None
             self.runtime = PolicyRuntime(policy, path, p.checkpoint_dir, p.dataset_dir,
                                          settings=p.fine_tune_settings(), seed=p.seed, action_space=p.action_space,
                                          torch_threads=p.torch_threads, ensemble_members=p.ensemble_members,

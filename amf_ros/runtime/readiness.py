@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from amf_ros._optional import has, require
+from amf_ros.bringup.preflight import tasks_problem
 from amf_ros.policies.octo.checkpoint import CONFIG_FILE, EXAMPLE_BATCH_FILE, STATISTICS_FILE
 from amf_ros.policies.octo.trunk import DEFAULT_TRUNK_FACTORY
 
@@ -145,16 +146,7 @@ class Readiness:
 
 def config_problem(tasks_file: str, tasks: tuple[str, ...] | list[str] = ()) -> str:
     """What is wrong with a node's task configuration that no restart can fix ("" = nothing): ``tasks_file`` that
-    cannot be read, or a key in ``tasks`` that it does not list. The node exits with it (NO_RESPAWN_EXIT)."""
-    if not tasks_file:
-        return ""
-    from amf_ros.data.task_set import load_task_set
-
-    try:
-        table = load_task_set(tasks_file).instructions
-    except ValueError as exc:
-        return f"parameter 'tasks_file' {tasks_file!r}: {one_line(str(exc))}"
-    unknown = [k for k in tasks if k not in table]
-    if unknown:
-        return f"parameter 'tasks': unknown task(s) {unknown}; {tasks_file!r} lists {list(table)}"
-    return ""
+    cannot be read, or a key in ``tasks`` that it does not list. The node exits with it (NO_RESPAWN_EXIT). The same
+    check the launch files and `amf up` make before starting any node (amf_ros.bringup.preflight.tasks_problem); a
+    node started on its own makes it here."""
+    return tasks_problem(tasks_file, tasks)

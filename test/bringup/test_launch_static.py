@@ -143,3 +143,63 @@ def test_generate_launch_description_when_launch_is_installed(name: str) -> None
         pytest.skip("`launch`/`launch_ros` are not installed (not on PyPI); static checks above still ran")
     description = _load_launch(name).generate_launch_description()
     assert description.entities, f"{name}: empty LaunchDescription"
+
+
+def _run_launch(description, arguments: dict[str, str], timeout_s: float) -> tuple[int, list[str], list[int]]:
+    """Run ``description`` with ``arguments`` in a LaunchService as `ros2 launch` does; returns (its return code, the
+    names of the processes it started, their exit codes). Stopped after ``timeout_s`` (a respawn loop)."""
+    import threading
+
+    from launch.actions import IncludeLaunchDescription, RegisterEventHandler
+    from launch.event_handlers import OnProcessExit, OnProcessStart
+
+    from launch import LaunchDescription, LaunchDescriptionSource, LaunchService
+
+    started: list[str] = []
+    codes: list[int] = []
+    service = LaunchService()
+    service.include_launch_description(LaunchDescription([
+        RegisterEventHandler(OnProcessStart(on_start=lambda event, _ctx: started.append(event.action.name))),
+        RegisterEventHandler(OnProcessExit(on_exit=lambda event, _ctx: codes.append(event.returncode))),
+        IncludeLaunchDescription(LaunchDescriptionSource(description), launch_arguments=list(arguments.items()))]))
+    timer = threading.Timer(timeout_s, service.shutdown)
+    timer.start()
+    try:
+        code = service.run()
+    finally:
+        timer.cancel()
+    return code, started, codes
+
+
+def test_ros2_launch_refuses_a_bad_argument_before_starting_any_node(tmp_path: Path) -> None:
+    if not _real_launch_available():
+        pytest.skip("`launch`/`launch_ros` are not installed (not on PyPI); bringup/test_preflight.py checks the same")
+    module = _load_launch("widowx.launch.py")
+    for args in ({"robot": "nonsense"}, {"robot": "sim", "checkpoint": str(tmp_path / "nope")},
+                 {"robot": "real", "tasks": "carrot_on_plate,no_such_task"}, {"console_port": "abc"}):
+        code, started, _ = _run_launch(module.generate_launch_description(), args, timeout_s=60)
+        assert code != 0 and started == [], (args, code, started)
+    code, started, _ = _run_launch(_load_launch("sim.launch.py").generate_launch_description(), {"arm": "ur5"}, 60)
+    assert code != 0 and started == []
+
+
+@pytest.mark.ros
+def test_ros2_launch_does_not_respawn_a_node_that_exits_with_78(ros_env, tmp_path: Path) -> None:
+    """widowx_driver without Interbotix exits with 78 (NO_RESPAWN_EXIT): started once, not 4 times."""
+    from amf_ros._optional import has
+    from amf_ros.bringup.lifetime import NO_RESPAWN_EXIT
+    from amf_ros.ros.launch_nodes import node_actions
+
+    if not _real_launch_available():
+        pytest.skip("`launch`/`launch_ros` are not installed (not on PyPI); bringup/test_supervisor.py checks `amf up`")
+    if has("interbotix_xs_msgs"):
+        pytest.skip("interbotix_xs_msgs is installed: widowx_driver would start")
+    from launch import LaunchDescription
+
+    module = _load_launch("widowx.launch.py")
+    spec = next(s for s in module.node_plan(robot="real", workspace=str(tmp_path)) if s.name == "widowx_driver")
+    # bound: one start (rclpy import, seconds on a loaded machine) plus the respawn delays a respawn loop would take
+    code, started, codes = _run_launch(LaunchDescription(node_actions(spec)), {}, timeout_s=120)
+    assert len(started) == 1 and started[0].startswith("widowx_driver") and codes == [NO_RESPAWN_EXIT], \
+        (started, codes)
+    assert code == 0

@@ -283,6 +283,32 @@ def test_bad_input_from_a_second_client_loses_nothing(console_graph, browser):
     assert procs.dead() == {}
 
 
+DOWN_BOUND_S = 60.0
+"""A SIGKILLed node says nothing on its way out: the graph drops it when its DDS participant's lease runs out (Fast DDS:
+20 s by default), then the console's once-a-second graph check sees it gone."""
+
+
+def test_a_killed_node_is_shown_down(console_graph, browser, shots):
+    """Liveness (issue 29): with one node killed, its row turns "down" (not in the ROS graph), the header badge names
+    it, and every other node stays ready. Runs after the tests that need the whole graph: the node stays dead."""
+    run, url, client, procs = console_graph
+    page = Page(browser, url)
+    page.wait(lambda: (s := page.nodes()) and set(s.values()) == {"ready"} and s, 60, "every node ready")
+    assert page.el("node-warning").get_attribute("hidden")
+    victim = "scripted_teleop"  # the operator stand-in: the rest of the loop does not depend on it
+    os.kill(procs.procs[victim].pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    states = page.wait(lambda: (s := page.nodes()).get(victim) == "down" and s, DOWN_BOUND_S, f"{victim} down")
+    print(f"{victim} shown down {time.monotonic() - t0:.1f} s after SIGKILL")
+    assert {n: s for n, s in states.items() if n != victim} == {n: "ready" for n in states if n != victim}, states
+    row = page.d.find_element(page.By.CSS_SELECTOR, f'#nodes tbody tr[data-node="{victim}"]')
+    assert "not in the ROS graph" in row.text, row.text
+    page.wait(lambda: page.el("node-warning").is_displayed(), 5, "the header badge")
+    assert page.text("node-warning") == f"{victim} down"
+    browser.save_screenshot(str(shots / "04_node_down.png"))
+    assert procs.dead() == {victim: -signal.SIGKILL}
+
+
 def test_non_loopback_console_needs_a_token(ros_env, tmp_path):
     """host:=0.0.0.0 without a token: the node refuses to start with the reason; with one, requests need it."""
     import subprocess

@@ -100,3 +100,31 @@ def test_octo_nodes_without_checkpoint_stay_up_and_answer(ros_env, rclpy_context
         for log in sorted((tmp_path / "logs").glob("*.log")):  # shown by pytest only when the test failed
             print(f"----- {log} -----\n{log.read_text(errors='replace')[-3000:]}")
     assert codes.get("policy_server") == 0 and codes.get("task_selector") == 0, codes
+
+
+def test_widowx_driver_without_interbotix_exits_once_and_is_left_down(ros_env, tmp_path) -> None:
+    """robot:=real without Interbotix: widowx_driver says which package to install in one line and exits with
+    NO_RESPAWN_EXIT; `amf up`'s supervisor leaves it down at once (no restart installs a package)."""
+    from amf_ros._optional import has
+    from amf_ros.bringup.graph import NodeSpec
+    from amf_ros.bringup.lifetime import NO_RESPAWN_EXIT
+    from amf_ros.bringup.processes import NodeProcesses
+
+    if has("interbotix_xs_msgs"):
+        pytest.skip("interbotix_xs_msgs is installed: widowx_driver would start")
+    spec = NodeSpec("widowx_driver", "widowx_driver", str(REPO / "config" / "widowx.yaml"), respawn_delay_s=0.1)
+    nodes = NodeProcesses([spec], log_dir=tmp_path / "logs", env=ros_env).start()
+    try:
+        deadline = time.monotonic() + START_BOUND_S
+        while time.monotonic() < deadline and "widowx_driver" not in nodes.given_up:
+            nodes.supervise()
+            time.sleep(0.1)
+        for _ in range(5):  # a respawn would come respawn_delay_s (0.1 s) after the exit
+            nodes.supervise()
+            time.sleep(0.1)
+        assert nodes.given_up == {"widowx_driver": NO_RESPAWN_EXIT} and nodes.restarts == {}, nodes.states()
+        lines = [ln for ln in nodes.log_tail("widowx_driver").splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("widowx_driver: interbotix_xs_msgs is not installed"), lines
+        assert "refused to start (exit 78" in nodes.down_report("widowx_driver")
+    finally:
+        nodes.stop(timeout=10)

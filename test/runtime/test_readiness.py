@@ -122,6 +122,17 @@ def test_policy_server_with_checkpoint_unset_is_not_ready_not_dead(tmp_path):
     server.close()
 
 
+
+def test_native_policy_server_with_nothing_to_start_from_exits_for_good_with_one_line(tmp_path):
+    """A native backend with no checkpoint, no round under checkpoint_dir and no pre-trained fallback: a restart
+    cannot find one either, so the node ends with NO_RESPAWN_EXIT (NoRespawnError) naming what to set."""
+    from amf_ros.bringup.lifetime import NoRespawnError
+    from amf_ros.runtime.policy_server import PolicyServer
+
+    params = _typed(PolicyServerParams, _params(tmp_path, "", backend="native", pretrain_if_missing=False))
+    with pytest.raises(NoRespawnError, match="native backend.*set `checkpoint`"):
+        PolicyServer(params, lambda a: None)
+
 # -- task_selector ---------------------------------------------------------------------------------------------------
 def test_task_selector_answers_warm_start_without_policy_refuses_amf_then_becomes_ready(tmp_path):
     from amf_ros.runtime.policy_server import OctoServing

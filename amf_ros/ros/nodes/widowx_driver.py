@@ -8,7 +8,7 @@ received is applied at once (one BridgeData step; the xs_sdk moves to the target
 time-based profile set once at start, before spinning). amf_ros/ArmStatus on ``arm_status_topic`` (latched; at start,
 after every action and e-stop request) counts the actions applied and refused by reason and says whether the e-stop
 is engaged. Without ``interbotix_xs_msgs`` the process prints one line naming the package to install and exits with
-status 1.
+status 78 (NO_RESPAWN_EXIT: no restart installs a package; `amf up` and the launch files leave it down).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 
+from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.bringup.params.widowx_driver import WidowxDriverParams
 from amf_ros.msg import ArmStatus, ArmStop, EefDeltaAction, StateVector
 from amf_ros.robots import widowx
@@ -28,7 +29,7 @@ from amf_ros.robots.widowx_arm import ArmCommands
 from amf_ros.ros import qos
 from amf_ros.ros.arm_msgs import action_fields, arm_status_msg, stamp_ns
 from amf_ros.ros.params import declare
-from amf_ros.ros.spin import StartupError, spin
+from amf_ros.ros.spin import spin
 from amf_ros.runtime.widowx_driver import WidowXDriver, missing_interbotix_line
 
 
@@ -137,13 +138,13 @@ class WidowXDriverNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point of ``lib/amf_ros/widowx_driver``; without interbotix_xs_msgs: one line on stderr, exit 1."""
+    """Entry point of ``lib/amf_ros/widowx_driver``; without interbotix_xs_msgs: one line on stderr, exit 78."""
 
     def make() -> WidowXDriverNode:
         try:
             interbotix = _interbotix_msgs()
         except ImportError:
-            raise StartupError(missing_interbotix_line(os.environ.get("ROS_DISTRO"))) from None
+            raise NoRespawnError(missing_interbotix_line(os.environ.get("ROS_DISTRO"))) from None
         node = WidowXDriverNode(interbotix)
         node.set_profile()
         return node
