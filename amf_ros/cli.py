@@ -20,6 +20,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "criterion-map": ("amf_ros.bench.criterion_map:main", "didactic criterion map around the circle (Fig. 14)"),
     "metaworld": ("amf_ros.bench.metaworld:main", "AMF-NN vs baselines on a Metaworld multi-task suite (Fig. 3)"),
     "widowx": ("amf_ros.bench.metaworld:widowx_main", "AMF-NN vs baselines on the embedded WidowX's four tasks"),
+    "widowx-expert": ("amf_ros.bench.widowx_expert:main",
+                      "scripted expert success on the embedded WidowX's task family at 0/5/10 mm of noise"),
     "compare": ("amf_ros.bench.compare:main", "metaworld/widowx results on one axis of demonstrations (B, replay)"),
     "perf-finetune": ("amf_ros.bench.perf_finetune:main", "head fine-tuning speed on cached trunk embeddings"),
     "store": ("amf_ros.bench.store:main", "episode store write/read throughput and bytes per step"),

@@ -18,7 +18,9 @@ def test_every_task_file_reads_with_keys_instructions_and_cut_offs(path: Path) -
     assert len(tasks) >= 4 and len(set(tasks.keys)) == len(tasks)
     assert all(tasks.instructions.values()) and set(tasks.max_steps) == set(tasks.keys)
     # suite-specific fields stay with the row: Metaworld/SIMPLER name an environment, the WidowX a source and target
-    assert all(set(s.fields) in ({"env_name"}, {"source", "target"}) for s in tasks)
+    # (the WidowX family also its skill and its split: pre-training or new task)
+    assert all(set(s.fields) in ({"env_name"}, {"source", "target"}, {"source", "target", "skill", "split"})
+               for s in tasks)
     first, last = tasks.keys[0], tasks.keys[-1]
     assert load_task_set(f"config/tasks/{path.name}", [last, first]).keys == [last, first]
 

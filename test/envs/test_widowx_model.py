@@ -68,16 +68,69 @@ def test_position_actuators_track_5hz_joint_targets_like_the_servos():
     assert max(errors) < 5e-3, max(errors)
 
 
+def _block_scene() -> str:
+    """The arm on a plane (the table's collision bits) and a 3 cm block with an object's contact bits."""
+    return f"""<mujoco><compiler angle="radian" autolimits="true"/>
+      <option timestep="0.002" integrator="implicitfast" {model.CONTACT_OPTIONS}/>
+      <default>{model.defaults_xml()}</default>
+      <worldbody><geom name="table" type="plane" size="1 1 0.1" contype="1" conaffinity="1"/>{model.arm_xml()}
+        <body name="block" pos="0.3 0.02 0.015"><freejoint/>
+          <geom type="box" size="0.015 0.015 0.015" mass="0.05" {model.OBJECT_CONTACT} condim="4"/></body>
+      </worldbody>{model.actuators_xml()}</mujoco>"""
+
+
+def _drive(m, d, arm, q, targets, grip, substeps=5, on_step=None):
+    """Move the tip along straight lines to each target (gripper down, driver IK), one 5 Hz period per substep."""
+    site = m.site(model.EE_SITE).id
+    for target in targets:
+        start = d.site_xpos[site].copy()
+        for i in range(1, substeps + 1):
+            T = np.eye(4)
+            T[:3, :3], T[:3, 3] = DEFAULT_ROTATION, start + (np.asarray(target) - start) * i / substeps
+            sol = wx250s.ik(T, guess=q)
+            assert sol.ok, target
+            q = sol.q
+            d.ctrl[:6], d.ctrl[6] = q, grip
+            for _ in range(_steps(m, CONTROL_PERIOD_S)):
+                mujoco.mj_step(m, d)
+                if on_step is not None:
+                    on_step()
+    return q
+
+
+def test_fingers_pressed_onto_the_table_still_close_and_only_the_fingertips_touch_it():
+    """Menagerie-style contact: the tip aimed 5 mm below the table top stops on it (the frictionless fingertips
+    carry the load; the high-friction pads never touch the table), and the fingers still close all the way."""
+    table_xml = '<geom name="table" type="plane" size="1 1 0.1" contype="1" conaffinity="1"/>'
+    m, d, arm = _build(model.arm_only_xml().replace("<worldbody>", "<worldbody>" + table_xml))
+    left, right = (int(m.joint(f).qposadr[0]) for f in model.FINGER_JOINTS)
+    q = wx250s.NEUTRAL_JOINTS.copy()
+    d.qpos[arm], d.qpos[left], d.qpos[right] = q, 0.037, 0.037
+    d.ctrl[:6], d.ctrl[6] = q, 0.037
+    mujoco.mj_forward(m, d)
+    table = m.geom("table").id
+    touching = set()
+
+    def record():
+        for c in d.contact[: d.ncon]:
+            if table in (c.geom1, c.geom2):
+                touching.add(int(c.geom2 if c.geom1 == table else c.geom1))
+
+    q = _drive(m, d, arm, q, [[0.3, -0.05, 0.05], [0.3, -0.05, -0.005]], 0.037, on_step=record)
+    tip_z = d.site_xpos[m.site(model.EE_SITE).id][2]
+    assert -0.002 < tip_z < 0.001, tip_z  # it stops on the table, pressing (soft contact: < 2 mm in)
+    _drive(m, d, arm, q, [[0.3, -0.05, -0.005]], wx250s.FINGER_LIMITS[0], substeps=1, on_step=record)
+    assert d.qpos[left] < wx250s.FINGER_LIMITS[0] + 1e-3 and d.qpos[right] < wx250s.FINGER_LIMITS[0] + 1e-3
+    pads = {g for g in range(m.ngeom) if m.geom_contype[g] == 4}
+    tips = {g for g in range(m.ngeom) if m.geom_condim[g] == 1 and m.geom_priority[g] == 1}
+    assert len(pads) == 2 and len(tips) == 2
+    assert touching and touching <= tips, (touching, tips)  # pads and links never touch the table here
+
+
 def test_the_gripper_grasps_and_lifts_a_block_through_the_drivers_ik():
     """Gripper pointing down (BridgeData's zero rotation), IK from robots/wx250s.py: open, descend around a 3 cm
     block, close, lift 13 cm. The block comes up with the gripper; both fingers move together."""
-    xml = f"""<mujoco><compiler angle="radian" autolimits="true"/>
-      <option timestep="0.002" integrator="implicitfast"/><default>{model.defaults_xml()}</default>
-      <worldbody><geom type="plane" size="1 1 0.1" contype="1" conaffinity="1"/>{model.arm_xml()}
-        <body name="block" pos="0.3 0.02 0.015"><freejoint/>
-          <geom type="box" size="0.015 0.015 0.015" mass="0.05" contype="1" conaffinity="1" condim="4"/></body>
-      </worldbody>{model.actuators_xml()}</mujoco>"""
-    m, d, arm = _build(xml)
+    m, d, arm = _build(_block_scene())
     site = m.site(model.EE_SITE).id
     left, right = (int(m.joint(f).qposadr[0]) for f in model.FINGER_JOINTS)
     q = wx250s.NEUTRAL_JOINTS.copy()

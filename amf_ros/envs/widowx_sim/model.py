@@ -10,6 +10,17 @@ symmetrically (an equality constraint) and one position actuator drives them, as
 
 Frames: the model's ``base_link`` sits at ``base_pos`` in the world with the same orientation; joint values are
 the Interbotix ones (``ARM_JOINTS`` order); the site ``ee_gripper`` is ``ee_gripper_link``.
+
+Contact (the settings of MuJoCo Menagerie's ``trossen_wx250s``, not its files: elliptic friction cones and impratio 10
+in the scene's ``<option>``, extra gripper collision geometry at the fingertips). Three collision groups, as
+``contype``/``conaffinity`` bits: the table (1), the arm's links (2) and what a hand picks up (objects, 4 with 1):
+
+- the finger pads (high friction) touch only objects (bit 4), never the table: a gripper pressed onto the table
+  still closes, as a real one does when a teleoperator pushes the fingertips down to pick up a flat spoon;
+- a frictionless fingertip under each pad (Menagerie adds small spheres at the fingertips, ``left_g0``/``left_g1``;
+  here a 2 mm sole of the pad's footprint) touches the table and objects: the fingertips stop on what they press on
+  and slide over it while the fingers close or open;
+- links touch the table and objects, not each other.
 """
 
 from __future__ import annotations
@@ -20,6 +31,9 @@ import numpy as np
 
 from amf_ros.robots import wx250s
 
+CONTACT_OPTIONS = 'cone="elliptic" impratio="10"'
+"""Global contact options (Menagerie's trossen_wx250s): elliptic friction cones, friction 10x stiffer than normal
+force in the solver (impratio), so a squeezed object does not creep out of the pads."""
 ARM_ACTUATORS = tuple(f"{j}_pos" for j in wx250s.ARM_JOINTS)
 GRIPPER_ACTUATOR = "gripper_pos"
 EE_SITE = "ee_gripper"
@@ -28,6 +42,12 @@ ARM_KP = 300.0  # N m / rad, with damping 10: a 5 Hz control step of <= 0.08 rad
 PAD_INSET = 0.009
 """Finger pad centre inside its finger frame (m): pad faces 1 mm apart when closed (finger at 0.015), 46 mm open."""
 FINGER_KP = 400.0  # N / m: ~9 N squeeze at full travel, the gripper's order of magnitude
+TIP = 0.002
+"""Height of the fingertip (m): a frictionless sole under each pad, its lowest face at the ``ee_gripper`` tip.
+Whatever the fingers press down on (the table, the top of a block) touches it, so the fingers still open and close;
+the pads above it (38 mm long, 24 mm wide, 10 mm thick) grip."""
+OBJECT_CONTACT = 'contype="5" conaffinity="5"'
+"""Collision bits of anything the gripper may hold or touch (objects and receptacles): the pads touch only these."""
 
 
 def joint_points() -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -68,10 +88,13 @@ def arm_xml(base_pos: Sequence[float] = (0.0, 0.0, 0.0), prefix: str = "") -> st
         """A finger sliding outward along ``sign`` * y, its pad inset toward the other finger."""
         fmin, fmax = wx250s.FINGER_LIMITS
         x = ee[0] - rotate[0] - 0.02  # the pads end at the tip (ee_gripper_link)
+        y = -sign * PAD_INSET
+        # gripper x points down the fingers: the pad spans [-0.02, 0.02 - TIP] of the finger frame, the tip below it
         return (f'<body name="{p}{side}_finger_link" pos="{x:.6g} 0 0" gravcomp="1">'
                 f'<joint name="{p}{side}_finger" type="slide" axis="0 {sign} 0" range="{fmin} {fmax}" '
-                f'class="wx_finger"/><geom class="wx_pad" type="box" size="0.02 0.005 0.012" '
-                f'pos="0 {-sign * PAD_INSET:.6g} 0" mass="0.03"/></body>')
+                f'class="wx_finger"/><geom class="wx_pad" type="box" size="{0.02 - TIP / 2:.6g} 0.005 0.012" '
+                f'pos="{-TIP / 2:.6g} {y:.6g} 0" mass="0.03"/><geom class="wx_tip" type="box" '
+                f'size="{TIP / 2:.6g} 0.005 0.012" pos="{0.02 - TIP / 2:.6g} {y:.6g} 0"/></body>')
 
     return f"""
     <body name="{p}base_link" pos="{_fmt(base_pos)}">
@@ -107,15 +130,18 @@ def arm_xml(base_pos: Sequence[float] = (0.0, 0.0, 0.0), prefix: str = "") -> st
 
 
 def defaults_xml() -> str:
-    """The ``<default>`` classes the arm uses (joint damping, link and finger-pad contact).
+    """The ``<default>`` classes the arm uses (joint damping, link, finger-pad and fingertip contact).
 
-    Arm geoms have contype 2 and conaffinity 1: they touch the table and objects (contype 1) but not each other,
-    as the real arm's links never meet within its joint limits."""
+    Links and fingertips have contype 2 and conaffinity 1: they touch the table and objects (contype 1) but not
+    each other, as the real arm's links never meet within its joint limits. Pads have contype and conaffinity 4:
+    they touch objects (:data:`OBJECT_CONTACT`) and nothing else (module doc)."""
     return """
     <default class="wx_arm"><joint damping="10.0" armature="0.05"/></default>
     <default class="wx_finger"><joint damping="5.0" armature="0.01"/></default>
     <default class="wx_link"><geom rgba="0.15 0.15 0.15 1" contype="2" conaffinity="1" group="1"/></default>
     <default class="wx_pad"><geom rgba="0.3 0.3 0.3 1" friction="1.5 0.01 0.001" condim="4" solref="0.01 1"
+                                  contype="4" conaffinity="4" group="1"/></default>
+    <default class="wx_tip"><geom rgba="0.2 0.2 0.2 1" condim="1" priority="1" mass="0.001"
                                   contype="2" conaffinity="1" group="1"/></default>"""
 
 
@@ -141,7 +167,7 @@ def arm_only_xml(base_pos: Sequence[float] = (0.0, 0.0, 0.0)) -> str:
     """A complete MJCF document holding only the arm (kinematics checks, tracking tests)."""
     return f"""<mujoco model="wx250s">
   <compiler angle="radian" autolimits="true"/>
-  <option timestep="0.002" integrator="implicitfast"/>
+  <option timestep="0.002" integrator="implicitfast" {CONTACT_OPTIONS}/>
   <default>{defaults_xml()}</default>
   <worldbody>{arm_xml(base_pos)}
   </worldbody>{actuators_xml()}

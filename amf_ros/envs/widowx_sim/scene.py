@@ -2,8 +2,9 @@
 
 Why here: SIMPLER's WidowX scenes need a Vulkan GPU; this one runs on any CPU with MuJoCo (OSMesa for the camera).
 The table top is the plane z = 0 of the robot's ``base_link`` frame (the arm stands on the table, as on the real
-Bridge setup). Objects the gripper moves are free bodies; the receptacles (plate, towel, basket, the yellow block)
-are fixed bodies placed at every reset, so a nudge never sends them off the table.
+Bridge setup). The objects (:mod:`amf_ros.envs.widowx_sim.objects`) the gripper moves are free bodies; the
+receptacles are fixed bodies placed at every reset, so a nudge never sends them off the table. Contact follows
+MuJoCo Menagerie's wx250s (elliptic cones, impratio 10; :mod:`amf_ros.envs.widowx_sim.model`).
 
 :class:`SimArm` is the arm's side of the Interbotix ``xs_sdk`` in position mode: ``joint_states()`` (names,
 positions, velocities: the six arm joints and ``left_finger``/``right_finger`` in metres), ``command_arm(q)`` (the
@@ -14,68 +15,16 @@ then ``advance(seconds)`` of physics.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from amf_ros.envs.widowx_sim import model
+from amf_ros.envs.widowx_sim.objects import BODIES
 from amf_ros.robots import wx250s
 
 TIMESTEP_S = 0.002
 TABLE_HALF = (0.35, 0.45)
 """Half extents (x, y) of the table top around (0.3, 0), metres."""
-
-
-@dataclass(frozen=True)
-class Body:
-    """One object of a scene: its name, MJCF geometry (inside the ``<body>``), whether it moves, and its size.
-
-    Attributes:
-        half_height: z of its centre above the table when resting in its initial pose, metres.
-        radius: horizontal radius of its top or opening (receptacles: where a placed object must land), metres.
-    """
-
-    name: str
-    geoms: str
-    free: bool
-    half_height: float
-    radius: float = 0.0
-
-
-def _rgba(name: str) -> str:
-    return {"orange": "0.95 0.45 0.05 1", "white": "0.92 0.92 0.9 1", "grey": "0.6 0.6 0.62 1",
-            "blue": "0.25 0.4 0.8 1", "green": "0.1 0.7 0.2 1", "yellow": "0.95 0.85 0.1 1",
-            "purple": "0.4 0.1 0.45 1", "brown": "0.55 0.38 0.2 1"}[name]
-
-
-def _obj(geom: str, colour: str, mass: float) -> str:
-    return (f'<geom {geom} rgba="{_rgba(colour)}" mass="{mass}" friction="1.2 0.01 0.001" condim="4" '
-            'contype="1" conaffinity="1"/>')
-
-
-BODIES: dict[str, Body] = {
-    "carrot": Body("carrot", _obj('type="capsule" size="0.012 0.03" euler="0 1.5708 0"', "orange", 0.03),
-                   free=True, half_height=0.012),
-    "plate": Body("plate", _obj('type="cylinder" size="0.065 0.004"', "white", 0.2), free=False,
-                  half_height=0.004, radius=0.065),
-    "spoon": Body("spoon", _obj('type="box" size="0.045 0.008 0.006"', "grey", 0.02), free=True, half_height=0.006),
-    "towel": Body("towel", _obj('type="box" size="0.06 0.06 0.002"', "blue", 0.05), free=False,
-                  half_height=0.002, radius=0.06),
-    "green_block": Body("green_block", _obj('type="box" size="0.015 0.015 0.015"', "green", 0.03), free=True,
-                        half_height=0.015),
-    "yellow_block": Body("yellow_block", _obj('type="box" size="0.02 0.02 0.02"', "yellow", 0.1), free=False,
-                         half_height=0.02, radius=0.02),
-    "eggplant": Body("eggplant", _obj('type="capsule" size="0.015 0.028" euler="0 1.5708 0"', "purple", 0.04),
-                     free=True, half_height=0.015),
-    "basket": Body("basket", "\n".join([
-        _obj('type="box" size="0.06 0.06 0.003" pos="0 0 0.003"', "brown", 0.1),
-        _obj('type="box" size="0.06 0.004 0.025" pos="0 0.056 0.025"', "brown", 0.05),
-        _obj('type="box" size="0.06 0.004 0.025" pos="0 -0.056 0.025"', "brown", 0.05),
-        _obj('type="box" size="0.004 0.06 0.025" pos="0.056 0 0.025"', "brown", 0.05),
-        _obj('type="box" size="0.004 0.06 0.025" pos="-0.056 0 0.025"', "brown", 0.05)]),
-        free=False, half_height=0.0, radius=0.05),
-}
-"""Primitive stand-ins for SIMPLER's WidowX objects (sizes of the real ones, roughly)."""
 
 
 def scene_xml(bodies: Sequence[str], camera: bool = True) -> str:
@@ -88,7 +37,7 @@ def scene_xml(bodies: Sequence[str], camera: bool = True) -> str:
     cam = ('<camera name="primary" pos="0.85 0.0 0.55" xyaxes="0 1 0 -0.55 0 0.835" fovy="50"/>' if camera else "")
     return f"""<mujoco model="wx250s_tabletop">
   <compiler angle="radian" autolimits="true"/>
-  <option timestep="{TIMESTEP_S}" integrator="implicitfast" cone="elliptic" impratio="5"/>
+  <option timestep="{TIMESTEP_S}" integrator="implicitfast" {model.CONTACT_OPTIONS}/>
   <visual><global offwidth="640" offheight="480"/><quality shadowsize="0"/></visual>
   <default>{model.defaults_xml()}</default>
   <worldbody>

@@ -1,4 +1,5 @@
-"""SIMPLER's four WidowX tasks on the embedded tabletop, driven through the same arm logic as widowx_driver.
+"""The embedded WidowX's tasks (SIMPLER's four and the task family), driven through the same arm logic as
+widowx_driver.
 
 Why through the arm's logic: every action takes the real arm's path. An EefDeltaAction (7,) (BridgeData convention:
 metres and radians per step, gripper 1 = open) goes to :class:`~amf_ros.robots.widowx_arm.WidowXArm` (action gate,
@@ -8,9 +9,12 @@ xs_sdk; the observation is the arm logic's answer to the arm's joint_states (Oct
 advances one control period (0.2 s, 5 Hz) per action and stamps the actions, so the action gate sees what a live
 arm's would.
 
-Tasks come from config/tasks/widowx_sim.yaml (the keys of config/tasks/simpler_widowx.yaml). Each reset draws the
-object poses from the seed; success is the moved object resting, released, on (in) its receptacle. The scripted
-expert (:meth:`WidowXSimSuite.expert_action`) grasps and places with the same 7-D actions a teleoperator sends.
+Tasks come from a task file: config/tasks/widowx_sim.yaml (default: SIMPLER's four tasks with the keys and
+instructions of config/tasks/simpler_widowx.yaml) or config/tasks/widowx_family.yaml (16 tasks, each marked
+``split: pretrain`` or ``new``). A task moves one object (``source``) onto or into a receptacle, or pushes it onto a
+mark (``target``). Each reset draws the object poses from the seed. Success (:meth:`WidowXSimSuite.solved`): the
+object rests on (in) its receptacle, released (``skill: place``) or pushed there (``skill: push``). The scripted
+experts (:mod:`amf_ros.envs.widowx_sim.expert`) act with the same 7-D actions a teleoperator sends.
 """
 
 from __future__ import annotations
@@ -24,55 +28,99 @@ import numpy as np
 
 from amf_ros.data.task_set import load_task_set
 from amf_ros.envs.task_suite import TaskSuite
-from amf_ros.envs.widowx_sim.scene import BODIES, SimArm
+from amf_ros.envs.widowx_sim.expert import PUSHER, scripted_action
+from amf_ros.envs.widowx_sim.objects import BODIES, MOVABLE, RECEPTACLES
+from amf_ros.envs.widowx_sim.scene import SimArm
 from amf_ros.robots import wx250s
 from amf_ros.robots.widowx import PROPRIO_NAMES
 from amf_ros.robots.widowx_arm import ArmCommands, WidowXArm, WidowXArmConfig
 
-_DEFAULT_TASKS_FILE = Path(__file__).resolve().parents[3] / "config" / "tasks" / "widowx_sim.yaml"
+__all__ = ["FAMILY_TASKS_FILE", "OBJECT_NAMES", "PERIOD_S", "REGION", "SIMPLER_TASKS_FILE", "SKILLS", "SPLITS",
+           "STATE_NAMES", "WidowXSimSuite", "WidowXTaskSpec", "load_tasks", "sample_poses", "scripted_action",
+           "splits"]
+
+_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tasks"
+SIMPLER_TASKS_FILE = _CONFIG / "widowx_sim.yaml"
+"""SIMPLER's four WidowX tasks (the default task file)."""
+FAMILY_TASKS_FILE = _CONFIG / "widowx_family.yaml"
+"""The task family: SIMPLER's four and twelve more, split into pre-training and new tasks."""
 PERIOD_S = 0.2
 """Control period: BridgeData's 5 Hz."""
 REGION = ((0.22, 0.36), (-0.13, 0.15))
 """(x range, y range) objects are placed in, metres in the base frame (inside Octo's WidowX workspace box)."""
-LANDING = {"plate": ("round", 0.055), "towel": ("square", 0.055), "yellow_block": ("square", 0.014),
-           "basket": ("square", 0.045)}
-"""Where the moved object's centre must land on each receptacle: a disc radius or a square's half side, metres."""
-TOP = {"plate": 0.008, "towel": 0.004, "yellow_block": 0.04, "basket": 0.006}
-"""Height of each receptacle's supporting surface above the table, metres."""
+PUSH_DISTANCE = (0.10, 0.13)
+"""Range of the distance from a pushed object to its mark, m."""
+PUSH_START_BOX = ((0.16, 0.42), (-0.13, 0.23))
+"""(x range, y range) in which the pusher's starting point must lie (inside the driver's workspace, with margin)."""
+SKILLS = ("place", "push")
+"""``place``: pick the object up and let it go on (in) the target; ``push``: slide it onto a mark on the table."""
+SPLITS = ("pretrain", "new")
+"""A family task's split: known to the pre-trained generalist, or one of the lab's new tasks."""
 
 
 @dataclass(frozen=True)
 class WidowXTaskSpec:
-    """One task of the embedded WidowX (a row of config/tasks/widowx_sim.yaml)."""
+    """One task of the embedded WidowX (a row of a task file)."""
 
     key: str
     instruction: str
     source: str
+    """The object the gripper moves (a movable body of :mod:`amf_ros.envs.widowx_sim.objects`)."""
     target: str
+    """The receptacle or mark it must end on (in)."""
     max_steps: int = 60
+    """Episode cut-off in actions (5 Hz)."""
+    skill: str = "place"
+    """One of :data:`SKILLS`."""
+    split: str = ""
+    """One of :data:`SPLITS` in the family, "" in a file without splits."""
 
     def __post_init__(self) -> None:
-        if self.source not in BODIES or not BODIES[self.source].free:
-            raise ValueError(f"source must be a movable object of {sorted(k for k, b in BODIES.items() if b.free)}, "
-                             f"got {self.source!r}")
-        if self.target not in LANDING:
-            raise ValueError(f"target must be one of {sorted(LANDING)}, got {self.target!r}")
+        if self.source not in MOVABLE:
+            raise ValueError(f"source must be a movable object of {sorted(MOVABLE)}, got {self.source!r}")
+        if self.target not in RECEPTACLES:
+            raise ValueError(f"target must be one of {sorted(RECEPTACLES)}, got {self.target!r}")
+        if self.skill not in SKILLS:
+            raise ValueError(f"skill must be one of {SKILLS}, got {self.skill!r}")
+        if self.skill == "push" and BODIES[self.target].top != 0.0:
+            raise ValueError(f"a pushed object can only end on a mark on the table, got target {self.target!r}")
+        if self.split not in ("", *SPLITS):
+            raise ValueError(f"split must be one of {SPLITS} (or empty), got {self.split!r}")
         if not 1 <= int(self.max_steps) <= 1000:
             raise ValueError(f"max_steps must be in [1, 1000], got {self.max_steps=}")
 
 
 def load_tasks(path: str | os.PathLike | None = None, keys: Sequence[str] | None = None) -> list[WidowXTaskSpec]:
-    """The task list (YAML ``{tasks: [{key, instruction, source, target, max_steps}, ...]}``)."""
-    return load_task_set(path if path is not None else _DEFAULT_TASKS_FILE, keys, "WidowX").typed(WidowXTaskSpec)
+    """The task list of a task file (default :data:`SIMPLER_TASKS_FILE`; YAML ``{tasks: [{key, instruction, source,
+    target, max_steps, skill, split}, ...]}``), read by :func:`amf_ros.data.task_set.load_task_set`."""
+    return load_task_set(path if path is not None else SIMPLER_TASKS_FILE, keys, "WidowX").typed(WidowXTaskSpec)
+
+
+def splits(specs: Sequence[WidowXTaskSpec]) -> dict[str, list[str]]:
+    """Task keys by split, in file order: ``{"pretrain": [...], "new": [...]}`` (tasks without a split in neither)."""
+    return {name: [s.key for s in specs if s.split == name] for name in SPLITS}
 
 
 def sample_poses(spec: WidowXTaskSpec, seed: int) -> dict[str, tuple[float, float, float]]:
-    """Object poses ``{name: (x, y, yaw)}`` drawn from ``seed``: both in :data:`REGION`, far enough apart that the
-    gripper reaching one never touches the other."""
+    """Object poses ``{name: (x, y, yaw)}`` drawn from ``seed``, both in :data:`REGION`.
+
+    Place tasks: far enough apart that the gripper reaching one never touches the other. Push tasks: the mark
+    :data:`PUSH_DISTANCE` away in any direction that leaves room behind the object for the pusher.
+    """
     rng = np.random.default_rng([seed, 20261124])
     (x0, x1), (y0, y1) = REGION
     for _ in range(1000):
         src = (rng.uniform(x0, x1), rng.uniform(y0, y1), rng.uniform(-0.4, 0.4))
+        if spec.skill == "push":
+            angle, dist = rng.uniform(-np.pi, np.pi), rng.uniform(*PUSH_DISTANCE)
+            u = np.array([np.cos(angle), np.sin(angle)])
+            tx, ty = np.asarray(src[:2]) + dist * u
+            tgt = (float(tx), float(ty), rng.uniform(-0.4, 0.4))
+            sx, sy = np.asarray(src[:2]) - u * (BODIES[spec.source].radius + PUSHER + 0.01)
+            (bx0, bx1), (by0, by1) = PUSH_START_BOX
+            if x0 <= tx <= x1 and y0 <= ty <= y1 and bx0 <= sx <= bx1 and by0 <= sy <= by1:
+                return {spec.source: src, spec.target: tgt}
+            continue
         tgt = (rng.uniform(x0, x1), rng.uniform(y0, y1), rng.uniform(-0.4, 0.4))
         if np.hypot(src[0] - tgt[0], src[1] - tgt[1]) >= 0.06 + BODIES[spec.target].radius + 0.03:
             return {spec.source: src, spec.target: tgt}
@@ -80,58 +128,10 @@ def sample_poses(spec: WidowXTaskSpec, seed: int) -> dict[str, tuple[float, floa
 
 
 OBJECT_NAMES = ("object_x", "object_y", "object_z", "receptacle_x", "receptacle_y", "receptacle_z")
-"""What follows the 8-D proprio in the observation: the moved object's and the receptacle's positions (base frame)."""
+"""What follows the 8-D proprio in the observation: the moved object's and the receptacle's (or the mark's) positions
+(base frame)."""
 STATE_NAMES = (*PROPRIO_NAMES, *OBJECT_NAMES)
 """The embedded WidowX's observation (14,): Octo's proprio, then the scene facts a camera would show."""
-CLEAR_Z = 0.12
-"""Carrying height of the gripper tip, m."""
-ALIGNED = 0.015
-"""Horizontal distance (m) within which the gripper stops travelling at height and descends, centring on the way:
-wider than the jitter of a noisy operator, so noise delays the expert instead of trapping it."""
-CENTRED = 0.008
-"""Horizontal distance (m) within which the gripper closes on the object or opens over the receptacle."""
-AT_HEIGHT = 0.003
-"""Height (m) above the grasp or place height at which the gripper closes or opens."""
-
-
-def scripted_action(obs: np.ndarray, spec: WidowXTaskSpec, max_step: float) -> np.ndarray:
-    """The scripted grasp-and-place expert: an EefDeltaAction (7,) from the observation (14,) alone.
-
-    Why stateless (as Metaworld's scripted policies): the same expert runs inside the suite and in scripted_teleop,
-    which sees only the published observation, and a policy cloned from it learns a function of the state. The phase
-    is read off the state: the object is *held* when it sits between the fingers and they are closed on it.
-    Not held: rise, move above the object, descend, close. Held: rise, carry the object over the receptacle, lower
-    it, open. The gripper is turned straight down on the way; each move is at most ``max_step`` per axis.
-    """
-    obs = np.asarray(obs, dtype=np.float64)
-    ee, grip, src, tgt = obs[:3], obs[7], obs[8:11], obs[11:14]
-    a = np.zeros(7)
-    a[3:6] = np.clip(-obs[3:6], -0.25, 0.25)  # straight down (rpy 0 relative to DEFAULT_ROTATION)
-    to_src = np.hypot(*(src[:2] - ee[:2]))
-    held = grip < 0.9 and to_src < 0.02 and abs(src[2] - ee[2]) < 0.02
-    if held:
-        over = ee[:2] + (tgt[:2] - src[:2])  # where the gripper goes so that the object ends above the receptacle
-        off = np.hypot(*(over - ee[:2]))
-        place_z = TOP[spec.target] + BODIES[spec.source].half_height + 0.02
-        if off > ALIGNED:  # carry at the clearance height (rise first)
-            waypoint = (*over, CLEAR_Z) if ee[2] >= CLEAR_Z - 0.01 else (*ee[:2], CLEAR_Z)
-        elif ee[2] > place_z + AT_HEIGHT or off > CENTRED:  # lower it, centring on the way
-            waypoint = (*over, place_z)
-        else:
-            waypoint, a[6] = None, 1.0  # release
-    else:
-        a[6] = 1.0
-        grasp_z = max(src[2], 0.006)
-        above = grasp_z + 0.07
-        if to_src > ALIGNED:  # move above the object (rise first)
-            waypoint = (*src[:2], above) if ee[2] >= above - 0.01 else (*ee[:2], above)
-        elif ee[2] > grasp_z + AT_HEIGHT or to_src > CENTRED:  # descend, centring on the way
-            waypoint = (*src[:2], grasp_z)
-        else:
-            waypoint, a[6] = None, 0.0  # close
-    if waypoint is not None:
-        a[:3] = np.clip(np.asarray(waypoint) - ee, -max_step, max_step)
-    return a
 
 
 class WidowXSimSuite(TaskSuite):
@@ -183,6 +183,13 @@ class WidowXSimSuite(TaskSuite):
         self.sim_time_ns += int(1e9)
         return self._observe()
 
+    @property
+    def observation(self) -> np.ndarray:
+        """The latest observation (14,) float64 (a copy)."""
+        if self._obs is None:
+            raise RuntimeError("call reset(task, seed) first")
+        return self._obs.copy()
+
     def step_eef7(self, action7: Sequence[float]) -> tuple[np.ndarray, bool, bool]:
         """Apply one EefDeltaAction vector through the arm's logic, run one control period of physics."""
         if self.driver is None:
@@ -225,17 +232,19 @@ class WidowXSimSuite(TaskSuite):
 
     # -- the task ----------------------------------------------------------------------------------------------
     def solved(self) -> bool:
-        """The moved object rests, released, on (in) its receptacle."""
+        """The moved object rests on (in) its receptacle: its centre within the landing zone, at the resting height
+        (-8 mm / +12 mm: lying flat, not propped up or held above it), slower than 5 cm/s; for ``place`` also
+        released (gripper > 70 % open). A pushed object only has to lie on the mark."""
         spec, arm = self._spec(self._current), self.arm
         src, tgt = arm.position(spec.source), arm.position(spec.target)
         yaw_rot = arm.d.xmat[arm.m.body(spec.target).id].reshape(3, 3)
         local = yaw_rot.T @ (src - tgt)
-        shape, size = LANDING[spec.target]
+        shape, size = BODIES[spec.target].landing
         inside = (np.hypot(local[0], local[1]) <= size if shape == "round"
                   else bool(np.all(np.abs(local[:2]) <= size)))
-        rest = TOP[spec.target] + BODIES[spec.source].half_height
+        rest = BODIES[spec.target].top + BODIES[spec.source].half_height
         resting = rest - 0.008 <= src[2] <= rest + 0.012 and arm.speed(spec.source) < 0.05
-        released = self.driver is not None and self.driver.adapter.gripper >= 0.7
+        released = spec.skill == "push" or (self.driver is not None and self.driver.adapter.gripper >= 0.7)
         return bool(inside and resting and released)
 
     def expert_action(self, noise_std: float = 0.0, rng: np.random.Generator | None = None) -> np.ndarray:

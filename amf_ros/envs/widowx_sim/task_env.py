@@ -7,7 +7,8 @@ stepped in lockstep (:class:`~amf_ros.envs.metaworld_rollouts.EvalPool`), with t
 
 Actions are EefDeltaAction vectors (7,) in BridgeData units: translation (m) and rotation (rad) per step, bounded
 by the driver's ``max_translation`` (0.05 m) and ``max_rotation`` (0.25 rad); gripper 1 = open, 0 = close (the
-driver opens at >= 0.5). Observations (14,): Octo's 8-D proprio, the moved object's and the receptacle's xyz.
+driver opens at >= 0.5). Observations (14,): Octo's 8-D proprio, the moved object's and the receptacle's (or the
+mark's) xyz, for every task of the family.
 """
 
 from __future__ import annotations
@@ -28,16 +29,17 @@ ACTION_MEAN = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5)
 ACTION_STD = (MAX_TRANSLATION,) * 3 + (MAX_ROTATION,) * 3 + (0.5,)
 """Fixed action normalisation: translation / 0.05 m, rotation / 0.25 rad, gripper [0, 1] -> [-1, 1]."""
 NOISE_STD = 0.002
-"""Default std of the expert noise on the translation, m per axis and step. The expert closes the gripper only
-within 4 mm of the grasp point (suite.REACHED), so more noise keeps it from ever grasping: with 5 mm no task
-succeeded in more than half of 20 seeds; with 2 mm 77 of 80 noisy demonstrations succeed (docs/results/widowx)."""
+"""Default std of the expert noise on the translation, m per axis and step (pre-training's noisy demonstrations and
+config/bench/widowx.yaml). The expert tolerates far more: with the forgiving grasp and the closed-loop expert
+(:mod:`amf_ros.envs.widowx_sim.expert`) every task of the family succeeds in at least 90 % of its episodes at
+10 mm (``python -m amf_ros.bench.widowx_expert``, docs/results/widowx_expert)."""
 
 
 class WidowXTaskEnv:
     """The embedded WidowX on one task (:class:`amf_ros.envs.suites.TaskEnv`); no camera is built.
 
     Args:
-        spec: the task (a row of config/tasks/widowx_sim.yaml).
+        spec: the task (a row of config/tasks/widowx_sim.yaml or config/tasks/widowx_family.yaml).
     """
 
     action_dim = ACTION_DIM
@@ -61,7 +63,7 @@ class WidowXTaskEnv:
 
     @property
     def success(self) -> bool:
-        """The object rested, released, on its receptacle at some step of this episode."""
+        """The task was solved at some step of this episode (:meth:`WidowXSimSuite.solved`)."""
         return self._suite.success
 
     @property
