@@ -28,6 +28,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "simpler": ("amf_ros.bench.simpler:main", "evaluate a policy on SIMPLER WidowX tasks (needs simpler_env)"),
     "faults": ("amf_ros.bench.faults:main", "fault probes (killed/frozen nodes, floods, stop, checkpoints) vs bounds"),
     "ros-latency": ("amf_ros.bench.ros_latency:main", "next_task latency and control-loop jitter over ROS 2"),
+    "console-drive": ("amf_ros.bench.console_drive:main",
+                      "the console's Drive panel: camera rate to the page, CPU, key -> Joy / applied action latency"),
     "fleet": ("amf_ros.bench.fleet:main",
               "amf run --robots 1 vs 2 (joint / independent selection): throughput, success"),
     "console-load": ("amf_ros.bench.console_load:main",

@@ -3,6 +3,7 @@
     ros2 launch amf_ros sim.launch.py [arm:=metaworld|widowx] [config:=/path/to/sim.yaml] [checkpoint:=DIR]
 arm:=metaworld (default) hosts Metaworld's Sawyer; arm:=widowx the embedded WidowX 250s tabletop with SIMPLER's four
 tasks, every action through widowx_driver's runtime (the same as `widowx.launch.py robot:=sim_widowx`).
+teleop:=console|joy|twist|spacemouse: a person demonstrates through the teleop node instead of scripted_teleop.
 Without `ros2 launch`: `amf up config/sim.yaml` (or config/sim_widowx.yaml) starts the same nodes
 (amf_ros.bringup.graph) from the same YAML.
 Before any node starts, bad arguments are refused in one line naming them (amf_ros/bringup/preflight.py, the same
@@ -24,16 +25,22 @@ LAUNCH_ARGUMENTS = {
     "console_host": ("", "address the console binds to (empty = the YAML's, 127.0.0.1; any other needs a token)"),
     "console_port": ("", "TCP port of the console page (empty = the YAML's, 8765)"),
     "console_token": ("", "access token of the console (required for a non-loopback console_host)"),
+    "teleop": ("none", "a person drives the arm through the teleop node: joy (a gamepad's sensor_msgs/Joy on /joy) | "
+                       "twist (spacenav: /spacenav/twist + /spacenav/joy) | spacemouse (pyspacemouse, no driver) | "
+                       "console (the console's Drive panel) | none; on an embedded arm it replaces scripted_teleop"),
+    "teleop_mapping": ("", "the teleop node's mapping: xbox | ps4 | ps5 | gamepad | spacenav | spacemouse | console "
+                           "(config/teleop/<name>.yaml) or a YAML path (empty = the input's default)"),
 }
 
 
 def node_plan(arm: str = "metaworld", config: str = "", checkpoint: str = "", namespace: str = graph.NAMESPACE,
               workspace: str = "", console: str = "true", console_host: str = "", console_port: str = "",
-              console_token: str = "") -> list:
+              console_token: str = "", teleop: str = "none",
+              teleop_mapping: str = "") -> list:
     """The nodes this file starts (graph.NodeSpec list); pure Python, used by the launch test."""
     return graph.sim_plan(config=config, checkpoint=checkpoint, namespace=namespace, workspace=workspace, arm=arm,
                           console=console, console_host=console_host, console_port=console_port,
-                          console_token=console_token)
+                          console_token=console_token, teleop=teleop, teleop_mapping=teleop_mapping)
 
 
 def generate_launch_description():

@@ -4,9 +4,12 @@
     ros2 launch amf_ros widowx.launch.py robot:=simpler  # sim_bridge with backend simpler
     ros2 launch amf_ros widowx.launch.py robot:=sim      # sim_bridge (Metaworld) + scripted_teleop
     ros2 launch amf_ros widowx.launch.py robot:=sim_widowx  # the embedded WidowX 250s (MuJoCo, any CPU)
+    ros2 launch amf_ros widowx.launch.py robot:=real teleop:=joy  # + a person's gamepad (teleop node, /joy)
 robot:=sim_widowx hosts the embedded WidowX tabletop in sim_bridge; every action goes through widowx_driver's runtime
 (IK, limits, e-stop on widowx/estop, PWM gripper) to a simulated xs_sdk. robot:=real adds the Interbotix wx250s
-driver adapter (widowx_driver, topics /wx250s/...).
+driver adapter (widowx_driver, topics /wx250s/...). teleop:=joy|twist|spacemouse|console adds the teleop node (a
+person's device -> /<namespace>/action while its deadman is held; docs/ros-robot.md "Driving the arm yourself"); on
+an embedded arm it takes scripted_teleop's place. The device driver itself (joy, spacenav) is started by you.
 Without `ros2 launch`: `amf up config/widowx.yaml --robot real ...` starts the same nodes (amf_ros.bringup.graph).
 Before any node starts, bad arguments are refused in one line naming them (amf_ros/bringup/preflight.py, the same
 checks as `amf up`); a node that exits with code 78 (a configuration error no restart can fix) is not respawned.
@@ -27,17 +30,23 @@ LAUNCH_ARGUMENTS = {
     "console_host": ("", "address the console binds to (empty = the YAML's, 127.0.0.1; any other needs a token)"),
     "console_port": ("", "TCP port of the console page (empty = the YAML's, 8765)"),
     "console_token": ("", "access token of the console (required for a non-loopback console_host)"),
+    "teleop": ("none", "a person drives the arm through the teleop node: joy (a gamepad's sensor_msgs/Joy on /joy) | "
+                       "twist (spacenav: /spacenav/twist + /spacenav/joy) | spacemouse (pyspacemouse, no driver) | "
+                       "console (the console's Drive panel) | none; on an embedded arm it replaces scripted_teleop"),
+    "teleop_mapping": ("", "the teleop node's mapping: xbox | ps4 | ps5 | gamepad | spacenav | spacemouse | console "
+                           "(config/teleop/<name>.yaml) or a YAML path (empty = the input's default)"),
     "tasks": ("", "comma-separated candidate task keys for task_selector (empty = the YAML's)"),
 }
 
 
 def node_plan(robot: str = "real", config: str = "", checkpoint: str = "", tasks: str = "",
               namespace: str = graph.NAMESPACE, workspace: str = "", console: str = "true", console_host: str = "",
-              console_port: str = "", console_token: str = "") -> list:
+              console_port: str = "", console_token: str = "", teleop: str = "none",
+              teleop_mapping: str = "") -> list:
     """The nodes this file starts (graph.NodeSpec list); pure Python, used by the launch test."""
     return graph.plan(robot, config=config, checkpoint=checkpoint, tasks=tasks, namespace=namespace,
                       workspace=workspace, console=console, console_host=console_host, console_port=console_port,
-                      console_token=console_token)
+                      console_token=console_token, teleop=teleop, teleop_mapping=teleop_mapping)
 
 
 def generate_launch_description():

@@ -551,7 +551,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    """Entry point of `amf bench console-load`."""
+    """Entry point of `amf bench console-load` (the Drive panel's camera and keys: `amf bench console-drive`)."""
     p = argparse.ArgumentParser(prog="amf bench console-load", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="runs/bench/console-load", help="output directory")
     p.add_argument("--config", default=None, help="YAML with ConsoleLoadConfig fields")

@@ -37,6 +37,12 @@ SIM_ARMS = {"metaworld": "sim", "widowx": "sim_widowx"}
 CONSOLE_NODE = "operator_console"
 """The operator's web page (docs/console.md); started by default by every bring-up, last."""
 """The embedded simulation's arms (sim.launch.py ``arm:=``, `amf run --arm`) -> their robot in ROBOTS."""
+TELEOP_NODE = "teleop"
+"""A person's input device -> the arm's action topic (amf_ros/ros/nodes/teleop.py)."""
+TELEOP_INPUTS = ("none", "joy", "twist", "spacemouse", "console")
+"""The launch argument ``teleop:=`` / `amf up --teleop`: the teleop node's ``input`` ('none' = no teleop node). On an
+embedded arm (sim, sim_widowx) a teleop takes scripted_teleop's place: the person demonstrates, not the scripted
+expert (both would drive the arm at once)."""
 
 
 @dataclass(frozen=True)
@@ -83,12 +89,17 @@ def _yaml_scalar(value: Any) -> str:
     return repr(value)
 
 
-def node_names(robot: str, console: bool = True) -> tuple[str, ...]:
-    """Nodes started for ``robot`` (real | simpler | sim | sim_widowx), in start order (the arm first, the loop, then
-    the operator console unless ``console`` is false)."""
+def node_names(robot: str, console: bool = True, teleop: str = "none") -> tuple[str, ...]:
+    """Nodes started for ``robot`` (real | simpler | sim | sim_widowx), in start order (the arm and its operator
+    first, the loop, then the operator console unless ``console`` is false). ``teleop`` other than 'none' adds the
+    teleop node and, on an embedded arm, drops scripted_teleop (:data:`TELEOP_INPUTS`)."""
     if robot not in ROBOTS:
         raise ValueError(f"robot must be one of {ROBOTS}, got {robot=}")
+    if teleop not in TELEOP_INPUTS:
+        raise ValueError(f"teleop must be one of {TELEOP_INPUTS}, got {teleop=}")
     extra = ROBOT_NODES[robot]
+    if teleop != "none":
+        extra = (*(n for n in extra if n != "scripted_teleop"), TELEOP_NODE)
     return (*extra, *CORE_NODES, *((CONSOLE_NODE,) if console else ()))
 
 
@@ -106,7 +117,7 @@ def as_bool(value: bool | str) -> bool:
 
 def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
               workspace: str = "", console: bool = True, console_host: str = "", console_port: int | str = "",
-              console_token: str = "") -> dict[str, dict[str, Any]]:
+              console_token: str = "", teleop: str = "none", teleop_mapping: str = "") -> dict[str, dict[str, Any]]:
     """Per-node parameter overrides implied by the launch arguments (on top of the YAML).
 
     Args:
@@ -119,10 +130,22 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
         console_host: operator_console's ``host`` ("" = keep the YAML's).
         console_port: operator_console's ``port`` ("" = keep the YAML's).
         console_token: operator_console's ``token`` ("" = keep the YAML's).
+        teleop: the teleop node's ``input`` (:data:`TELEOP_INPUTS`; 'none' = no teleop node).
+        teleop_mapping: the teleop node's ``mapping`` ("" = the input's default: config/teleop/<name>.yaml).
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
-    out: dict[str, dict[str, Any]] = {name: {} for name in node_names(robot, console)}
+    out: dict[str, dict[str, Any]] = {name: {} for name in node_names(robot, console, teleop)}
+    if teleop != "none":
+        out[TELEOP_NODE]["input"] = teleop
+        if teleop_mapping:
+            out[TELEOP_NODE]["mapping"] = str(teleop_mapping)
+    if teleop != "none" and robot == "sim":  # Metaworld: native xyz 1.0 = 0.01 m per step, fixed gripper orientation
+        from amf_ros.policies.action_spaces import METRES_PER_UNIT
+
+        # 20 Hz as scripted_teleop; 12 periods = the 0.6 s silence bound of 3 periods at the WidowX's 5 Hz
+        out[TELEOP_NODE].update(max_translation=METRES_PER_UNIT, max_rotation=0.0, control_rate_hz=20.0,
+                                silence_periods=12.0)
     if console:
         for key, value in (("host", console_host), ("port", console_port), ("token", console_token)):
             if str(value) != "":
@@ -147,7 +170,8 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
         out["sim_bridge"]["backend"] = "metaworld"
     elif robot == "sim_widowx":
         out["sim_bridge"]["backend"] = "widowx"
-        out["scripted_teleop"]["experts"] = "widowx"
+        if "scripted_teleop" in out:
+            out["scripted_teleop"]["experts"] = "widowx"
     return out
 
 
@@ -174,28 +198,34 @@ def namespace_console_port(namespace: str, port: int = CONSOLE_PORT) -> int:
 
 def plan(robot: str = "sim", config: str | os.PathLike = "", checkpoint: str = "",
          tasks: Sequence[str] | str = "", namespace: str = NAMESPACE, workspace: str = "", console: bool | str = True,
-         console_host: str = "", console_port: int | str = "", console_token: str = "") -> list[NodeSpec]:
+         console_host: str = "", console_port: int | str = "", console_token: str = "",
+         teleop: str = "none", teleop_mapping: str = "") -> list[NodeSpec]:
     """The nodes to start, each with its params file and overrides (what both launch files and `amf up` run)."""
     cfg = str(resolve_config(config or ROBOT_CONFIG.get(robot, "config/sim.yaml")))
     console = as_bool(console)
-    over = overrides(robot, checkpoint, tasks, workspace, console, console_host, console_port, console_token)
+    teleop = str(teleop or "none")
+    over = overrides(robot, checkpoint, tasks, workspace, console, console_host, console_port, console_token, teleop,
+                     teleop_mapping)
     if console and "port" not in over[CONSOLE_NODE]:  # one port per namespace: two graphs on one machine
         yaml_port = int(node_section(cfg, CONSOLE_NODE).get("port", CONSOLE_PORT))
         if namespace_console_port(namespace, yaml_port) != yaml_port:
             over[CONSOLE_NODE]["port"] = namespace_console_port(namespace, yaml_port)
     return [NodeSpec(name=n, executable=n, params_file=cfg, overrides=over[n], namespace=namespace)
-            for n in node_names(robot, console)]
+            for n in node_names(robot, console, teleop)]
 
 
 def sim_plan(config: str | os.PathLike = "", checkpoint: str = "", namespace: str = NAMESPACE,
              workspace: str = "", arm: str = "metaworld", console: bool | str = True, console_host: str = "",
-             console_port: int | str = "", console_token: str = "") -> list[NodeSpec]:
+             console_port: int | str = "", console_token: str = "", teleop: str = "none",
+             teleop_mapping: str = "") -> list[NodeSpec]:
     """The embedded simulation of ``arm`` (launch/sim.launch.py, `amf up config/sim*.yaml`, `amf run`); an empty
-    ``config`` = the arm's YAML (config/sim.yaml, config/sim_widowx.yaml)."""
+    ``config`` = the arm's YAML (config/sim.yaml, config/sim_widowx.yaml); ``teleop`` other than 'none': a person
+    drives instead of scripted_teleop."""
     if arm not in SIM_ARMS:
         raise ValueError(f"arm must be one of {list(SIM_ARMS)}, got {arm=}")
     return plan(SIM_ARMS[arm], config=config, checkpoint=checkpoint, namespace=namespace, workspace=workspace,
-                console=console, console_host=console_host, console_port=console_port, console_token=console_token)
+                console=console, console_host=console_host, console_port=console_port, console_token=console_token,
+                teleop=teleop, teleop_mapping=teleop_mapping)
 
 
 def node_section(params_file: str | os.PathLike, node: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ a console port already in use), or an error that did not name the argument (``co
 for int()"). Both launch files (through an OpaqueFunction) and `amf up` call :func:`checked_plan` and then
 :func:`claim`, so that they refuse the same things with the same words before any node starts:
 
-* the arguments themselves: ``robot:=`` / ``arm:=`` (one of the known ones), ``console:=`` (true/false),
+* the arguments themselves: ``robot:=`` / ``arm:=`` / ``teleop:=`` (one of the known ones), ``console:=`` (true/false),
   ``console_port:=`` (an integer 0-65535), ``namespace:=`` (a ROS namespace), ``config:=`` (a readable params YAML),
   ``checkpoint:=`` (an existing, readable directory), ``workspace:=`` (a directory that can be created and written);
 * what the nodes would read: every node's YAML section against its parameter table, every ``tasks_file`` (it
@@ -164,15 +164,21 @@ def argument_problems(robot: str, args: Mapping[str, Any], style: str = LAUNCH) 
     Args:
         robot: real | simpler | sim | sim_widowx.
         args: graph.plan's keyword arguments as given (strings from a launch file): config, checkpoint, tasks,
-            namespace, workspace, console, console_host, console_port, console_token; missing ones keep defaults.
+            namespace, workspace, console, console_host, console_port, console_token, teleop, teleop_mapping;
+            missing ones keep defaults.
         style: :data:`LAUNCH` or :data:`CLI` (how problems name the arguments).
     """
     problems = [choice_problem("robot", robot, graph.ROBOTS, style),
+                choice_problem("teleop", str(args.get("teleop", "none") or "none"), graph.TELEOP_INPUTS, style),
                 bool_problem("console", args.get("console", True), style),
                 port_problem("console_port", args.get("console_port", ""), style),
                 namespace_problem(str(args.get("namespace", graph.NAMESPACE)), style),
                 config_problem(str(args.get("config", "")), style),
                 workspace_problem(str(args.get("workspace", "")), style)]
+    teleop_mapping = str(args.get("teleop_mapping", "") or "")
+    if teleop_mapping and str(args.get("teleop", "none") or "none") == "none":
+        problems.append(f"{argument('teleop_mapping', teleop_mapping, style)} needs a teleop device: pass "
+                        f"{argument('teleop', 'joy', style)} (or twist, spacemouse, console) as well")
     checkpoint = str(args.get("checkpoint", ""))
     if checkpoint:
         problems.append(directory_problem(argument("checkpoint", checkpoint, style), checkpoint))
@@ -248,6 +254,7 @@ def plan_problems(specs: Sequence[NodeSpec], args: Mapping[str, Any], style: str
         problems.append(tasks_problem(selector.tasks_file, selector.tasks,
                                       tasks_label=_label(spec, "tasks", args, style, "tasks")))
     problems += _checkpoint_problems(specs, typed, args, style)
+    problems.append(_teleop_mapping_problem(specs, typed, args, style))
     console = typed.get(CONSOLE_NODE)
     if console is not None and not console.token and not _is_loopback(console.host):
         spec = next(s for s in specs if s.name == CONSOLE_NODE)
@@ -282,6 +289,24 @@ def _checkpoint_problems(specs: Sequence[NodeSpec], typed: Mapping[str, Any], ar
                     f"round_NNNN in {str(where)!r}; pass {argument('checkpoint', 'DIR', style)} (a checkpoint "
                     "`amf pretrain` wrote), or set pretrain_if_missing: true in the params file (embedded simulation)")
     return problems
+
+
+def _teleop_mapping_problem(specs: Sequence[NodeSpec], typed: Mapping[str, Any], args: Mapping[str, Any],
+                            style: str) -> str:
+    """"" unless the teleop node's ``mapping`` names no file (config/teleop/<name>.yaml or a path; its contents are
+    parsed by the node, which ends with one line if they are wrong)."""
+    from amf_ros.paths import resolve_config
+
+    p = typed.get(graph.TELEOP_NODE)
+    if p is None or not p.mapping:
+        return ""
+    spec = next(s for s in specs if s.name == graph.TELEOP_NODE)
+    try:
+        resolve_config(p.mapping if p.mapping.endswith((".yaml", ".yml")) else f"config/teleop/{p.mapping}.yaml")
+    except ValueError:
+        return (f"{_label(spec, 'mapping', args, style, 'teleop_mapping')}: no such mapping (a name of "
+                "config/teleop/<name>.yaml: xbox, ps4, ps5, gamepad, spacenav, spacemouse, console; or a YAML path)")
+    return ""
 
 
 def _is_loopback(host: str) -> bool:

@@ -4,6 +4,7 @@
                                                  # checkpoint, policy_server pre-trains one on first use
     amf up config/sim_widowx.yaml                # the embedded WidowX 250s (widowx.launch.py robot:=sim_widowx)
     amf up config/widowx.yaml --robot real --checkpoint ~/octo-small-1.5 --tasks a,b
+    amf up config/sim_widowx.yaml --teleop console   # a person demonstrates from the console's Drive panel
 
 Runs until Ctrl-C, SIGTERM or SIGHUP (what a terminal, a process supervisor or a test harness sends), then stops
 every node it started (SIGINT, then SIGKILL after STOP_TIMEOUT_S). A node that exits on its own is respawned as
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Sequence
 
 from amf_ros.bringup import graph_lock, preflight
-from amf_ros.bringup.graph import NAMESPACE, ROBOT_CONFIG, ROBOTS, plan
+from amf_ros.bringup.graph import NAMESPACE, ROBOT_CONFIG, ROBOTS, TELEOP_INPUTS, plan
 from amf_ros.bringup.lifetime import NO_RESPAWN_EXIT
 from amf_ros.bringup.processes import NodeProcesses
 
@@ -54,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "127.0.0.1; any other needs --console-token)")
     p.add_argument("--console-port", default="", help="TCP port of the console (default: the YAML's, 8765)")
     p.add_argument("--console-token", default="", help="access token of the console page")
+    p.add_argument("--teleop", choices=TELEOP_INPUTS, default="none",
+                   help="a person drives the arm through the teleop node: joy (a gamepad's /joy), twist (spacenav), "
+                        "spacemouse (pyspacemouse), console (the console's Drive panel); on an embedded arm it "
+                        "replaces scripted_teleop (default %(default)s)")
+    p.add_argument("--teleop-mapping", default="", help="the teleop node's mapping: xbox, ps4, ps5, gamepad, spacenav, "
+                   "spacemouse, console (config/teleop/<name>.yaml) or a YAML path (default: the input's)")
     p.add_argument("--log-dir", default=None, help="write each node's output to DIR/<node>.log")
     p.add_argument("--dry-run", action="store_true", help="print the command lines and exit (and what a start "
                    "would refuse)")
@@ -90,7 +97,8 @@ def main(argv: Sequence[str]) -> int:
     robot = args.robot or default_robot(args.config)
     values = {"config": args.config, "checkpoint": args.checkpoint, "tasks": args.tasks, "namespace": args.namespace,
               "workspace": args.workspace, "console": not args.no_console, "console_host": args.console_host,
-              "console_port": args.console_port, "console_token": args.console_token}
+              "console_port": args.console_port, "console_token": args.console_token, "teleop": args.teleop,
+              "teleop_mapping": args.teleop_mapping}
     try:  # the launch files' checks (bringup/preflight.py): one line naming each bad argument, no node started
         specs = preflight.checked_plan(robot, values, preflight.CLI)
     except preflight.BadArgumentError as exc:

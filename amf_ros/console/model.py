@@ -2,8 +2,8 @@
 
 Why a model of its own: ROS callbacks (many threads) write, the web server (its own thread) reads, and browsers get
 only what changed. Each section (``selector``, ``policy``, ``recorder``, ``streams``, ``sim``, ``episodes``,
-``log``) carries a version; the server pushes a section to every browser when its version moves, so a burst of
-messages costs one push and no browser ever polls the ROS graph.
+``log``, ``nodes``, ``camera``, ``drive``) carries a version; the server pushes a section to every browser when its
+version moves, so a burst of messages costs one push and no browser ever polls the ROS graph.
 
 How AMF's decision is shown: task_selector's score of a candidate is the criterion after a hypothetical
 demonstration of it (the posterior entropy of the policy over the target tasks' states, App. E: lower = more
@@ -20,7 +20,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
-SECTIONS = ("selector", "policy", "recorder", "streams", "sim", "episodes", "log", "nodes", "camera")
+SECTIONS = ("selector", "policy", "recorder", "streams", "sim", "episodes", "log", "nodes", "camera", "drive")
 
 EXPECTED_ANSWERS = ("not recording", "already recording", "no fine-tune started here", "no evaluate started here",
                     "no fine_tune goal sent", "no evaluate goal sent")
@@ -175,6 +175,7 @@ class ConsoleModel:
             "log": [],
             "nodes": [],
             "camera": {"topics": [], "publishers": {}},
+            "drive": {"session": None, "teleop": None, "teleop_error": "", "topic": ""},
         }
         self._watch_nodes: list[str] = []
         self._in_graph: set[str] | None = None
@@ -357,6 +358,21 @@ class ConsoleModel:
                 self._data["camera"] = value
                 self._version["camera"] += 1
 
+    # -- driving -----------------------------------------------------------------------------------------------
+    def on_drive(self, session: Mapping[str, Any] | None = None, **fields: Any) -> None:
+        """The Drive panel: ``session`` (:meth:`amf_ros.console.drive.DriveSession.status` without its age and
+        counters: who drives, the input) and ``teleop`` (the teleop node's latched state) / ``teleop_error`` /
+        ``topic``; pushed only when it changed."""
+        value = dict(fields)
+        if session is not None:
+            value["session"] = {k: _plain(v) for k, v in session.items()
+                                if k in ("driver", "last_driver", "input", "deadman")}
+        with self._lock:
+            new = {**self._data["drive"], **value}
+            if new != self._data["drive"]:
+                self._data["drive"] = new
+                self._version["drive"] += 1
+
     # -- the arm, episodes, outcomes -------------------------------------------------------------------------
     def on_sim(self, available: bool, **status: Any) -> None:
         """The simulator's status: ``available`` (sim_bridge's reset service is up) and its task counters."""
@@ -387,6 +403,8 @@ def _plain(v: Any) -> Any:
         return _plain(v.tolist())
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
     return str(v)
 
 

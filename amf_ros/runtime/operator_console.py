@@ -17,18 +17,28 @@ Rules an operator relies on:
   simulation it resets the scene to the task first, on a real arm the operator sets the scene.
 - ``auto_ask``: the decision is asked again after every saved episode and every new checkpoint, so the "why" panel
   always shows the scores for the data and policy that exist now (one call per event, never per browser).
+- Driving (the Drive panel): a browser's input state becomes the input the node republishes as sensor_msgs/Joy on
+  ``teleop/console_joy`` (:class:`~amf_ros.console.drive.DriveSession`: one browser drives at a time; nothing is
+  republished once it has been silent for ``drive_silence_s``; a closed page is released at once). The page never
+  reaches the arm's action topic: the teleop node does, with its deadman and bounds; its latched ``teleop/state``
+  is shown beside the keys.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 from typing import Any, Callable, Mapping, Protocol
 
+from amf_ros.console.drive import DriveInput, DriveSession
 from amf_ros.console.model import ConsoleModel, answer_level
 from amf_ros.console.protocol import Command
 
 Done = Callable[[Mapping[str, Any] | None, str], None]
 Reply = Callable[[bool, str], None]
+TELEOP_STATE_MAX_FIELDS = 24
+"""Bound on the fields of the teleop node's state shown on the page (each value cut to 200 characters)."""
 
 
 class ConsoleOutputs(Protocol):
@@ -69,10 +79,14 @@ class OperatorConsole:
         model: what the page shows.
         outputs: the ROS side.
         auto_ask: ask next_task again after each saved episode and each new checkpoint.
+        drive: the Drive session (who drives, the input to republish); a default one when None.
     """
 
-    def __init__(self, model: ConsoleModel, outputs: ConsoleOutputs, auto_ask: bool = True) -> None:
+    def __init__(self, model: ConsoleModel, outputs: ConsoleOutputs, auto_ask: bool = True,
+                 drive: DriveSession | None = None) -> None:
         self.model, self.out, self.auto_ask = model, outputs, auto_ask
+        self.drive = drive if drive is not None else DriveSession()
+        self._driving = False
         self._lock = threading.Lock()
         self._recording: tuple[bool, str, str] = (False, "", "")  # recording, episode_id, task
         self._last_task = ""
@@ -289,6 +303,58 @@ class OperatorConsole:
                          f"reset failed: {why or (res or {}).get('message', '')}")
         self.out.reset_sim(task, done)
 
+    # -- driving -----------------------------------------------------------------------------------------------
+    def drive_input(self, client: str, inp: DriveInput) -> tuple[bool, str]:
+        """A browser's Drive input (called on the web server's thread; nothing waits). Returns ``(publish_now,
+        refusal)``: ``publish_now`` when the input changed (the node publishes it at once rather than at its next
+        tick), ``refusal`` "" or why it was refused (another browser drives)."""
+        changed, why = self.drive.put(client, inp)
+        if not why:
+            with self._lock:
+                self._driving = True
+            if changed:
+                self.model.on_drive(self.drive.status())
+        return changed, why
+
+    def drive_release(self, client: str) -> bool:
+        """Browser ``client`` closed: if it was driving, everything is released at once (True: publish now)."""
+        released = self.drive.release(client)
+        if released:
+            self.model.on_drive(self.drive.status())
+            self.model.log("warn", f"drive: browser {client} closed while driving: released")
+        return released
+
+    def drive_publish(self, tick: bool) -> list[DriveInput]:
+        """The inputs to publish now, in order: every change not published yet; on a republish ``tick`` (the node's
+        timer at ``drive_rate_hz``) at least the newest input while it is fresh. Empty once the driving browser has
+        been silent for the session's ``silence_s`` (publish nothing; the page shows that nobody drives)."""
+        out = self.drive.drain()
+        if out or not tick:
+            return out
+        inp = self.drive.latest()
+        if inp is None:
+            with self._lock:
+                ended, self._driving = self._driving, False
+            if ended:
+                self.model.on_drive(self.drive.status())
+            return []
+        return [inp]
+
+    def on_teleop_state(self, text: str) -> None:
+        """The teleop node's latched state (a JSON object: input, deadman held, speed, last input age, ...), shown
+        in the Drive panel as it says it; anything else is shown as text with what was wrong."""
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            doc, error = None, f"not JSON ({exc})"
+        else:
+            error = "" if isinstance(doc, dict) else f"expected a JSON object, got {type(doc).__name__}"
+        if not isinstance(doc, dict):
+            self.model.on_drive(teleop={"state": str(text)[:200]}, teleop_error=f"teleop/state: {error}")
+            return
+        state = {str(k)[:60]: _shown(v) for k, v in list(doc.items())[:TELEOP_STATE_MAX_FIELDS]}
+        self.model.on_drive(teleop=state, teleop_error="")
+
     # -- helpers -----------------------------------------------------------------------------------------------
     def _cancel(self, goal: str, reply: Reply) -> None:
         with self._lock:
@@ -312,3 +378,13 @@ class OperatorConsole:
         self.model.log(level or answer_level(ok, text), f"{op}: {text}")  # an expected refusal is no error
         if reply is not None:
             reply(ok, text)
+
+
+def _shown(value: Any) -> Any:
+    """A teleop state value as the page shows it: numbers and booleans as they are (NaN/inf as None), anything else
+    as text of at most 200 characters."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (bool, int)) or value is None:
+        return value
+    return (value if isinstance(value, str) else json.dumps(value))[:200]

@@ -38,8 +38,9 @@ def test_malformed_messages_are_refused_with_a_reason(raw, why):
 
 def test_every_op_parses():
     for op, fields in OPS.items():
-        doc = {"op": op, **({"task": "spoon"} if "task" in fields else {})}
-        assert parse_command(json.dumps(doc), TASKS) == Command(op, doc.get("task", ""))
+        doc = {"op": op, **({"task": "spoon"} if "task" in fields else {}),
+               **({"mode": "drive"} if "mode" in fields else {})}
+        assert parse_command(json.dumps(doc), TASKS) == Command(op, doc.get("task", ""), doc.get("mode", ""))
     assert parse_command('{"op": "start", "task": ""}', TASKS) == Command("start", "")
 
 
@@ -227,7 +228,8 @@ def test_non_loopback_bind_needs_a_token():
 
 class Served:
     def __init__(self, **kw):
-        from amf_ros.console.server import ConsoleServer, FrameSlot
+        from amf_ros.console.camera import FrameSlot
+        from amf_ros.console.server import ConsoleServer
 
         self.model = ConsoleModel(TASKS)
         self.commands = []

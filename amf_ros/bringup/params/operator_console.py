@@ -58,8 +58,34 @@ class OperatorConsoleParams:
         "Camera frames per second sent to browsers (newest frame only; faster frames are dropped, never queued).",
         range=(0.1, 30.0),
     )
+    drive_display_rate_hz: float = param(
+        15.0,
+        "Camera frames per second sent to a browser whose Drive panel is on (newest frame only, encoded once for all "
+        "browsers; watching browsers still get display_rate_hz). Bounded by the camera's own rate.",
+        range=(0.1, 30.0),
+    )
     push_period_s: float = param(
         0.2, "How often changed values are pushed to browsers, s.", range=(0.02, 10.0)
+    )
+    drive_topic: str = param(
+        "teleop/console_joy",
+        "Where the Drive panel's input goes (sensor_msgs/Joy, the console mapping of docs/console.md): the teleop "
+        "node with input:=console turns it into arm actions. The page never publishes on the arm's action topic.",
+    )
+    drive_rate_hz: float = param(
+        20.0, "The driving browser's newest input is republished at this rate while fresh (and at once on a change).",
+        range=(1.0, 100.0),
+    )
+    drive_silence_s: float = param(
+        0.5,
+        "Nothing is published once the driving browser has sent nothing for this long (the page sends every 50 ms "
+        "while anything is held), so the teleop node's own silence rule stops the arm.",
+        range=(0.05, 5.0),
+    )
+    teleop_state_topic: str = param(
+        "teleop/state",
+        "The teleop node's latched state (std_msgs/String, a JSON object: who drives, deadman held, speed, input "
+        "age), shown in the Drive panel.",
     )
     image_topics: tuple[str, ...] = param(
         ("camera/image_raw",),

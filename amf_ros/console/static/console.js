@@ -14,18 +14,20 @@ function connect() {
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws${token ? "?token=" + encodeURIComponent(token) : ""}`;
   const ws = new WebSocket(url);
   state.ws = ws;
-  ws.onopen = () => { retry = 500; setConn(true); };
-  ws.onclose = () => { setConn(false); setTimeout(connect, retry); retry = Math.min(retry * 2, 5000); };
+  ws.onopen = () => { retry = 500; setConn(true); if (drive.on) wsSend({ op: "view", mode: "drive" }); };
+  // a dropped connection lets go of everything: after it, nothing moves until keys are pressed again
+  ws.onclose = () => { setConn(false); drive.keys.clear(); drive.live = false; setTimeout(connect, retry); retry = Math.min(retry * 2, 5000); };
   ws.onmessage = (ev) => {
     let msg;
     try { msg = JSON.parse(ev.data); } catch (e) { return; }
     if (msg.type === "hello") {
       state.tasks = msg.tasks || [];
+      drive.client = msg.client || "";
       for (const [name, data] of Object.entries(msg.sections)) render(name, data);
     } else if (msg.type === "section") {
       render(msg.name, msg.data);
     } else if (msg.type === "camera") {
-      showCamera(msg.name, msg.jpeg, msg.at);
+      showCamera(msg.name, msg.jpeg, msg.at, msg.stamp);
     } else if (msg.type === "result") {
       showResult(msg.op, msg.ok, msg.text);
     }
@@ -42,6 +44,11 @@ function send(op, withTask) {
   if (withTask) msg.task = $("task-select").value;
   state.ws.send(JSON.stringify(msg));
   showResult(op, null, `${op}: sent…`);
+}
+function wsSend(doc) {
+  if (!state.ws || state.ws.readyState !== WebSocket.OPEN) return false;
+  state.ws.send(JSON.stringify(doc));
+  return true;
 }
 function showResult(op, ok, text) {
   const el = $("last-result");
@@ -156,6 +163,19 @@ const renderers = {
     none.textContent = published.length ? `no camera frames yet (${published.join(", ")})`
       : `no camera configured: nothing publishes ${(d.topics || []).join(", ") || "an image topic"}`;
   },
+  drive(d) {
+    const s = d.session || {};
+    const who = $("drive-who");
+    who.dataset.driver = s.driver || "";
+    who.textContent = !s.driver ? "nobody drives" : s.driver === drive.client ? "you drive" : `browser ${s.driver} drives`;
+    who.className = "badge " + (s.driver && s.driver !== drive.client ? "warn" : s.driver ? "good" : "");
+    if (d.topic) $("drive-topic").textContent = d.topic;
+    const el = $("teleop-state");
+    if (!d.teleop) return;
+    el.innerHTML = Object.entries(d.teleop).map(([k, v]) =>
+      `<span>${esc(k)}</span><b data-key="${esc(k)}">${esc(typeof v === "number" ? fmt(v, 3).replace(/\.?0+$/, "") : v)}</b>`).join("") +
+      (d.teleop_error ? `<span>problem</span><b class="fail">${esc(d.teleop_error)}</b>` : "");
+  },
   sim(d) {
     state.sim = !!d.available;
     for (const el of document.querySelectorAll(".sim-only")) el.hidden = !state.sim;
@@ -225,7 +245,7 @@ function plotLines(id, title, xs, series, xlabel, yrange, ylog) {
   state.plots[id] = plot;
 }
 
-function showCamera(name, jpeg, at) {
+function showCamera(name, jpeg, at, stamp) {
   const box = $("cameras");
   let img = box.querySelector(`img[data-camera="${CSS.escape(name)}"]`);
   if (!img) {
@@ -236,21 +256,155 @@ function showCamera(name, jpeg, at) {
     img = fig.querySelector("img");
   }
   img.src = "data:image/jpeg;base64," + jpeg;
+  img.dataset.stamp = stamp ?? "";  // the image's capture time (its header stamp), before data-at: observers read both
   img.dataset.at = at;
 }
+
+// ---- Drive ------------------------------------------------------------------------------------------------
+// Held keys and the gamepad become the console mapping (amf_ros/console/drive.py): 7 axes, 4 buttons, sent to the
+// console every 50 ms while anything is held and at once on every key down / up; the console republishes it as
+// sensor_msgs/Joy for the teleop node. Nothing is sent while nothing is held (the console then goes silent).
+const AXES = ["x", "y", "z", "roll", "pitch", "yaw", "gripper"];
+const BUTTONS = ["deadman", "fine", "gripper_toggle", "rotation"];
+// event.code (the physical key, any layout) -> [axis, sign, only with rotation enable (Shift)]
+const DRIVE_KEYS = {
+  KeyW: [0, 1], KeyS: [0, -1], KeyA: [1, 1], KeyD: [1, -1], KeyR: [2, 1], KeyF: [2, -1],
+  KeyU: [3, 1, true], KeyO: [3, -1, true], KeyI: [4, 1, true], KeyK: [4, -1, true], KeyJ: [5, 1, true], KeyL: [5, -1, true],
+  KeyE: [6, 1], KeyQ: [6, -1],
+};
+const DRIVE_CODES = new Set([...Object.keys(DRIVE_KEYS), "Space", "ShiftLeft", "ShiftRight", "KeyG", "KeyZ"]);
+const DRIVE_PERIOD_MS = 50;
+const PAD_DEADZONE = 0.1;
+const drive = { on: false, keys: new Set(), fine: false, live: false, timer: null, client: "", padFine: false,
+                sent: 0, keyAt: 0, pad: "" };
+
+// the first connected standard-mapping gamepad as the console mapping (w3c.github.io/gamepad/#remapping), or null
+function readPad() {
+  if (!navigator.getGamepads || document.hidden) return null;
+  const pads = [...navigator.getGamepads()].filter((p) => p && p.connected);
+  const pad = pads.find((p) => p.mapping === "standard");
+  const status = pad ? `${pad.id} (standard mapping)` : pads.length ? `${pads[0].id}: not a standard mapping, not used`
+    : "no gamepad: connect one and press a button";
+  if (status !== drive.pad) { drive.pad = status; $("gamepad-status").textContent = status; }
+  if (!pad) return null;
+  const dz = (v) => (Math.abs(v || 0) < PAD_DEADZONE ? 0 : v);
+  const down = (i) => (pad.buttons[i] && pad.buttons[i].pressed ? 1 : 0);
+  const value = (i) => dz(pad.buttons[i] ? pad.buttons[i].value : 0);
+  const rot = down(4);  // LB: rotation enable
+  const axes = [-dz(pad.axes[1]), -dz(pad.axes[0]), -dz(pad.axes[3]),
+    rot * (down(14) - down(15)), rot * (down(12) - down(13)), rot * -dz(pad.axes[2]), value(6) - value(7)];
+  if (down(2) && !drive.padFine) drive.fine = !drive.fine;  // X: fine / coarse on its press
+  drive.padFine = !!down(2);
+  const buttons = [down(5), 0, down(0), rot];
+  return { axes, buttons, active: axes.some((a) => a !== 0) || buttons.some((b) => b) };
+}
+
+function driveState() {
+  const axes = [0, 0, 0, 0, 0, 0, 0];
+  const k = drive.keys;
+  const rot = k.has("ShiftLeft") || k.has("ShiftRight");
+  for (const code of k) {
+    const m = DRIVE_KEYS[code];
+    if (m && (!m[2] || rot)) axes[m[0]] += m[1];
+  }
+  const buttons = [k.has("Space") ? 1 : 0, 0, k.has("KeyG") ? 1 : 0, rot ? 1 : 0];
+  let source = "keyboard";
+  const pad = readPad();
+  if (pad && pad.active) {
+    source = "gamepad";
+    for (let i = 0; i < axes.length; i++) axes[i] += pad.axes[i];
+    for (let i = 0; i < buttons.length; i++) buttons[i] = buttons[i] || pad.buttons[i];
+  }
+  buttons[1] = drive.fine ? 1 : 0;
+  return { axes: axes.map((a) => Math.max(-1, Math.min(1, Math.round(a * 1000) / 1000))), buttons, source };
+}
+
+// send the current state while anything is held, and once more when the last thing is let go; the first input of
+// every press follows an all-released one (the teleop node counts a deadman press only after it saw it released)
+function driveSend() {
+  if (!drive.on) return;
+  const s = driveState();
+  const live = s.axes.some((a) => a !== 0) || s.buttons[0] === 1 || s.buttons[2] === 1 || s.buttons[3] === 1;
+  if (live && !drive.live) wsSend({ op: "drive", axes: [0, 0, 0, 0, 0, 0, 0], buttons: [0, s.buttons[1], 0, 0], source: "release" });
+  if ((live || drive.live) && wsSend({ op: "drive", ...s })) drive.sent++;
+  drive.live = live;
+  showDriveInput(s);
+}
+
+// everything let go at once (focus lost, page hidden or closed, Drive off, Esc): deadman 0, then silence
+function driveRelease() {
+  drive.keys.clear();
+  const s = { axes: [0, 0, 0, 0, 0, 0, 0], buttons: [0, drive.fine ? 1 : 0, 0, 0], source: "release" };
+  if (drive.live && wsSend({ op: "drive", ...s })) drive.sent++;
+  drive.live = false;
+  showDriveInput(s);
+}
+
+function showDriveInput(s) {
+  $("drive-axes").querySelector("tbody").innerHTML = AXES.map((name, i) => {
+    const v = s.axes[i];
+    const style = v >= 0 ? `left:50%;width:${50 * v}%` : `left:${50 + 50 * v}%;width:${-50 * v}%`;
+    return `<tr data-axis="${name}" data-value="${v}"><td>${name}</td><td><div class="axis"><span style="${style}"></span></div></td><td>${fmt(v, 2)}</td></tr>`;
+  }).join("");
+  $("drive-buttons").innerHTML = BUTTONS.map((name, i) =>
+    `<span class="badge" data-button="${name}" data-on="${s.buttons[i]}">${name.replace("_", " ")}</span>`).join("");
+  $("drive-deadman").textContent = s.buttons[0] ? "deadman held" : "deadman released";
+  $("drive-deadman").className = "badge" + (s.buttons[0] ? " held" : "");
+  $("drive-speed").textContent = s.buttons[1] ? "fine" : "coarse";
+}
+
+function setDrive(on) {
+  if (!on) driveRelease();
+  drive.on = on;
+  const btn = $("btn-drive");
+  btn.textContent = "";
+  btn.append(`Drive: ${on ? "on" : "off"} `);
+  btn.insertAdjacentHTML("beforeend", "<kbd>v</kbd>");
+  btn.classList.toggle("on", on);
+  document.body.classList.toggle("driving", on);
+  wsSend({ op: "view", mode: on ? "drive" : "watch" });  // the camera at the driving rate while on
+  clearInterval(drive.timer);
+  drive.timer = on ? setInterval(driveSend, DRIVE_PERIOD_MS) : null;
+  if (on) driveSend();
+}
+$("btn-drive").addEventListener("click", (ev) => { setDrive(!drive.on); ev.currentTarget.blur(); });
+window.addEventListener("blur", driveRelease);
+window.addEventListener("pagehide", driveRelease);
+document.addEventListener("visibilitychange", () => { if (document.hidden) driveRelease(); });
+window.addEventListener("gamepadconnected", () => readPad());
+window.addEventListener("gamepaddisconnected", () => readPad());
+
+function driveKey(ev, down) {
+  if (!drive.on || !DRIVE_CODES.has(ev.code) || ev.ctrlKey || ev.metaKey || ev.altKey) return false;
+  ev.preventDefault();  // no scrolling, no button pressed by Space
+  if (down && ev.repeat) return true;
+  drive.keyAt = Date.now();  // when the newest key event happened (read by the latency benchmark)
+  if (ev.code === "KeyZ") { if (down) drive.fine = !drive.fine; }
+  else if (down) drive.keys.add(ev.code);
+  else drive.keys.delete(ev.code);
+  driveSend();
+  return true;
+}
+document.addEventListener("keyup", (ev) => { driveKey(ev, false); });
 
 // ---- controls ---------------------------------------------------------------------------------------------
 for (const btn of document.querySelectorAll("button[data-op]")) {
   btn.addEventListener("click", () => send(btn.dataset.op, btn.dataset.task === "1"));
 }
 const KEYS = { a: "btn-ask", s: "btn-start", y: "btn-save-success", f: "btn-save-failure", d: "btn-discard",
-               r: "btn-rerecord", t: "btn-fine-tune", e: "btn-evaluate", x: "btn-stop-all", Escape: "btn-stop-all" };
+               r: "btn-rerecord", t: "btn-fine-tune", e: "btn-evaluate", x: "btn-stop-all", Escape: "btn-stop-all",
+               v: "btn-drive" };
+const WHILE_DRIVING = new Set(["y", "x", "Escape", "v"]);  // the round's keys that are not drive keys
 document.addEventListener("keydown", (ev) => {
+  if (driveKey(ev, true)) return;
   if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
   const tag = (ev.target.tagName || "").toLowerCase();
   if ((tag === "select" || tag === "input" || tag === "textarea") && ev.key !== "Escape") return;
+  if (drive.on && !WHILE_DRIVING.has(ev.key)) return;
+  if (drive.on && (ev.key === "Escape" || ev.key === "x")) driveRelease();
   const id = KEYS[ev.key];
   if (id && !$(id).hidden) { ev.preventDefault(); $(id).click(); }
 });
+showDriveInput(driveState());
 
 connect();

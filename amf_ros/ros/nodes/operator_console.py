@@ -2,10 +2,12 @@
 (logic: amf_ros/runtime/operator_console.py; page and server: amf_ros/console/; docs/console.md).
 
 ROS side only: subscriptions feed the console's model (recorder status, saved episodes, checkpoints, the simulator's
-status, the camera), a raw (never deserialised) subscription per recorder input topic times its arrivals for the
-stale/slow warnings, and browser commands become bounded service calls and action goals. A command arrives on the
-web server's thread and is handed to the executor through a guard condition, so every rclpy call happens on the
-executor; no callback waits on anything.
+status, the camera, the teleop node's state), a raw (never deserialised) subscription per recorder input topic times
+its arrivals for the stale/slow warnings, and browser commands become bounded service calls and action goals. A
+command arrives on the web server's thread and is handed to the executor through a guard condition, so every rclpy
+call happens on the executor; no callback waits on anything. The Drive panel's input becomes sensor_msgs/Joy on
+``drive_topic``: published on the executor at once when it changes (a guard condition) and every 1/``drive_rate_hz``
+while fresh by a timer that runs only while someone drives.
 """
 
 from __future__ import annotations
@@ -21,17 +23,19 @@ from rcl_interfaces.srv import GetParameters
 from rclpy.action import ActionClient
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import Image, Joy
 from std_msgs.msg import String
 
 from amf_ros._optional import load_object
 from amf_ros.action import FineTune, RunPolicy
 from amf_ros.bringup import graph_lock
 from amf_ros.bringup.params.operator_console import OperatorConsoleParams
+from amf_ros.console.camera import FrameSlot
+from amf_ros.console.drive import DriveInput, DriveSession
 from amf_ros.console.model import ConsoleModel
 from amf_ros.console.protocol import Command
-from amf_ros.console.server import ConsoleServer, FrameSlot
-from amf_ros.data.ros_convert import image_to_rgb
+from amf_ros.console.server import ConsoleServer
+from amf_ros.data.ros_convert import image_to_rgb, stamp_ns
 from amf_ros.msg import ArmStop, CheckpointInfo, EpisodeInfo, RecorderStatus, TaskDecision, TaskStatus
 from amf_ros.ros import qos
 from amf_ros.ros.calls import GoalCall, call_bounded, send_goal_bounded
@@ -68,7 +72,8 @@ class OperatorConsoleNode(Node):
             tasks = load_task_set(p.tasks_file).instructions
         self.model = ConsoleModel(tasks, {t: p.target_demos for t in tasks} if p.target_demos else None,
                                   stale_after_s=p.stale_after_s, min_rate_fraction=p.min_rate_fraction)
-        self.console = OperatorConsole(self.model, self, auto_ask=p.auto_ask)
+        self.console = OperatorConsole(self.model, self, auto_ask=p.auto_ask,
+                                       drive=DriveSession(silence_s=p.drive_silence_s))
         self.frames = FrameSlot()
         self._goals: dict[str, GoalCall] = {}
         self._inbox: queue.SimpleQueue[tuple[Command, Callable[[bool, str], None]]] = queue.SimpleQueue()
@@ -105,6 +110,15 @@ class OperatorConsoleNode(Node):
         self._run = ActionClient(self, RunPolicy, p.run_policy_action, callback_group=group,
                                   **qos.action_services())
         self._stop_pub = self.create_publisher(ArmStop, p.stop_topic, qos.EVENTS)
+        # Drive: the page's input as Joy for the teleop node (never the arm's action topic)
+        self._joy_pub = self.create_publisher(Joy, p.drive_topic, qos.EVENTS)
+        self.create_subscription(String, p.teleop_state_topic, lambda m: self.console.on_teleop_state(m.data),
+                                 qos.LATCHED, callback_group=group)
+        self._drive_wake = self.create_guard_condition(self._drive_now, callback_group=group)
+        self._drive_timer = self.create_timer(1.0 / p.drive_rate_hz, self._drive_tick, callback_group=group)
+        self._drive_timer.cancel()  # runs only while someone drives
+        self._drive_idle = True
+        self.model.on_drive(topic=self.resolve_topic_name(p.drive_topic))
         self._watched: set[str] = set()
         self._streams_pending: list[str] = []
         self._sim_available: bool | None = None
@@ -122,7 +136,9 @@ class OperatorConsoleNode(Node):
         self.server = ConsoleServer(self.model, self._from_browser, host=p.host, port=p.port, token=p.token,
                                     frames=self.frames if p.image_topics else None, to_rgb=image_to_rgb,
                                     display_rate_hz=p.display_rate_hz, push_period_s=p.push_period_s, log=self.log,
-                                    allowed_hosts=p.allowed_hosts)
+                                    allowed_hosts=p.allowed_hosts, drive_display_rate_hz=p.drive_display_rate_hz,
+                                    on_drive=self._from_browser_drive, on_drive_release=self._drive_released,
+                                    frame_stamp=lambda m: stamp_ns(m) * 1e-9)
         try:
             self.server.start()
         except (OSError, ValueError) as exc:
@@ -146,6 +162,40 @@ class OperatorConsoleNode(Node):
             except Exception as exc:
                 self.get_logger().error(f"{cmd.op}: {type(exc).__name__}: {exc}")
                 reply(False, f"{cmd.op} failed: {type(exc).__name__}: {exc}")
+
+    # -- Drive: browser -> Joy ---------------------------------------------------------------------------------
+    def _from_browser_drive(self, client: str, inp: DriveInput) -> str:
+        """Called on the web server's thread: hand the input to the session; wake the executor to publish it now
+        if it changed or nobody was driving (nothing rclpy here but the guard condition)."""
+        now, why = self.console.drive_input(client, inp)
+        if not why and (now or self._drive_idle):
+            self._drive_wake.trigger()
+        return why
+
+    def _drive_released(self, client: str) -> None:
+        if self.console.drive_release(client):
+            self._drive_wake.trigger()
+
+    def _drive_now(self) -> None:
+        """On the executor: publish every change at once, in order, and run the republish timer."""
+        if self._drive_idle:
+            self._drive_idle = False
+            self._drive_timer.reset()
+        self._publish_joy(self.console.drive_publish(tick=False))
+
+    def _drive_tick(self) -> None:
+        inputs = self.console.drive_publish(tick=True)
+        if not inputs:  # the driving page went silent: publish nothing (the teleop node's silence rule stops the arm)
+            self._drive_timer.cancel()
+            self._drive_idle = True
+        self._publish_joy(inputs)
+
+    def _publish_joy(self, inputs: list[DriveInput]) -> None:
+        for inp in inputs:
+            msg = Joy()
+            msg.header.stamp = self.get_clock().now().to_msg()
+            msg.axes, msg.buttons = inp.joy()
+            self._joy_pub.publish(msg)
 
     # -- ROS inputs --------------------------------------------------------------------------------------------
     def _on_recorder(self, msg: RecorderStatus) -> None:
