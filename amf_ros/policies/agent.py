@@ -68,7 +68,7 @@ class TaskConditionedPolicy:
         limit_threads(config.num_threads)  # 0 = torch's default
         with torch.random.fork_rng(devices=[]):  # seeded initialisation without touching the global RNG
             torch.manual_seed(config.seed)
-            self.trunk = make_trunk(config.trunk, state_dim, config.image_feature_dim)
+            self.trunk = make_trunk(config.trunk, state_dim, config.image_feature_dim, config.state_differences)
             self.head_config = self._head_config(head_config)
             self.head: nn.Module = self._make_head(self.head_config)
         self.prior: nn.Module | None = None
@@ -182,7 +182,7 @@ class TaskConditionedPolicy:
         """Fit action (and state) statistics; done automatically by the first :meth:`fit`."""
         self.action_normalizer = Normalizer.fit(np.asarray(transitions["action"], dtype=np.float32))
         if isinstance(self.trunk, StateTrunk):
-            self.trunk.set_normalizer(Normalizer.fit(np.asarray(transitions["state"], dtype=np.float32)))
+            self.trunk.set_normalizer(Normalizer.fit(self.trunk.raw_features(transitions["state"]).numpy()))
             self.cache.clear()
 
     def _chunks(self, transitions: Transitions) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,8 +200,11 @@ class TaskConditionedPolicy:
     # ------------------------------------------------------------------ training
     def fit(self, transitions: Transitions, steps: int, *, batch_size: int | None = None, lr: float | None = None,
             seed: int | None = None, progress: bool = False, callback: StepCallback | None = None,
-            train_trunk: bool = False, cached: bool = True, row_weights: np.ndarray | None = None) -> FitResult:
+            train_trunk: bool = False, cached: bool = True, row_weights: np.ndarray | None = None,
+            lr_schedule: str | None = None, ema_decay: float | None = None) -> FitResult:
         """Train the head (and, with ``train_trunk``, the image trunk) for ``steps`` AdamW steps.
+
+        ``lr_schedule``, ``ema_decay``: this call's (None = the config's; pre-training passes its own).
 
         ``row_weights``: (N,) minibatch sampling weight of each transition (e.g. replayed pre-training rows at a fixed
         share); None = uniform.
@@ -216,7 +219,7 @@ class TaskConditionedPolicy:
         if self.action_normalizer is None:
             self.fit_normalizers(transitions)
         chunks, mask = self._chunks(transitions)
-        cfg = self.config.train_config(batch_size=batch_size, lr=lr,
+        cfg = self.config.train_config(batch_size=batch_size, lr=lr, lr_schedule=lr_schedule, ema_decay=ema_decay,
                                        seed=seed if seed is not None else self.config.seed + self._fit_calls)
         self._fit_calls += 1
         tasks = self._task_rows(list(transitions["task"]))

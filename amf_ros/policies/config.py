@@ -15,6 +15,7 @@ from amf_ros.policies.adaptive_prior import AlphaConfig
 from amf_ros.policies.embeddings import EmbeddingConfig
 from amf_ros.policies.fine_tuning import FINE_TUNE
 from amf_ros.policies.finetune import TrainConfig
+from amf_ros.policies.trunks import check_differences
 
 
 @dataclass
@@ -33,6 +34,11 @@ class PolicyConfig:
     """H, actions per chunk (Octo: 4)."""
     image_feature_dim: int = 64
     """Output width of the image trunk."""
+    state_differences: tuple[tuple[int, int, int], ...] = ()
+    """State trunk only: (a, b, n) triples, each appending ``state[b:b+n] - state[a:a+n]`` to the trunk's input before
+    normalisation (:class:`~amf_ros.policies.trunks.StateTrunk`); () = the state alone (checkpoints written before
+    this field load with it). ``PretrainConfig.relative_features`` sets the WidowX's object - gripper and receptacle -
+    object (:func:`amf_ros.training.pretrain.relative_state_differences`)."""
     diffusion_hidden_dim: int = 128
     """Residual width of the diffusion head (Octo: 256)."""
     diffusion_num_blocks: int = 2
@@ -55,6 +61,10 @@ class PolicyConfig:
     """AdamW weight decay."""
     grad_clip: float = 1.0
     """Gradient-norm clip (0 = off)."""
+    lr_schedule: str = "constant"
+    """Learning rate over one :meth:`fit` call: "constant" or "cosine" (decays to 0 at its last step)."""
+    ema_decay: float = 0.0
+    """Exponential moving average of the head's weights over one :meth:`fit` call, adopted at its end (0 = off)."""
     embedding_kind: str = "grad"
     """AMF embeddings: "grad" (loss gradient), "last_layer" or "dropout"."""
     embedding_draws: int = 4
@@ -83,6 +93,9 @@ class PolicyConfig:
 
     def __post_init__(self) -> None:
         self.mlp_hidden_dims = tuple(int(h) for h in self.mlp_hidden_dims)
+        self.state_differences = tuple(check_differences(self.state_differences))
+        if self.state_differences and self.trunk != "state":
+            raise ValueError(f"state_differences need the state trunk, got {self.trunk=}")
         if self.head not in ("diffusion", "mlp"):
             raise ValueError(f"head must be 'diffusion' or 'mlp', got {self.head=}")
         if self.trunk not in ("state", "image"):
@@ -99,7 +112,8 @@ class PolicyConfig:
     def train_config(self, **overrides: Any) -> TrainConfig:
         """The fine-tuning optimiser settings (``overrides`` with None values are ignored)."""
         base = TrainConfig(batch_size=self.batch_size, lr=self.lr, weight_decay=self.weight_decay,
-                           grad_clip=self.grad_clip, seed=self.seed)
+                           grad_clip=self.grad_clip, seed=self.seed, lr_schedule=self.lr_schedule,
+                           ema_decay=self.ema_decay)
         return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
     def embedding_config(self, **overrides: Any) -> EmbeddingConfig:
@@ -118,6 +132,7 @@ class PolicyConfig:
         """JSON-able dict (tuples become lists)."""
         d = dataclasses.asdict(self)
         d["mlp_hidden_dims"] = list(self.mlp_hidden_dims)
+        d["state_differences"] = [list(t) for t in self.state_differences]
         return d
 
     @classmethod

@@ -36,6 +36,9 @@ class FineTuneSettings:
                              f"got {self}")
 
 
+LR_SCHEDULES = ("constant", "cosine")
+"""Learning-rate schedules of one training call (:class:`amf_ros.policies.finetune.TrainConfig`)."""
+
 FINE_TUNE = FineTuneSettings()
 """The defaults, for the tables and configs that take theirs from :class:`FineTuneSettings`."""
 

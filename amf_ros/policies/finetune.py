@@ -8,6 +8,7 @@ torch Generator, both seeded; dropout (if any) runs under a forked, seeded globa
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from amf_ros.policies.base import FitResult, StepCallback
-from amf_ros.policies.fine_tuning import FINE_TUNE
+from amf_ros.policies.fine_tuning import FINE_TUNE, LR_SCHEDULES
 
 
 @dataclass
@@ -34,11 +35,32 @@ class TrainConfig:
     """Global gradient-norm clip (Octo: 1.0; 0 = off)."""
     seed: int = 0
     """Seed of minibatch sampling and diffusion noise."""
+    lr_schedule: str = "constant"
+    """"constant", or "cosine": lr * (1 + cos(pi * step / steps)) / 2 over the call's steps (Octo, diffusion_policy
+    and LeRobot decay their learning rate; a constant one leaves the last iterate as noisy as the first epochs')."""
+    ema_decay: float = 0.0
+    """Decay of an exponential moving average of the trained weights, copied into the head when the call ends
+    (diffusion_policy keeps one; 0 = off). Warm-up as TensorFlow's ExponentialMovingAverage with ``num_updates``: the
+    decay at 0-based step t is min(ema_decay, (1 + t) / (10 + t)), so a short call is not dominated by the start."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.lr <= 0 or self.weight_decay < 0 or self.grad_clip < 0:
             raise ValueError(f"invalid TrainConfig: {self.batch_size=} {self.lr=} {self.weight_decay=} "
                              f"{self.grad_clip=}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule=}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay=}")
+
+
+
+def lr_factor(schedule: str, step: int, steps: int) -> float:
+    """Multiplier of the learning rate at 0-based ``step`` of ``steps`` (1.0 throughout for "constant")."""
+    if schedule == "constant":
+        return 1.0
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * min(step, steps) / max(1, steps)))
+    raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {schedule=}")
 
 
 def sampling_probabilities(row_weights: np.ndarray, n: int) -> np.ndarray:
@@ -83,6 +105,7 @@ def train_head(head: nn.Module, batch_embeddings: Callable[[np.ndarray], torch.T
     probs = None if row_weights is None else sampling_probabilities(row_weights, n)
     params = [p for p in head.parameters() if p.requires_grad] + list(extra_params)
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    ema = [p.detach().clone() for p in params] if config.ema_decay > 0 else None
     rng = np.random.default_rng(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
     result = FitResult()
@@ -104,7 +127,14 @@ def train_head(head: nn.Module, batch_embeddings: Callable[[np.ndarray], torch.T
             loss.backward()
             if config.grad_clip > 0:
                 nn.utils.clip_grad_norm_(params, config.grad_clip)
+            for group in opt.param_groups:
+                group["lr"] = config.lr * lr_factor(config.lr_schedule, step, steps)
             opt.step()
+            if ema is not None:
+                decay = min(config.ema_decay, (1 + step) / (10 + step))
+                with torch.no_grad():
+                    for e, p in zip(ema, params, strict=True):
+                        e.mul_(decay).add_(p.detach(), alpha=1.0 - decay)
             value = float(loss.detach())
             result.losses.append(value)
             result.steps = step + 1
@@ -113,6 +143,10 @@ def train_head(head: nn.Module, batch_embeddings: Callable[[np.ndarray], torch.T
             if callback is not None and not callback(step, value):
                 result.cancelled = True
                 break
+    if ema is not None and result.steps:
+        with torch.no_grad():
+            for p, e in zip(params, ema, strict=True):
+                p.copy_(e)
     result.wall_time_s = time.perf_counter() - t0
     head.train(was_training)
     return result

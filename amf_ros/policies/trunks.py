@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -20,36 +20,68 @@ from amf_ros.policies.normalizer import Normalizer
 
 
 class StateTrunk(nn.Module):
-    """Normalized, clipped state vector: {"state": (B, S)} -> (B, S). No parameters to train.
+    """Normalized, clipped state features: {"state": (B, S)} -> (B, F), F = S + sum of the difference widths.
 
     Why so small: with a state trunk the head is the whole policy (the paper fine-tunes the full MLP on
     Metaworld states), and the head's first layer does the feature learning.
+
+    ``differences``: (a, b, n) triples; each appends ``state[b:b+n] - state[a:a+n]`` to the state before
+    normalisation (e.g. the WidowX's object - gripper and receptacle - object vectors). Why: the scripted WidowX expert
+    is a function of such differences (it closes within 8 mm of the object and carries by receptacle - object), and a
+    head that must compute a 5 mm difference of two absolute coordinates, each normalised by a std of ~0.09 m, mostly
+    did not (see :attr:`amf_ros.policies.config.PolicyConfig.state_differences`). No parameters to train.
     """
 
     frame_key = "state"
 
-    def __init__(self, state_dim: int, clip: float = 10.0) -> None:
+    def __init__(self, state_dim: int, clip: float = 10.0,
+                 differences: Sequence[Sequence[int]] = ()) -> None:
         super().__init__()
         if state_dim < 1:
             raise ValueError(f"state_dim must be >= 1, got {state_dim=}")
-        self.feature_dim = state_dim
+        self.differences = tuple(check_differences(differences, state_dim))
+        self.state_dim = state_dim
+        self.feature_dim = state_dim + sum(n for _, _, n in self.differences)
         self.clip = clip
-        self.register_buffer("mean", torch.zeros(state_dim))
-        self.register_buffer("std", torch.ones(state_dim))
+        self.register_buffer("mean", torch.zeros(self.feature_dim))
+        self.register_buffer("std", torch.ones(self.feature_dim))
 
     def set_normalizer(self, norm: Normalizer) -> None:
-        """Adopt pre-training state statistics (done once, before the prior is frozen)."""
+        """Adopt pre-training statistics of the features (done once, before the prior is frozen); width F."""
         if norm.dim != self.feature_dim:
-            raise ValueError(f"normalizer width {norm.dim} != state_dim {self.feature_dim}")
+            raise ValueError(f"normalizer width {norm.dim} != feature width {self.feature_dim} (state_dim "
+                             f"{self.state_dim} + differences {self.differences})")
         self.mean.copy_(torch.from_numpy(norm.mean))
         self.std.copy_(torch.from_numpy(norm.std))
 
+    def raw_features(self, states: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """(B, F) un-normalized features: the states (B, S), then each difference in order."""
+        s = torch.as_tensor(np.asarray(states, dtype=np.float32))
+        if s.ndim != 2 or s.shape[1] != self.state_dim:
+            raise ValueError(f"state: expected shape (B, {self.state_dim}), got {tuple(s.shape)}")
+        if not self.differences:
+            return s
+        return torch.cat([s, *(s[:, b:b + n] - s[:, a:a + n] for a, b, n in self.differences)], dim=1)
+
     def encode_frames(self, frames: Mapping[str, np.ndarray | torch.Tensor]) -> torch.Tensor:
-        """(B, S) float32 features from ``frames["state"]`` (B, S)."""
-        s = torch.as_tensor(np.asarray(frames["state"], dtype=np.float32))
-        if s.ndim != 2 or s.shape[1] != self.feature_dim:
-            raise ValueError(f"state: expected shape (B, {self.feature_dim}), got {tuple(s.shape)}")
-        return torch.clip((s - self.mean) / self.std, -self.clip, self.clip)
+        """(B, F) float32 features from ``frames["state"]`` (B, S)."""
+        return torch.clip((self.raw_features(frames["state"]) - self.mean) / self.std, -self.clip, self.clip)
+
+
+def check_differences(differences: Sequence[Sequence[int]], state_dim: int | None = None
+                      ) -> list[tuple[int, int, int]]:
+    """Validated (a, b, n) triples of :class:`StateTrunk`; with ``state_dim``, both slices must lie inside the state."""
+    out = []
+    for d in differences:
+        if len(d) != 3 or any(int(x) != x for x in d):
+            raise ValueError(f"a state difference is (a, b, n) integers: state[b:b+n] - state[a:a+n], got {d!r}")
+        a, b, n = (int(x) for x in d)
+        if a < 0 or b < 0 or n < 1:
+            raise ValueError(f"a state difference needs a, b >= 0 and n >= 1, got {(a, b, n)}")
+        if state_dim is not None and max(a, b) + n > state_dim:
+            raise ValueError(f"state difference {(a, b, n)} reaches past the state (width {state_dim})")
+        out.append((a, b, n))
+    return out
 
 
 class ImageTrunk(nn.Module):
@@ -87,10 +119,11 @@ class ImageTrunk(nn.Module):
         return self.norm(self.proj(F.adaptive_avg_pool2d(x, 1).flatten(1)))
 
 
-def make_trunk(kind: str, state_dim: int = 0, image_feature_dim: int = 64) -> nn.Module:
-    """``"state"`` -> :class:`StateTrunk`, ``"image"`` -> :class:`ImageTrunk`."""
+def make_trunk(kind: str, state_dim: int = 0, image_feature_dim: int = 64,
+               state_differences: Sequence[Sequence[int]] = ()) -> nn.Module:
+    """``"state"`` -> :class:`StateTrunk` (with ``state_differences``), ``"image"`` -> :class:`ImageTrunk`."""
     if kind == "state":
-        return StateTrunk(state_dim)
+        return StateTrunk(state_dim, differences=state_differences)
     if kind == "image":
         return ImageTrunk(image_feature_dim)
     raise ValueError(f"unknown trunk {kind!r}; choose 'state' or 'image'")

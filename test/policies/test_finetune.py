@@ -69,3 +69,61 @@ def test_fit_validates_transitions():
         policy.act({"state": np.zeros(5)}, "a")
     with pytest.raises(ValueError, match="state"):
         TaskConditionedPolicy(PolicyConfig(task_encoder="hash"), action_dim=2, tasks={})
+
+
+def _tiny_head() -> GaussianMLPHead:
+    torch.manual_seed(0)
+    return GaussianMLPHead(MLPHeadConfig(embedding_dim=4, action_horizon=1, action_dim=2, hidden_dims=(8,)))
+
+
+def _iterates(config: TrainConfig, steps: int = 40) -> tuple[GaussianMLPHead, list[torch.Tensor]]:
+    """Train a tiny head; the flat parameters after every optimiser step (the callback runs after each one)."""
+    head = _tiny_head()
+    gen = torch.Generator().manual_seed(1)
+    emb, chunks = torch.randn(32, 4, generator=gen), torch.randn(32, 1, 2, generator=gen)
+    seen = [torch.nn.utils.parameters_to_vector(head.parameters()).detach().clone()]
+
+    def record(step: int, loss: float) -> bool:
+        seen.append(torch.nn.utils.parameters_to_vector(head.parameters()).detach().clone())
+        return True
+
+    train_head(head, lambda idx: emb[idx], chunks, None, steps, config, callback=record)
+    return head, seen
+
+
+def test_lr_factor_is_one_or_a_half_cosine():
+    from amf_ros.policies.finetune import lr_factor
+
+    assert [lr_factor("constant", s, 10) for s in (0, 5, 9)] == [1.0, 1.0, 1.0]
+    cos = [lr_factor("cosine", s, 10) for s in range(10)]
+    assert cos[0] == 1.0 and cos[5] == pytest.approx(0.5, abs=1e-12)
+    assert all(a > b for a, b in zip(cos[:-1], cos[1:], strict=True)) and 0 < cos[-1] < 0.03
+    with pytest.raises(ValueError, match="lr_schedule"):
+        TrainConfig(lr_schedule="linear")
+    with pytest.raises(ValueError, match="ema_decay"):
+        TrainConfig(ema_decay=1.0)
+
+
+def test_cosine_schedule_makes_the_last_steps_small():
+    _, const = _iterates(TrainConfig(batch_size=8, lr=1e-2))
+    _, cos = _iterates(TrainConfig(batch_size=8, lr=1e-2, lr_schedule="cosine"))
+
+    def step_size(run: list[torch.Tensor], i: int) -> float:
+        return float((run[i + 1] - run[i]).norm())
+
+    # Adam's steps are about lr per weight: the first steps agree, the last cosine step is ~lr * 0.0015
+    assert step_size(cos, 0) == pytest.approx(step_size(const, 0), rel=1e-6)
+    assert step_size(cos, 39) < 0.05 * step_size(const, 39)
+
+
+def test_ema_weights_are_the_moving_average_of_the_iterates():
+    decay = 0.9
+    head, run = _iterates(TrainConfig(batch_size=8, lr=1e-2, ema_decay=decay), steps=30)
+    # the callback saw the raw iterates; the head ends with their average (warm-up (1 + t) / (10 + t))
+    ema = run[0].clone().double()
+    for t, w in enumerate(run[1:]):
+        d = min(decay, (1 + t) / (10 + t))
+        ema = d * ema + (1 - d) * w.double()
+    final = torch.nn.utils.parameters_to_vector(head.parameters()).detach().double()
+    assert float((final - run[-1].double()).norm()) > 1e-3, "the average differs from the last iterate"
+    torch.testing.assert_close(final, ema, rtol=0, atol=1e-6)
