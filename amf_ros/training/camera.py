@@ -1,0 +1,326 @@
+"""Pre-training and evaluating the camera policy on the embedded WidowX (frozen EfficientNet-Lite0 + diffusion head).
+
+The camera counterpart of :mod:`amf_ros.training.pretrain`: the same scripted demonstrations (successful ones only,
+translation noise on the executed actions, noise-free labels), but the policy sees the 256 x 256 primary camera
+through the frozen encoder and Octo's 8-D proprio instead of the 14-D state (the objects' positions come from the
+camera). Every frame is rendered once, embedded once (:mod:`amf_ros.policies.image_encoders`) and dropped; a whitened
+PCA of the pre-training embeddings is fitted and frozen, and training runs on the (N, 64 + 8) camera states
+(:mod:`amf_ros.policies.camera_policy`)::
+
+    python -m amf_ros.training.camera --demos-per-task 64 --steps 8000 --eval-episodes 20 --out /tmp/camera_ckpt
+
+Why in training/ (above envs): it renders the simulator's camera, which the policies layer cannot import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from amf_ros.envs.widowx_sim.suite import WidowXSimSuite
+from amf_ros.envs.widowx_sim.task_env import ACTION_MEAN, ACTION_STD, NOISE_STD, WidowXTaskEnv, load_tasks
+
+log = logging.getLogger(__name__)
+
+IMAGE_SIZE = 256
+"""Side of the primary camera's frames (what sim_bridge publishes and demo_recorder records)."""
+ATTEMPTS_PER_DEMO = 3
+"""Scenes tried per kept demonstration (a failed scripted take is discarded, as an operator would)."""
+
+
+class CameraTaskEnv(WidowXTaskEnv):
+    """A :class:`~amf_ros.envs.widowx_sim.task_env.WidowXTaskEnv` with the primary camera: :attr:`image` is the
+    256 x 256 RGB frame of the current state (rendered after every reset and step, ~10 ms on this CPU)."""
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self._suite = WidowXSimSuite(tasks=[spec], camera=True)  # the parent builds one without a camera
+        self.image: np.ndarray | None = None
+
+    def _render(self) -> None:
+        self.image = self._suite.render(IMAGE_SIZE, IMAGE_SIZE, "primary")
+
+    def reset(self, seed: int) -> np.ndarray:
+        """Start an episode (see the parent) and render its first frame."""
+        obs = super().reset(seed)
+        self._render()
+        return obs
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, bool, bool]:
+        """Apply one action (see the parent) and render the new frame."""
+        out = super().step(action)
+        self._render()
+        return out
+
+
+@dataclass
+class CameraPretrainConfig:
+    """Everything that determines a pre-trained camera policy."""
+
+    tasks: list[str] = field(default_factory=lambda: ["spoon_on_towel", "carrot_on_plate", "stack_cube",
+                                                      "eggplant_in_basket"])
+    """Task keys of config/tasks/widowx_sim.yaml (or of ``tasks_file``)."""
+    tasks_file: str = ""
+    """Task file ("" = SIMPLER's four tasks, config/tasks/widowx_sim.yaml)."""
+    demos_per_task: dict[str, int] | int = 64
+    """Successful scripted demonstrations per task (an int = the same for every task; 0 = a task not pre-trained)."""
+    noise_std: float = NOISE_STD
+    """Std of the translation noise on executed expert actions, m per axis and step (labels stay noise-free)."""
+    steps: int = 8000
+    """Gradient steps of pre-training."""
+    batch_size: int = 256
+    lr: float = 1e-3
+    action_horizon: int = 1
+    """H of the diffusion head's chunks (the WidowX state policy's)."""
+    seed: int = 0
+    task_encoder: str = "minilm"
+    """Instruction encoder: "minilm" (all-MiniLM-L6-v2) or "hash" (tests)."""
+    encoder: str = "efficientnet-lite0"
+    pool: str = "grid2"
+    """Pooling of the frozen encoder (:data:`amf_ros.policies.image_encoders.POOLS`)."""
+    projection_dim: int = 64
+    """K of the frozen whitened PCA of the embeddings (0 = the raw embedding; see policies/camera_policy.py)."""
+    proprio_dims: int = 8
+    """Leading state entries beside the embedding (Octo's 8-D proprio; the objects come from the camera)."""
+    encode_batch: int = 4
+    """Frames per encoder call (see ``image_encoders.ENCODE_BATCH``)."""
+
+    def counts(self) -> dict[str, int]:
+        """Demonstrations per task."""
+        if isinstance(self.demos_per_task, int):
+            return {t: int(self.demos_per_task) for t in self.tasks}
+        unknown = sorted(set(self.demos_per_task) - set(self.tasks))
+        if unknown:
+            raise ValueError(f"demos_per_task names tasks not in tasks: {unknown}")
+        return {t: int(self.demos_per_task.get(t, 0)) for t in self.tasks}
+
+
+@dataclass
+class CameraDemo:
+    """One scripted demonstration as the camera policy trains on it (no frames kept)."""
+
+    task: str
+    seed: int
+    embeddings: np.ndarray
+    """(T, D) encoder embeddings of the frames the actions were taken on."""
+    proprio: np.ndarray
+    """(T, P) proprio at those frames."""
+    actions: np.ndarray
+    """(T, 7) noise-free expert labels."""
+    success: bool
+
+
+def collect_camera_demos(specs: Sequence[Any], counts: dict[str, int], encoder: Any, *, seed: int, noise_std: float,
+                         proprio_dims: int = 8, batch_size: int = 4) -> tuple[list[CameraDemo], dict[str, float]]:
+    """Successful scripted demonstrations per task, each frame embedded once; (demos, timings in s)."""
+    from amf_ros.envs.metaworld_rollouts import EVAL_SEED_OFFSET
+
+    rng = np.random.default_rng(seed)
+    demos: list[CameraDemo] = []
+    timing = {"simulate_s": 0.0, "encode_s": 0.0, "frames": 0}
+    for spec in specs:
+        n = counts.get(spec.key, 0)
+        if not n:
+            continue
+        env = CameraTaskEnv(spec)
+        kept = attempts = 0
+        while kept < n and attempts < ATTEMPTS_PER_DEMO * n:
+            t0 = time.perf_counter()
+            scene = int(rng.integers(0, EVAL_SEED_OFFSET))
+            obs = env.reset(scene)
+            xs, frames, labels = [], [], []
+            while not env.done:
+                expert = env.expert_action()
+                xs.append(obs)
+                frames.append(env.image)
+                labels.append(expert)
+                obs, _, _ = env.step(env.perturb(expert, noise_std, rng))
+            attempts += 1
+            timing["simulate_s"] += time.perf_counter() - t0
+            if not env.success:
+                continue
+            t0 = time.perf_counter()
+            emb = encoder.encode(np.stack(frames), batch_size=batch_size)
+            timing["encode_s"] += time.perf_counter() - t0
+            timing["frames"] += len(frames)
+            demos.append(CameraDemo(spec.key, scene, emb, np.stack(xs)[:, :proprio_dims].astype(np.float32),
+                                    np.stack(labels).astype(np.float32), True))
+            kept += 1
+        if kept < n:
+            log.warning("%s: kept %d successful scripted demonstrations of %d attempts (asked for %d)",
+                        spec.key, kept, attempts, n)
+    return demos, timing
+
+
+def demos_to_transitions(demos: Sequence[CameraDemo], projection: Any = None,
+                         episode_offset: int = 0) -> dict[str, np.ndarray]:
+    """The policy's transitions (policies/base.py layout) with ``state`` = camera states (projected embeddings beside
+    the proprio; ``projection`` None = the raw embeddings)."""
+    from amf_ros.policies.camera_policy import camera_states
+
+    if not demos:
+        raise ValueError("need at least one demonstration")
+    return {
+        "state": camera_states(np.concatenate([d.embeddings for d in demos]),
+                               np.concatenate([d.proprio for d in demos]), projection),
+        "task": np.concatenate([np.full(len(d.actions), d.task, dtype=object) for d in demos]).astype(str),
+        "action": np.concatenate([d.actions for d in demos]).astype(np.float32),
+        "episode_index": np.concatenate([np.full(len(d.actions), episode_offset + i, np.int64)
+                                         for i, d in enumerate(demos)]),
+        "step": np.concatenate([np.arange(len(d.actions), dtype=np.int64) for d in demos]),
+    }
+
+
+@dataclass
+class CameraPretrainResult:
+    """A pre-trained camera policy and how it came about."""
+
+    policy: Any
+    spec: Any
+    """The :class:`~amf_ros.policies.camera_policy.CameraSpec` (write it into the checkpoint with the policy)."""
+    projection: Any
+    """The frozen :class:`~amf_ros.policies.camera_policy.CameraProjection` (None with ``projection_dim`` 0)."""
+    demos: list[CameraDemo]
+    counts: dict[str, int]
+    timing: dict[str, float]
+    loss_curve: list[float]
+
+
+def camera_pretrain(config: CameraPretrainConfig, freeze_prior: bool = True) -> CameraPretrainResult:
+    """Collect and embed the demonstrations, fit the projection, fix the normalisation, train the head; the prior
+    frozen after."""
+    from amf_ros.policies.camera_policy import CameraProjection, CameraSpec, make_camera_policy, set_camera_normalizers
+    from amf_ros.policies.config import PolicyConfig
+    from amf_ros.policies.image_encoders import load_image_encoder
+
+    specs = load_tasks(config.tasks_file or None, config.tasks)
+    counts = config.counts()
+    encoder = load_image_encoder(config.encoder, config.pool)
+    spec = CameraSpec.of(encoder, config.proprio_dims, projection_dim=config.projection_dim)
+    demos, timing = collect_camera_demos(specs, counts, encoder, seed=config.seed, noise_std=config.noise_std,
+                                         proprio_dims=config.proprio_dims, batch_size=config.encode_batch)
+    pcfg = PolicyConfig(head="diffusion", trunk="state", task_encoder=config.task_encoder,
+                        action_horizon=config.action_horizon, lr=config.lr, batch_size=config.batch_size,
+                        seed=config.seed)
+    policy = make_camera_policy(spec, {s.key: s.instruction for s in specs}, pcfg)
+    projection = None
+    if config.projection_dim:
+        projection = CameraProjection.fit(np.concatenate([d.embeddings for d in demos]), config.projection_dim)
+    data = demos_to_transitions(demos, projection)
+    set_camera_normalizers(policy, data["state"], ACTION_MEAN, ACTION_STD)
+    t0 = time.perf_counter()
+    fit = policy.fit(data, config.steps)
+    timing["train_s"] = time.perf_counter() - t0
+    if freeze_prior:
+        policy.freeze_prior()
+    return CameraPretrainResult(policy, spec, projection, demos, counts, timing, list(fit.losses))
+
+
+def evaluate_camera(policy: Any, encoder: Any, specs: Sequence[Any], episodes_per_task: int, *, seed: int = 0,
+                    slots: int = 10, proprio_dims: int = 8, projection: Any = None
+                    ) -> tuple[dict[str, float], dict[str, float]]:
+    """Success rate per task over ``episodes_per_task`` episodes (the scenes of
+    :class:`~amf_ros.envs.metaworld_rollouts.EvalPool` with the same ``seed``: paired with the state policy's), the
+    policy acting on the camera; ``slots`` environments per task step in lockstep so the encoder and the head run
+    on a batch; ``projection``: the policy's frozen projection. Returns (success per task, timings: s and frames)."""
+    from amf_ros.envs.metaworld_rollouts import EVAL_SEED_OFFSET
+    from amf_ros.policies.camera_policy import CameraActor
+
+    actor = CameraActor(policy, encoder, proprio_dims, projection)
+    envs = [CameraTaskEnv(s) for s in specs for _ in range(min(slots, episodes_per_task))]
+    per_task = len(envs) // len(specs)
+    succ = {s.key: 0 for s in specs}
+    timing = {"act_s": 0.0, "simulate_s": 0.0, "frames": 0}
+    for wave in range(-(-episodes_per_task // per_task)):
+        running = []
+        for i, env in enumerate(envs):
+            ep = wave * per_task + i % per_task
+            if ep < episodes_per_task:
+                t0 = time.perf_counter()
+                env.reset(EVAL_SEED_OFFSET + 1000 * seed + ep)
+                timing["simulate_s"] += time.perf_counter() - t0
+                running.append(env)
+        done = list(running)
+        while running:
+            t0 = time.perf_counter()
+            chunks = actor.act_batch(np.stack([e.image for e in running]), np.stack([e.obs for e in running]),
+                                     [e.spec.key for e in running])
+            timing["act_s"] += time.perf_counter() - t0
+            timing["frames"] += len(running)
+            t0 = time.perf_counter()
+            for env, chunk in zip(running, chunks, strict=True):
+                env.step(np.asarray(chunk[0], np.float64))
+            timing["simulate_s"] += time.perf_counter() - t0
+            running = [e for e in running if not e.done]
+        for env in done:
+            succ[env.spec.key] += int(env.success)
+    return {k: v / episodes_per_task for k, v in succ.items()}, timing
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m amf_ros.training.camera``: pre-train (and evaluate) a camera policy; prints JSON."""
+    import sys
+
+    from amf_ros.policies.camera_policy import save_camera_policy
+    from amf_ros.policies.image_encoders import load_image_encoder
+    from amf_ros.threads import limited_threads
+
+    parser = argparse.ArgumentParser(prog="python -m amf_ros.training.camera", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=None)
+    parser.add_argument("--tasks-file", default="")
+    parser.add_argument("--demos-per-task", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=8000)
+    parser.add_argument("--projection-dim", type=int, default=64, help="0 = the raw embedding")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pool", default="grid2")
+    parser.add_argument("--action-horizon", type=int, default=1)
+    parser.add_argument("--proprio-dims", type=int, default=8,
+                        help="state entries beside the embedding (8 = proprio; 14 = the objects too: privileged)")
+    parser.add_argument("--task-encoder", default="minilm")
+    parser.add_argument("--eval-episodes", type=int, default=20)
+    parser.add_argument("--eval-slots", type=int, default=10)
+    parser.add_argument("--out", default="", help="checkpoint directory to write (default: none)")
+    parser.add_argument("--json", default="", help="write the result JSON here too")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = CameraPretrainConfig(demos_per_task=args.demos_per_task, steps=args.steps, seed=args.seed, pool=args.pool,
+                               action_horizon=args.action_horizon, task_encoder=args.task_encoder,
+                               proprio_dims=args.proprio_dims, projection_dim=args.projection_dim,
+                               tasks_file=args.tasks_file)
+    if args.tasks:
+        cfg.tasks = list(args.tasks)
+    t0 = time.perf_counter()
+    with limited_threads(1):
+        res = camera_pretrain(cfg)
+        out: dict[str, Any] = {"config": dataclasses.asdict(cfg), "spec": dataclasses.asdict(res.spec),
+                               "counts": res.counts, "demos": len(res.demos),
+                               "frames": int(sum(len(d.actions) for d in res.demos)), "timing": res.timing,
+                               "loss_first": res.loss_curve[0], "loss_last": float(np.mean(res.loss_curve[-100:]))}
+        if args.out:
+            out["checkpoint"] = str(save_camera_policy(res.policy, args.out, res.spec, res.projection))
+        if args.eval_episodes > 0:
+            specs = load_tasks(cfg.tasks_file or None, cfg.tasks)
+            succ, timing = evaluate_camera(res.policy, load_image_encoder(cfg.encoder, cfg.pool), specs,
+                                           args.eval_episodes, seed=cfg.seed, slots=args.eval_slots,
+                                           proprio_dims=cfg.proprio_dims, projection=res.projection)
+            out["success"] = succ
+            out["mean_success"] = float(np.mean(list(succ.values())))
+            out["eval_timing"] = timing
+    out["wall_time_s"] = time.perf_counter() - t0
+    text = json.dumps(out, indent=1, default=str)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
