@@ -27,7 +27,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from amf_ros.atomic import atomic_write_bytes
-from amf_ros.data.schema import ACTION, OBS_PREFIX, STATE
+from amf_ros.data.octo_embeddings import embedded_transitions
+from amf_ros.data.schema import OBS_PREFIX, STATE
 
 CACHE_VERSION = 1
 
@@ -123,37 +124,19 @@ class ImageEmbeddingCache:
         """Transitions with ``state`` = concat(projected embedding, proprio) (N, K + P) and ``action`` = the recorded
         7-D EefDeltaAction; None if the store has no (matching) episode. ``cancelled`` is polled before every episode
         (True -> :class:`~amf_ros.policies.fine_tuning.FineTuneCancelledError`; what was embedded stays cached)."""
-        from amf_ros.data.store import EpisodeStore
-        from amf_ros.policies.fine_tuning import FineTuneCancelledError
+        return embedded_transitions(self.dataset_dir, self.episode, self._state, tasks, episode_ids, cancelled)
 
-        if not self.dataset_dir.is_dir():
-            return None
-        store = EpisodeStore(self.dataset_dir, create=False)
-        ids = list(episode_ids) if episode_ids is not None else store.episode_ids()
-        if tasks:
-            ids = [e for e in ids if store.meta(e).task in set(tasks)]
-        if not ids:
-            return None
-        cols: dict[str, list[np.ndarray]] = {"state": [], "action": [], "task": [], "episode_index": [], "step": []}
-        for i, eid in enumerate(ids):
-            if cancelled is not None and cancelled():
-                raise FineTuneCancelledError(f"fine-tune cancelled while embedding episode {i + 1} of {len(ids)} "
-                                             "(nothing saved)")
-            emb, ep = self.episode(store, eid)
-            n = len(ep)
-            proprio = np.zeros((n, 0), np.float32)
-            if self.proprio_dims:
-                if STATE not in ep.steps:
-                    raise ValueError(f"episode {eid!r} has no {STATE!r} to take the proprio from")
-                proprio = np.asarray(ep.steps[STATE], np.float32).reshape(n, -1)[:, :self.proprio_dims]
-                if proprio.shape[1] != self.proprio_dims:
-                    raise ValueError(f"episode {eid!r}: {STATE!r} has {proprio.shape[1]} entries, the camera "
-                                     f"policy takes the first {self.proprio_dims}")
-            if self.project is not None:
-                emb = np.asarray(self.project(emb), np.float32)
-            cols["state"].append(np.concatenate([emb, proprio], axis=1))
-            cols["action"].append(np.asarray(ep.steps[ACTION], np.float32).reshape(n, -1))
-            cols["task"].append(np.full(n, ep.meta.task, dtype=object))
-            cols["episode_index"].append(np.full(n, i, np.int64))
-            cols["step"].append(np.arange(n, dtype=np.int64))
-        return {k: np.concatenate(v) for k, v in cols.items()}
+    def _state(self, eid: str, emb: np.ndarray, ep: Any) -> np.ndarray:
+        """One episode's state rows: the projected embedding, then the first ``proprio_dims`` of its state."""
+        n = len(ep)
+        proprio = np.zeros((n, 0), np.float32)
+        if self.proprio_dims:
+            if STATE not in ep.steps:
+                raise ValueError(f"episode {eid!r} has no {STATE!r} to take the proprio from")
+            proprio = np.asarray(ep.steps[STATE], np.float32).reshape(n, -1)[:, :self.proprio_dims]
+            if proprio.shape[1] != self.proprio_dims:
+                raise ValueError(f"episode {eid!r}: {STATE!r} has {proprio.shape[1]} entries, the camera "
+                                 f"policy takes the first {self.proprio_dims}")
+        if self.project is not None:
+            emb = np.asarray(self.project(emb), np.float32)
+        return np.concatenate([emb, proprio], axis=1)

@@ -106,27 +106,40 @@ class EmbeddingCache:
         """Transitions with ``state`` = Octo embeddings (N, E) and ``action`` = recorded 7-D EefDeltaAction;
         None if the store has no (matching) episode. ``cancelled`` is polled before every episode (True ->
         :class:`~amf_ros.policies.fine_tuning.FineTuneCancelledError`; the episodes embedded so far stay cached)."""
-        from amf_ros.data.store import EpisodeStore
-        from amf_ros.policies.fine_tuning import FineTuneCancelledError
+        return embedded_transitions(self.dataset_dir, self.episode, lambda _eid, emb, _ep: emb, tasks, episode_ids,
+                                    cancelled)
 
-        if not self.dataset_dir.is_dir():
-            return None
-        store = EpisodeStore(self.dataset_dir, create=False)
-        ids = list(episode_ids) if episode_ids is not None else store.episode_ids()
-        if tasks:
-            ids = [e for e in ids if store.meta(e).task in set(tasks)]
-        if not ids:
-            return None
-        cols: dict[str, list[np.ndarray]] = {"state": [], "action": [], "task": [], "episode_index": [], "step": []}
-        for i, eid in enumerate(ids):
-            if cancelled is not None and cancelled():
-                raise FineTuneCancelledError(f"fine-tune cancelled while embedding episode {i + 1} of {len(ids)} "
-                                        "(nothing saved)")
-            emb, ep = self.episode(store, eid)
-            n = len(ep)
-            cols["state"].append(emb)
-            cols["action"].append(np.asarray(ep.steps["action"], np.float32).reshape(n, -1))
-            cols["task"].append(np.full(n, ep.meta.task, dtype=object))
-            cols["episode_index"].append(np.full(n, i, np.int64))
-            cols["step"].append(np.arange(n, dtype=np.int64))
-        return {k: np.concatenate(v) for k, v in cols.items()}
+
+def embedded_transitions(dataset_dir: Path, episode: Callable[[Any, str], tuple[np.ndarray, Any]],
+                         state: Callable[[str, np.ndarray, Any], np.ndarray], tasks: Sequence[str] = (),
+                         episode_ids: Sequence[str] | None = None,
+                         cancelled: Callable[[], bool] | None = None) -> dict[str, np.ndarray] | None:
+    """The transitions of a store's episodes from a per-frame embedding cache (Octo's trunk, the camera policy's
+    frozen encoder): ``episode(store, id)`` -> (embeddings (N, E), the episode), ``state(id, embeddings, episode)``
+    -> the policy's state rows (N, S); ``action`` = the recorded 7-D EefDeltaAction. None if the store has no
+    (matching) episode. ``cancelled`` is polled before every episode (True ->
+    :class:`~amf_ros.policies.fine_tuning.FineTuneCancelledError`; the episodes embedded so far stay cached)."""
+    from amf_ros.data.store import EpisodeStore
+    from amf_ros.policies.fine_tuning import FineTuneCancelledError
+
+    if not Path(dataset_dir).is_dir():
+        return None
+    store = EpisodeStore(dataset_dir, create=False)
+    ids = list(episode_ids) if episode_ids is not None else store.episode_ids()
+    if tasks:
+        ids = [e for e in ids if store.meta(e).task in set(tasks)]
+    if not ids:
+        return None
+    cols: dict[str, list[np.ndarray]] = {"state": [], "action": [], "task": [], "episode_index": [], "step": []}
+    for i, eid in enumerate(ids):
+        if cancelled is not None and cancelled():
+            raise FineTuneCancelledError(f"fine-tune cancelled while embedding episode {i + 1} of {len(ids)} "
+                                         "(nothing saved)")
+        emb, ep = episode(store, eid)
+        n = len(ep)
+        cols["state"].append(state(eid, emb, ep))
+        cols["action"].append(np.asarray(ep.steps["action"], np.float32).reshape(n, -1))
+        cols["task"].append(np.full(n, ep.meta.task, dtype=object))
+        cols["episode_index"].append(np.full(n, i, np.int64))
+        cols["step"].append(np.arange(n, dtype=np.int64))
+    return {k: np.concatenate(v) for k, v in cols.items()}
