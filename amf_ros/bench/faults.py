@@ -493,7 +493,7 @@ def _amf_up_once(work: Path, env: dict[str, str], sig_name: str, slack_s: float,
         children = _children(up.pid)
         if kill_one:
             os.kill(children["demo_recorder"], signal.SIGKILL)
-            t0 = time.monotonic()
+            t0, killed_ns = time.monotonic(), time.time_ns()
             client.wait_for(lambda: "demo_recorder respawned (1/" in logfile.read_text(errors="replace"), 30,
                             "the respawn")
             # until its exec: a child caught between fork and exec still shows `amf up`'s own command line
@@ -502,7 +502,7 @@ def _amf_up_once(work: Path, env: dict[str, str], sig_name: str, slack_s: float,
             respawned = time.monotonic() - t0
             after = _children(up.pid)
             same = all(after.get(n) == p for n, p in children.items() if n != "demo_recorder")
-            why_not = _records_again(client)
+            why_not = _records_again(client, killed_ns)
             rows.append(Probe("amf up: SIGKILL demo_recorder -> respawned", "4", 2.0, respawned,
                               same and not why_not
                               and after.get("demo_recorder") not in (None, children["demo_recorder"]),
@@ -540,14 +540,23 @@ def _amf_up_once(work: Path, env: dict[str, str], sig_name: str, slack_s: float,
     return rows
 
 
-def _records_again(client: AMFClient, timeout_s: float = 120.0) -> str:
-    """Why the respawned recorder does not record an episode ("" = it does; the scripted operator ends it). The
-    first request to it may be lost while discovery catches up, so it is retried."""
+def _records_again(client: AMFClient, killed_ns: int, timeout_s: float = 120.0) -> str:
+    """Why the respawned recorder does not record an episode ("" = it does; the scripted operator ends it).
+
+    StartEpisode waits for a ready status stamped after the kill: the dead recorder's last latched status said
+    ready, but the new one has heard no topic at its start and refuses until it has. That status arriving is also
+    the handshake of AMFClient.start_episode (the new recorder has discovered this client's response readers), so
+    the one request is not lost and is never resent (a second start would be refused as "already recording")."""
     from amf_ros.ros.client import ROSCallError
 
+    def new_and_ready() -> bool:
+        status = client.seen.status
+        return status is not None and status.ready and time_ns(status.header.stamp) > killed_ns
+
     try:
+        client.wait_for(new_and_ready, timeout_s, "a ready recorder/status from the respawned demo_recorder")
         client.reset("reach", seed=1)
-        ep = retry_lost(lambda: client.start_episode("reach", "reach", require_ok=False, timeout=5), timeout_s)
+        ep = client.start_episode("reach", "reach", require_ok=False, timeout=30)
         if not ep.ok:
             return f"StartEpisode refused: {ep.message[:120]}"
         client.wait_episode(ep.episode_id, timeout=timeout_s)

@@ -11,7 +11,7 @@ from robot_testutil import (
     LivePublisher,
     StatusWatcher,
     assert_same_episode,
-    call,
+    recorder_call,
     scripted_sequence,
     steps_decided_live,
     wait_for,
@@ -45,8 +45,8 @@ def test_bag_import_equals_live_recording(start_nodes, client_node, tmp_path, st
     live = LivePublisher(client_node)
     status = StatusWatcher(client_node)
     warm_up(live, status)  # topics alive before the start
-    res = call(client_node, StartEpisode, "/amf/recorder/start_episode",
-               StartEpisode.Request(task=TASK, instruction=INSTRUCTION))
+    res = recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode",
+                        StartEpisode.Request(task=TASK, instruction=INSTRUCTION))
     assert res.ok, res.message
     seq = scripted_sequence(client_node.get_clock().now().nanoseconds + 100_000_000, frames=40, seed=1)
     live.publish(seq)
@@ -54,8 +54,8 @@ def test_bag_import_equals_live_recording(start_nodes, client_node, tmp_path, st
     # pending until EndEpisode flushes it, exactly as in the import).
     decided = steps_decided_live(live, seq, rate_hz=5.0, mode="tick", max_delay_s=5.0)
     wait_for(lambda: status.last.num_steps >= decided, 20, f"{decided} steps decided by the recorder")
-    end = call(client_node, EndEpisode, "/amf/recorder/end_episode",
-               EndEpisode.Request(episode_id=res.episode_id, success=True))
+    end = recorder_call(client_node, EndEpisode, "/amf/recorder/end_episode",
+                        EndEpisode.Request(episode_id=res.episode_id, success=True))
     assert end.ok and end.num_steps > 0, end.message
     wait_for(lambda: announced, 10, "the episode announcement")
 

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 import pytest
-from robot_testutil import call, wait_for
+from robot_testutil import call, recorder_call, wait_for
 
 pytestmark = pytest.mark.ros
 
@@ -48,7 +48,8 @@ def test_episode_recorded_end_to_end_with_the_experts_pairs(start_nodes, client_
         assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=seed), 30).ok
 
         def started():
-            res = call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
+            res = recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode",
+                                StartEpisode.Request(task=TASK))
             return res if res.ok else None
         res = wait_for(started, 30, "StartEpisode to succeed (topics alive, teleop publishing)", poll=0.3)
         wait_for(lambda res=res: any(m.episode_id == res.episode_id for m in list(announced)), 60,
@@ -96,7 +97,7 @@ def test_an_action_the_arm_dropped_is_not_recorded(start_nodes, client_node, tmp
     assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=3), 30).ok
 
     def started():
-        res = call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
+        res = recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
         return res if res.ok else None
     ep = wait_for(started, 30, "StartEpisode to succeed (state heard, the arm's echo publisher there)", poll=0.3)
     stamp = client_node.get_clock().now().nanoseconds  # after the episode start: a recorder would take it
@@ -106,8 +107,8 @@ def test_an_action_the_arm_dropped_is_not_recorded(start_nodes, client_node, tmp
     pub.publish(make_action([0.01, 0, 0, 0, 0, 0, 1], client_node.get_clock().now().nanoseconds))
     wait_for(lambda: call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request()).steps == 1, 30,
              "the simulator to step on the fresh action")
-    end = call(client_node, EndEpisode, "/amf/recorder/end_episode",
-               EndEpisode.Request(episode_id=ep.episode_id, success=False, discard=False), 30)
+    end = recorder_call(client_node, EndEpisode, "/amf/recorder/end_episode",
+                        EndEpisode.Request(episode_id=ep.episode_id, success=False, discard=False), 30)
     assert end.ok and end.num_steps == 1, end.message
     assert procs.dead() == {}
 
@@ -130,10 +131,10 @@ def test_rerecord_discards_the_demonstration_in_progress_and_the_operator_starts
     assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=7), 30).ok
 
     def started():
-        res = call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
+        res = recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
         return res if res.ok else None
     first = wait_for(started, 30, "StartEpisode to succeed", poll=0.3)
-    again = call(client_node, StartEpisode, "/amf/recorder/rerecord", StartEpisode.Request(), 30)
+    again = recorder_call(client_node, StartEpisode, "/amf/recorder/rerecord", StartEpisode.Request(), 30)
     assert again.ok and first.episode_id in again.message and again.episode_id != first.episode_id, again.message
     wait_for(lambda: any(m.episode_id == again.episode_id for m in list(announced)), 60,
              f"episode {again.episode_id} to be announced")

@@ -16,7 +16,7 @@ from robot_testutil import (
     STATE_TOPIC,
     LivePublisher,
     StatusWatcher,
-    call,
+    recorder_call,
     scripted_sequence,
     wait_for,
     warm_up,
@@ -40,12 +40,12 @@ def test_recorder_refuses_bad_input_and_keeps_what_it_recorded(start_nodes, clie
     status = StatusWatcher(client_node)
 
     def start(task=TASK, instruction=INSTRUCTION, note=""):
-        return call(client_node, StartEpisode, "/amf/recorder/start_episode",
-                    StartEpisode.Request(task=task, instruction=instruction, note=note))
+        return recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode",
+                             StartEpisode.Request(task=task, instruction=instruction, note=note))
 
     def end(episode_id, success=True, discard=False):
-        return call(client_node, EndEpisode, "/amf/recorder/end_episode",
-                    EndEpisode.Request(episode_id=episode_id, success=success, discard=discard))
+        return recorder_call(client_node, EndEpisode, "/amf/recorder/end_episode",
+                             EndEpisode.Request(episode_id=episode_id, success=success, discard=discard))
 
     # Missing topics: nothing published yet, no action publisher.
     res = start()

@@ -25,8 +25,8 @@ def test_recorder_stores_every_frame_of_a_30hz_vga_camera(start_nodes, client_no
     status = rt.StatusWatcher(client_node)
     live = rt.LivePublisher(client_node)
     rt.warm_up(live, status)
-    res = rt.call(client_node, StartEpisode, "/amf/recorder/start_episode",
-               StartEpisode.Request(task="cam", instruction="look"))
+    res = rt.recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode",
+                           StartEpisode.Request(task="cam", instruction="look"))
     assert res.ok, res.message
     images = [rt.vga_frame(k) for k in range(FRAMES)]
     rng = np.random.default_rng(0)
@@ -42,8 +42,8 @@ def test_recorder_stores_every_frame_of_a_30hz_vga_camera(start_nodes, client_no
     wall = time.monotonic() - t_start
     rt.wait_for(lambda: status.last.num_steps >= FRAMES - 1, 30, f"{FRAMES - 1} steps decided")
     lag = time.monotonic() - t_start - wall
-    end = rt.call(client_node, EndEpisode, "/amf/recorder/end_episode", EndEpisode.Request(episode_id=res.episode_id,
-                                                                                         success=True))
+    end = rt.recorder_call(client_node, EndEpisode, "/amf/recorder/end_episode",
+                           EndEpisode.Request(episode_id=res.episode_id, success=True))
     assert end.ok and end.num_steps == FRAMES, (end.message, end.num_steps)
     ep = EpisodeStore(tmp_path / "ds", create=False).load(res.episode_id)
     np.testing.assert_array_equal(ep.steps["stamp/observation/image_primary"], np.array(stamps))
@@ -82,8 +82,8 @@ def test_a_camera_dropping_to_half_rate_mid_episode_is_warned_on_the_status_and_
                                                durability=DurabilityPolicy.TRANSIENT_LOCAL))
     live = rt.LivePublisher(client_node)
     rt.warm_up(live, status)
-    res = rt.call(client_node, StartEpisode, "/amf/recorder/start_episode",
-               StartEpisode.Request(task="cam", instruction="look"))
+    res = rt.recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode",
+                           StartEpisode.Request(task="cam", instruction="look"))
     assert res.ok, res.message
     img = np.zeros((48, 64, 3), np.uint8)
     period_ns = int(1e9 / RATE_HZ)
@@ -98,8 +98,8 @@ def test_a_camera_dropping_to_half_rate_mid_episode_is_warned_on_the_status_and_
         seq.append((rt.ACTION_TOPIC, ns + 1_000_000, "action", np.r_[np.zeros(6), 1.0]))
         live.publish(seq, 0.0)
         time.sleep(max(0.0, t_start + (k + 1) / RATE_HZ - time.monotonic()))
-    end = rt.call(client_node, EndEpisode, "/amf/recorder/end_episode",
-               EndEpisode.Request(episode_id=res.episode_id, success=True), 30)
+    end = rt.recorder_call(client_node, EndEpisode, "/amf/recorder/end_episode",
+                        EndEpisode.Request(episode_id=res.episode_id, success=True), 30)
     assert end.ok, end.message
     assert any(w.startswith(f"{rt.IMAGE_TOPIC} at") for w in warnings_seen), warnings_seen
     assert not any(w.startswith(rt.STATE_TOPIC) for w in warnings_seen), warnings_seen

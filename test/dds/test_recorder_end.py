@@ -9,7 +9,15 @@ import threading
 import time
 
 import pytest
-from robot_testutil import ACTION_TOPIC, IMAGE_TOPIC, LivePublisher, StatusWatcher, call, scripted_sequence, warm_up
+from robot_testutil import (
+    ACTION_TOPIC,
+    IMAGE_TOPIC,
+    LivePublisher,
+    StatusWatcher,
+    recorder_call,
+    scripted_sequence,
+    warm_up,
+)
 from ros_testing import wait_future
 
 pytestmark = pytest.mark.ros
@@ -28,16 +36,16 @@ def test_end_episode_waits_for_messages_in_flight(start_nodes, client_node, tmp_
     live = LivePublisher(client_node)
     warm_up(live, StatusWatcher(client_node))
     for seed in (1, 2):
-        res = call(client_node, StartEpisode, "/amf/recorder/start_episode",
-                   StartEpisode.Request(task="t", instruction="do it"))
+        res = recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode",
+                            StartEpisode.Request(task="t", instruction="do it"))
         assert res.ok, res.message
         t_start = client_node.get_clock().now().nanoseconds
         time.sleep(3.1)  # a 3 s session stamped in the past, as if just recorded: stamps precede EndEpisode
         seq = scripted_sequence(t_start + 10_000_000, frames=60, image_hw=(120, 160), seed=seed)
         live.publish(seq, pause_s=0.0)  # as fast as possible: many messages still queued when EndEpisode comes
         t0 = time.monotonic()
-        end = call(client_node, EndEpisode, "/amf/recorder/end_episode",
-                   EndEpisode.Request(episode_id=res.episode_id, success=True))
+        end = recorder_call(client_node, EndEpisode, "/amf/recorder/end_episode",
+                            EndEpisode.Request(episode_id=res.episode_id, success=True))
         waited = time.monotonic() - t0
         stats = EpisodeStore(tmp_path / "ds", create=False).meta(res.episode_id).sync_stats if end.ok else {}
         assert end.ok and end.num_steps == 30, (end.message, end.num_steps, stats)
@@ -59,8 +67,8 @@ def test_end_episode_while_messages_keep_arriving_is_bounded_and_keeps_them(star
     procs = start_nodes({"demo_recorder": params}, name="rec")
     live = LivePublisher(client_node)
     warm_up(live, StatusWatcher(client_node))
-    res = call(client_node, StartEpisode, "/amf/recorder/start_episode",
-               StartEpisode.Request(task="t", instruction="do it"))
+    res = recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode",
+                        StartEpisode.Request(task="t", instruction="do it"))
     assert res.ok, res.message
     t_start = client_node.get_clock().now().nanoseconds
     # Stamps start just after the episode and advance 0.1 ms per frame (a frame takes >= 20 ms to publish): even all

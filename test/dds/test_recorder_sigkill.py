@@ -10,7 +10,15 @@ import time
 
 import numpy as np
 import pytest
-from robot_testutil import IMAGE_TOPIC, LivePublisher, StatusWatcher, call, scripted_sequence, wait_for, warm_up
+from robot_testutil import (
+    IMAGE_TOPIC,
+    LivePublisher,
+    StatusWatcher,
+    recorder_call,
+    scripted_sequence,
+    wait_for,
+    warm_up,
+)
 
 pytestmark = pytest.mark.ros
 
@@ -32,8 +40,8 @@ def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tm
     warm_up(live, status)
 
     def start():
-        res = call(client_node, StartEpisode, "/amf/recorder/start_episode",
-                   StartEpisode.Request(task=TASK, instruction=INSTRUCTION))
+        res = recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode",
+                            StartEpisode.Request(task=TASK, instruction=INSTRUCTION))
         assert res.ok, res.message
         return res.episode_id
 
@@ -43,8 +51,8 @@ def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tm
     # EndEpisode's settle takes a message stamped after the request as proof that its topic has delivered
     # everything before it; these stamps run ahead of the clock, so end only once the clock has passed them
     wait_for(lambda: client_node.get_clock().now().nanoseconds > seq1[-1][1], 10, "the clock to pass the stamps")
-    done = call(client_node, EndEpisode, "/amf/recorder/end_episode", EndEpisode.Request(episode_id=first,
-                                                                                         success=True))
+    done = recorder_call(client_node, EndEpisode, "/amf/recorder/end_episode", EndEpisode.Request(episode_id=first,
+                                                                                                  success=True))
     assert done.ok and done.num_steps == 6, done.message
     store = EpisodeStore(dataset, create=False)
     before = store.load(first)

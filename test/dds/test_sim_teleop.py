@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from robot_testutil import call, make_action, stamp_ns, wait_action_path, wait_for
+from robot_testutil import call, make_action, recorder_call, stamp_ns, wait_action_path, wait_for
 from testpaths import STANDIN
 
 pytestmark = pytest.mark.ros
@@ -278,7 +278,7 @@ def test_start_episode_for_another_task_puts_the_simulator_on_it_and_records(sta
     assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=task_a, seed=2), timeout=30).ok
 
     def started():
-        res = call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=task_b))
+        res = recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=task_b))
         return res if res.ok else None
     res = wait_for(started, 30, "StartEpisode to succeed", poll=0.3)
     wait_for(lambda: any(m.episode_id == res.episode_id for m in list(announced)), 60,
@@ -309,7 +309,7 @@ def test_a_reset_during_a_demonstration_discards_it_and_the_next_start_episode_w
     assert call(client_node, ResetTask, "/amf/sim/reset", ResetTask.Request(task=TASK, seed=4), timeout=30).ok
 
     def started():
-        res = call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
+        res = recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
         return res if res.ok else None
     first = wait_for(started, 30, "StartEpisode to succeed", poll=0.3)
     wait_for(lambda: call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request()).steps >= 2, 30,

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from robot_testutil import call, stamp_ns, wait_for
+from robot_testutil import call, recorder_call, stamp_ns, wait_for
 
 pytest.importorskip("mujoco")
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -165,7 +165,8 @@ def test_joy_stream_records_a_demonstration_of_exactly_the_applied_actions(arm, 
         pad.set((list(axes), list(buttons)))  # released: arms the deadman
 
         def started():
-            res = call(client_node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=TASK))
+            res = recorder_call(client_node, StartEpisode, "/amf/recorder/start_episode",
+                                StartEpisode.Request(task=TASK))
             return res if res.ok else None
         ep = wait_for(started, 60, "StartEpisode (topics alive)", poll=0.5)
         streams["applied"].clear()
@@ -182,8 +183,8 @@ def test_joy_stream_records_a_demonstration_of_exactly_the_applied_actions(arm, 
         _released_safely(streams, t_release, "/amf/teleop")
     finally:
         pad.close()
-    end = call(client_node, EndEpisode, "/amf/recorder/end_episode",
-               EndEpisode.Request(episode_id=ep.episode_id, success=False), 30, resend=False)
+    end = recorder_call(client_node, EndEpisode, "/amf/recorder/end_episode",
+                        EndEpisode.Request(episode_id=ep.episode_id, success=False), 30)
     assert end.ok, end.message
 
     applied = np.array([[*m.translation, *m.rotation, m.gripper] for m in streams["applied"].msgs()], np.float32)

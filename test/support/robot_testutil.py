@@ -6,7 +6,7 @@ import time
 from typing import Any, Sequence
 
 import numpy as np
-from ros_testing import call, spinning_node, wait_for  # noqa: F401  (re-exported)
+from ros_testing import call, recorder_call, spinning_node, wait_for  # noqa: F401  (re-exported)
 
 
 def stamp_msg(ns: int) -> Any:

@@ -45,10 +45,11 @@ def wait_future(future: Any, timeout: float, what: str = "call") -> Any:
     return future.result()
 
 
-def call(node: Any, srv_type: Any, name: str, request: Any, timeout: float = 20.0, resend: bool = True) -> Any:
+def call(node: Any, srv_type: Any, name: str, request: Any, timeout: float = 20.0) -> Any:
     """Call service ``name`` (waiting for it to appear) and return the response. The client is fresh, so its first
     answer can be dropped by a server that has not discovered it yet: the request is resent until one answer
-    arrives (amf_ros.ros.client.call_resending); ``resend=False`` where a second copy would change the outcome."""
+    arrives (amf_ros.ros.client.call_resending). Only for requests safe to repeat: a recorder call that must run
+    once goes through recorder_call."""
     from amf_ros.ros.client import ROSCallError, call_resending
 
     client = node.create_client(srv_type, name)
@@ -56,10 +57,37 @@ def call(node: Any, srv_type: Any, name: str, request: Any, timeout: float = 20.
         if not client.wait_for_service(timeout_sec=timeout):
             raise AssertionError(f"service {name} did not appear within {timeout} s")
         try:
-            return call_resending(client, request, timeout, resend)
+            return call_resending(client, request, timeout)
         except ROSCallError as exc:
             raise AssertionError(f"service {name}: {exc}") from None
     finally:
+        node.destroy_client(client)
+
+
+def recorder_call(node: Any, srv_type: Any, name: str, request: Any, timeout: float = 20.0) -> Any:
+    """Call a recorder service that must run exactly once (StartEpisode, EndEpisode, rerecord): never resent, so
+    its one answer must not be dropped. The handshake of AMFClient: after the fresh client, subscribe to the
+    recorder's latched ``status`` beside the service; a status arriving proves the recorder has matched that
+    subscription and so (endpoints are announced in order) the client's response reader created before it."""
+    from amf_ros.msg import RecorderStatus
+    from amf_ros.ros import qos
+    from amf_ros.ros.client import ROSCallError, call_resending
+
+    client = node.create_client(srv_type, name)
+    heard = threading.Event()
+    sub = node.create_subscription(RecorderStatus, name.rsplit("/", 1)[0] + "/status", lambda _m: heard.set(),
+                                   qos.LATCHED)
+    try:
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise AssertionError(f"service {name} did not appear within {timeout} s")
+        if not heard.wait(timeout):
+            raise AssertionError(f"no latched recorder status beside {name} within {timeout} s (the handshake)")
+        try:
+            return call_resending(client, request, timeout, resend=False)
+        except ROSCallError as exc:
+            raise AssertionError(f"service {name}: {exc}") from None
+    finally:
+        node.destroy_subscription(sub)
         node.destroy_client(client)
 
 

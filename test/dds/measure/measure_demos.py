@@ -30,7 +30,7 @@ def main() -> int:
     sys.path.insert(0, str(HERE.parents[1] / "support"))
     import rclpy
     import yaml
-    from robot_testutil import call, spinning_node, wait_for
+    from robot_testutil import call, recorder_call, spinning_node, wait_for
 
     from amf_ros.bringup.graph import NodeSpec
     from amf_ros.bringup.processes import NodeProcesses
@@ -49,7 +49,7 @@ def main() -> int:
             node.create_subscription(EpisodeInfo, "/amf/episodes", seen.append, 50)
 
             def start(task: str):
-                res = call(node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=task))
+                res = recorder_call(node, StartEpisode, "/amf/recorder/start_episode", StartEpisode.Request(task=task))
                 return res if res.ok else None
 
             specs = [NodeSpec(n, n, str(out / "params.yaml")) for n in sections]

@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
                                log_dir=out / "logs", env=dict(os.environ)):
                 status, live = rt.StatusWatcher(node), rt.LivePublisher(node)
                 rt.warm_up(live, status)
-                res = rt.call(node, StartEpisode, "/amf/recorder/start_episode",
-                           StartEpisode.Request(task="c", instruction="c"))
+                res = rt.recorder_call(node, StartEpisode, "/amf/recorder/start_episode",
+                                    StartEpisode.Request(task="c", instruction="c"))
                 rng = np.random.default_rng(0)
                 t0 = time.monotonic()
                 for k in range(args.frames):
@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                 rt.wait_for(lambda: status.last.num_steps >= args.frames - 1, 120, "every step decided")
                 decided_s = time.monotonic() - t0
                 t1 = time.monotonic()
-                end = rt.call(node, EndEpisode, "/amf/recorder/end_episode",
-                           EndEpisode.Request(episode_id=res.episode_id, success=True), 120)
+                end = rt.recorder_call(node, EndEpisode, "/amf/recorder/end_episode",
+                                    EndEpisode.Request(episode_id=res.episode_id, success=True), 120)
                 end_s = time.monotonic() - t1
                 size = sum(p.stat().st_size for p in Path(end.path).rglob("*") if p.is_file())
                 print(f"{args.codec}: {args.frames} frames published at {args.frames / publish_s:.1f} Hz; all decided "
