@@ -114,6 +114,13 @@ def _ignore_further_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+SIGNAL_POLL_S = 0.2
+"""How often the main thread wakes while it waits for shutdown. Python runs a signal's handler only in the main
+thread, when it next executes bytecode; the kernel may deliver SIGINT to any thread that does not block it (a DDS
+or executor thread), and then nothing interrupts a main thread asleep in an untimed ``Event.wait()``: one node
+stayed up 20 s after SIGINT with its main thread in that wait (py-spy, CI and locally under load)."""
+
+
 class _Signals:
     """SIGINT/SIGTERM of this process: while the node is built they interrupt the build (KeyboardInterrupt in the
     main thread); afterwards they only set :attr:`stop`, which the main thread waits on. Later signals change
@@ -181,7 +188,8 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
 
         spinner = threading.Thread(target=run_executor, name="executor", daemon=True)
         spinner.start()
-        signals.stop.wait()  # woken by SIGINT/SIGTERM (the handler runs in this thread), or the executor's end
+        while not signals.stop.wait(SIGNAL_POLL_S):  # set by SIGINT/SIGTERM's handler, or by the executor's end
+            pass
     except KeyboardInterrupt:
         pass
     except StartupError as exc:
