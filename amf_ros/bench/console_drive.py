@@ -28,8 +28,9 @@ Latency, from the page's own key event time (``Date.now()`` in console.js, ``dri
   both count);
 * the operator's loop (embedded WidowX with the teleop node, ``input: console``): with Space held, W and S in turn
   pressed ``presses`` times at random phases of the 5 Hz control tick; key -> the first applied action moving along
-  x (the arm's ``action/applied`` echo) -> the first frame the page shows with a stamp at least that of the state the
-  action produced. The scene is reset every 5 presses.
+  x (the arm's ``action/applied`` echo; timed by the stamp of the state it produced, the simulator's clock: this
+  process, loaded, can hear the echo after the page has shown its frame) -> the first frame the page shows with a
+  stamp at least that of that state. The scene is reset every 5 presses.
 
 Output: results.json + a table; numbers only, nothing asserted.
 """
@@ -50,7 +51,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.bench.console_load import BROWSER_ARGS, machine_busy_s, process_cpu_s, tree_cpu_s
+from amf_ros.bench.console_graph import ConsoleWindows
+from amf_ros.bench.console_load import machine_busy_s, process_cpu_s, tree_cpu_s
 from amf_ros.bench.results import write_results
 from amf_ros.bringup.ros_env import isolated_ros_env
 from amf_ros.config_file import load_config
@@ -192,44 +194,11 @@ class Ros:
             return self.published, self.camera_seen
 
 
-class Windows:
+class Windows(ConsoleWindows):
     """``n`` windows of one headless Chromium with the console page; the first one's Drive can be switched on."""
 
     def __init__(self, url: str, n: int, nice: int) -> None:
-        from amf_ros.bench.console_graph import open_chromium
-
-        self.driver = open_chromium(nice=nice, window_size="1400,1300", extra_args=BROWSER_ARGS)
-        self.handles: list[str] = []
-        try:
-            for i in range(n):
-                if i:
-                    self.driver.switch_to.new_window("window")
-                self.driver.get(url)
-                self.handles.append(self.driver.current_window_handle)
-                self._wait(lambda: self.js("return document.getElementById('conn').textContent") == "connected",
-                           60, "the page to connect")
-            self.driver.switch_to.window(self.handles[0])
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def pid(self) -> int:
-        """chromedriver's pid: the root of the Chromium process tree."""
-        return int(self.driver.service.process.pid)
-
-    def js(self, script: str) -> Any:
-        """Run ``script`` in the current window and return its value."""
-        return self.driver.execute_script(script)
-
-    def _wait(self, cond: Any, timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = cond()
-            if value:
-                return value
-            time.sleep(0.05)
-        raise TimeoutError(f"browser: no {what} within {timeout:g} s")
+        super().__init__(url, n, nice, window_size="1400,1300")
 
     def drive(self, on: bool) -> None:
         """Switch the first window's Drive panel on or off (its button)."""
@@ -238,7 +207,7 @@ class Windows:
         self.driver.switch_to.window(self.handles[0])
         if ("on" in self.driver.find_element(By.ID, "btn-drive").text) != on:
             self.driver.find_element(By.ID, "btn-drive").click()
-        self._wait(lambda: ("on" in self.driver.find_element(By.ID, "btn-drive").text) == on, 5, "the Drive button")
+        self.wait(lambda: ("on" in self.driver.find_element(By.ID, "btn-drive").text) == on, 5, "the Drive button")
 
     def start_counting(self) -> None:
         """Log every frame shown, in every window, from now."""
@@ -266,12 +235,6 @@ class Windows:
         for k in up:
             chain.key_up(k)
         chain.perform()
-
-    def close(self) -> None:
-        """Quit Chromium and every window it opened."""
-        from amf_ros.bench.console_graph import quit_chromium
-
-        quit_chromium(self.driver)
 
 
 def _pcts(xs: Sequence[float]) -> dict[str, float | None]:
@@ -352,9 +315,9 @@ def key_to_joy(ros: Ros, windows: Windows, presses: int) -> dict[str, Any]:
 
 def key_to_arm(ros: Ros, windows: Windows, client: Any, presses: int) -> dict[str, Any]:
     """The operator's loop on the embedded WidowX with the teleop node: with Space held, W (then S, alternately)
-    pressed ``presses`` times; per press, the page's key time -> the arrival of the first applied action that moves
-    along x (the arm's echo) -> the first frame the page shows whose stamp is at least that of the state the action
-    produced. The scene is reset every 5 presses (the task's step limit)."""
+    pressed ``presses`` times; per press, the page's key time -> the first applied action that moves along x (the
+    arm's echo), timed by the stamp of the state it produced -> the first frame the page shows whose stamp is at
+    least that of that state. The scene is reset every 5 presses (the task's step limit)."""
     from selenium.webdriver.common.keys import Keys
 
     windows.drive(True)
@@ -396,7 +359,7 @@ def key_to_arm(ros: Ros, windows: Windows, client: Any, presses: int) -> dict[st
             if echo is None or state is None:
                 missed += 1
                 continue
-            to_applied.append(echo[1] - key_at)
+            to_applied.append(state - key_at)
             shown = [at / 1e3 for stamp, at in windows.frame_logs()[0] if stamp >= state - 1e-6]
             if shown:
                 to_frame.append(shown[0] - key_at)
@@ -488,7 +451,7 @@ def _embedded(cfg: ConsoleDriveConfig, ros: Ros, client: Any, work: Path,
     try:
         url = console_url(work / "logs_embedded" / "operator_console.log")
         windows = Windows(url, 1, cfg.nice)
-        windows._wait(lambda: windows.js("return document.querySelector('#cameras img') !== null"), 120,
+        windows.wait(lambda: windows.js("return document.querySelector('#cameras img') !== null"), 120,
                       "a camera frame from sim_bridge")
         idle = cfg.sim_idle_publish_period_s or "0.1 (config)"
         setting = measure(f"embedded WidowX camera (sim_bridge idle, re-render every {idle} s), driving", ros,

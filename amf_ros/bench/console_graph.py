@@ -17,7 +17,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,62 @@ def open_chromium(nice: int = 0, window_size: str = "1400,1150", extra_args: Seq
     options.binary_location = CHROMIUM
     service = Service(CHROMEDRIVER, popen_kw={"preexec_fn": child, "start_new_session": True})
     return webdriver.Chrome(options=options, service=service)
+
+
+BROWSER_ARGS = ("--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+                "--disable-backgrounding-occluded-windows")
+"""Chromium throttles timers and rendering of windows it thinks nobody looks at; a real operator looks at the page."""
+
+
+class ConsoleWindows:
+    """``n`` windows of one headless Chromium with the console page open and connected (the console benchmarks
+    load and drive them); the first window is current afterwards."""
+
+    def __init__(self, url: str, n: int, nice: int, window_size: str = "1400,1150", wait_camera: bool = False) -> None:
+        self.url, self.driver = url, open_chromium(nice=nice, window_size=window_size, extra_args=BROWSER_ARGS)
+        self.handles: list[str] = []
+        try:
+            for i in range(n):
+                if i:
+                    self.driver.switch_to.new_window("window")
+                self.driver.get(url)
+                self.handles.append(self.driver.current_window_handle)
+            for handle in self.handles:
+                self.driver.switch_to.window(handle)
+                self.wait(lambda: self.js("return document.getElementById('conn').textContent") == "connected",
+                          60, "the page to connect")
+                if wait_camera:
+                    self.wait(lambda: self.js("return document.querySelector('#cameras img') !== null"), 60,
+                              "a camera frame")
+            self.driver.switch_to.window(self.handles[0])
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pid(self) -> int:
+        """chromedriver's pid: the root of the Chromium process tree."""
+        return int(self.driver.service.process.pid)
+
+    def js(self, script: str) -> Any:
+        """Run ``script`` in the current window and return its value."""
+        return self.driver.execute_script(script)
+
+    def wait(self, cond: Callable[[], Any], timeout: float, what: str) -> Any:
+        """Poll ``cond`` until it returns something truthy (returned), or TimeoutError naming ``what``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = cond()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"browser window {self.driver.current_window_handle}: no {what} within "
+                                   f"{timeout:g} s ({self.url})")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Quit Chromium and every window it opened."""
+        quit_chromium(self.driver)
 
 
 def quit_chromium(driver: Any) -> None:

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
+from amf_ros.bench.console_graph import ConsoleWindows
 from amf_ros.bench.results import write_results
 from amf_ros.bringup.ros_env import isolated_ros_env
 from amf_ros.config_file import load_config
@@ -67,9 +68,6 @@ log = logging.getLogger("amf.bench.console_load")
 
 WIDOWX_TASKS = ["carrot_on_plate", "stack_cube", "spoon_on_towel", "eggplant_in_basket"]
 IMAGE_KEY = "image_primary"
-# Chromium throttles timers and rendering of windows it thinks nobody looks at; a real operator looks at the page
-BROWSER_ARGS = ("--disable-background-timer-throttling", "--disable-renderer-backgrounding",
-                "--disable-backgrounding-occluded-windows")
 # counts camera frames shown by the page (console.js sets img.dataset.at for each one)
 FRAME_COUNTER_JS = """
 window.__amfFrames = 0;
@@ -163,69 +161,29 @@ def machine_busy_s() -> tuple[float, float]:
 
 
 # ---- the browsers --------------------------------------------------------------------------------------------
-class BrowserClients:
+class BrowserClients(ConsoleWindows):
     """``n`` windows of one headless Chromium with the console page open, each connected and showing the camera."""
 
     def __init__(self, url: str, n: int, nice: int) -> None:
-        from amf_ros.bench.console_graph import open_chromium
-
-        self.url, self.driver = url, open_chromium(nice=nice, window_size="1200,900", extra_args=BROWSER_ARGS)
-        self.windows: list[str] = []
-        try:
-            for i in range(n):
-                if i:
-                    self.driver.switch_to.new_window("window")
-                self.driver.get(url)
-                self.windows.append(self.driver.current_window_handle)
-            for handle in self.windows:
-                self.driver.switch_to.window(handle)
-                self._wait(lambda: self._js("return document.getElementById('conn').textContent") == "connected",
-                           60, "the page to connect")
-                self._wait(lambda: self._js("return document.querySelector('#cameras img') !== null"), 60,
-                           "a camera frame")
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def pid(self) -> int:
-        """chromedriver's pid: the root of the Chromium process tree."""
-        return int(self.driver.service.process.pid)
-
-    def _js(self, script: str) -> Any:
-        return self.driver.execute_script(script)
-
-    def _wait(self, cond: Any, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not cond():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"browser window {self.driver.current_window_handle}: no {what} within "
-                                   f"{timeout:g} s ({self.url})")
-            time.sleep(0.1)
+        super().__init__(url, n, nice, window_size="1200,900", wait_camera=True)
 
     def count_frames(self) -> None:
         """Start counting camera frames in every window (from now)."""
-        for handle in self.windows:
+        for handle in self.handles:
             self.driver.switch_to.window(handle)
-            self._js(FRAME_COUNTER_JS)
+            self.js(FRAME_COUNTER_JS)
 
     def check(self) -> list[dict[str, Any]]:
         """Per window: connection badge text, camera frames since :meth:`count_frames`, age of the newest frame."""
         out = []
-        for handle in self.windows:
+        for handle in self.handles:
             self.driver.switch_to.window(handle)
-            conn, frames, at = self._js("return [document.getElementById('conn').textContent, window.__amfFrames, "
+            conn, frames, at = self.js("return [document.getElementById('conn').textContent, window.__amfFrames, "
                                         "Number((document.querySelector('#cameras img') || {dataset: {}})"
                                         ".dataset.at)]")
             out.append({"connection": conn, "frames": int(frames or 0),
                         "newest_frame_age_s": round(time.time() - float(at), 3) if at else None})
         return out
-
-    def close(self) -> None:
-        """Quit Chromium and every window it opened."""
-        from amf_ros.bench.console_graph import quit_chromium
-
-        quit_chromium(self.driver)
 
 
 # ---- one phase -----------------------------------------------------------------------------------------------
