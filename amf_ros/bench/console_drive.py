@@ -51,7 +51,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.bench.console_graph import ConsoleWindows
+from amf_ros.bench.console_graph import ConsoleWindows, press_keys
 from amf_ros.bench.console_load import machine_busy_s, process_cpu_s, tree_cpu_s
 from amf_ros.bench.results import write_results
 from amf_ros.bringup.ros_env import isolated_ros_env
@@ -226,15 +226,8 @@ class Windows(ConsoleWindows):
         return logs
 
     def keys(self, down: str = "", up: str = "") -> None:
-        """Key downs then key ups in the first window (WebDriver key values)."""
-        from selenium.webdriver.common.action_chains import ActionChains
-
-        chain = ActionChains(self.driver)
-        for k in down:
-            chain.key_down(k)
-        for k in up:
-            chain.key_up(k)
-        chain.perform()
+        """Key downs then key ups in the current window (WebDriver key values)."""
+        press_keys(self.driver, down, up)
 
 
 def _pcts(xs: Sequence[float]) -> dict[str, float | None]:

@@ -180,6 +180,19 @@ class ConsoleWindows:
         quit_chromium(self.driver)
 
 
+def press_keys(driver: Any, down: str = "", up: str = "") -> None:
+    """Key downs then key ups in the current window, as one WebDriver action (WebDriver key values: "w",
+    ``Keys.SPACE``, ...): how a person holds and lets go of keys on the console page."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    chain = ActionChains(driver)
+    for k in down:
+        chain.key_down(k)
+    for k in up:
+        chain.key_up(k)
+    chain.perform()
+
+
 def quit_chromium(driver: Any) -> None:
     """``driver.quit()``, then SIGKILL whatever is left of chromedriver's process group (a hung renderer)."""
     process = driver.service.process

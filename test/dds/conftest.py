@@ -8,6 +8,7 @@ test/support/ros_system_util.py. Node processes are always stopped in teardown
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -45,3 +46,27 @@ def start_nodes(ros_env, tmp_path) -> Iterator[Any]:
         procs.stop(timeout=5.0)
         for name in procs.procs:  # shown by pytest only when the test failed
             print(f"----- log of {name} -----\n{procs.log_tail(name, 4000)}")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium WebDriver for one test module (the console tests); skips without chromium."""
+    from amf_ros.bench.console_graph import have_chromium, open_chromium, quit_chromium
+
+    if not have_chromium():
+        pytest.skip("needs Debian's chromium and chromium-driver and selenium (scripts/setup.sh installs them when "
+                    "run as root)")
+    driver = open_chromium(window_size="1400,1300")
+    try:
+        yield driver
+    finally:
+        quit_chromium(driver)
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    """Where the console tests save their screenshots (AMF_CONSOLE_SCREENSHOTS=DIR, else a temporary directory)."""
+    path = Path(os.environ.get("AMF_CONSOLE_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    path.mkdir(parents=True, exist_ok=True)
+    print("console screenshots:", path)
+    return path

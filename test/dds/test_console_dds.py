@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from amf_ros.bench.console_graph import console_url, have_chromium, open_chromium, quit_chromium
+from amf_ros.bench.console_graph import console_url
 
 pytest.importorskip("mujoco")
 pytest.importorskip("aiohttp")
@@ -44,26 +44,6 @@ def console_graph(ros_env, rclpy_context, tmp_path_factory):
     finally:
         client.close()
         print("node exit codes:", procs.stop())
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not have_chromium():
-        pytest.skip("needs Debian's chromium and chromium-driver and selenium (scripts/setup.sh installs them when "
-                    "run as root)")
-    driver = open_chromium()
-    try:
-        yield driver
-    finally:
-        quit_chromium(driver)
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    path = Path(os.environ.get("AMF_CONSOLE_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
-    path.mkdir(parents=True, exist_ok=True)
-    print("console screenshots:", path)
-    return path
 
 
 class Page:

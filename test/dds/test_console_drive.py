@@ -11,14 +11,12 @@ itself and checks that the page shows it. Screenshots land in the test's tempora
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from amf_ros.bench.console_graph import console_url, have_chromium, open_chromium, quit_chromium
+from amf_ros.bench.console_graph import console_url, press_keys
 
 pytest.importorskip("aiohttp")
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -27,26 +25,6 @@ JOY_TOPIC = "/amf/teleop/console_joy"
 NEUTRAL = [0.0] * 7
 SILENCE_S = 0.5
 """operator_console's drive_silence_s (its default): nothing is published once the page has been quiet this long."""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not have_chromium():
-        pytest.skip("needs Debian's chromium and chromium-driver and selenium (scripts/setup.sh installs them when "
-                    "run as root)")
-    driver = open_chromium(window_size="1400,1300")
-    try:
-        yield driver
-    finally:
-        quit_chromium(driver)
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    path = Path(os.environ.get("AMF_CONSOLE_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
-    path.mkdir(parents=True, exist_ok=True)
-    print("console screenshots:", path)
-    return path
 
 
 @pytest.fixture
@@ -131,14 +109,7 @@ class DrivePage:
 
     def keys(self, down: str = "", up: str = "") -> None:
         """Press the keys of ``down`` and let go of those of ``up`` (WebDriver key values: "w", Keys.SPACE, ...)."""
-        from selenium.webdriver.common.action_chains import ActionChains
-
-        chain = ActionChains(self.d)
-        for k in down:
-            chain.key_down(k)
-        for k in up:
-            chain.key_up(k)
-        chain.perform()
+        press_keys(self.d, down, up)
 
 
 def test_held_keys_arrive_as_joy_then_deadman_release_then_silence(console, browser, client_node, shots):
@@ -218,7 +189,6 @@ def test_closing_the_page_while_driving_releases_everything(console, browser, cl
     total = joys.wait_silence()
     assert all(b[0] == 0 for _, _, b in joys.all()[released:total])
     page.keys(up=Keys.SPACE + "d")
-
 
 
 FAKE_PAD_JS = """
