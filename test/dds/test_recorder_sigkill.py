@@ -1,7 +1,7 @@
 """A demo_recorder process killed with SIGKILL mid-episode leaves every earlier episode intact; the kill frees
 its episode's writer.lock, so on restart the partial episode is dead for sure and recovered at once, however
 young (complete chunks only, marked recovered, success unknown), and the node says so. With PNG frames and with
-H.264 video chunks.
+H.264 and AV1 video chunks (the partial episode's video decodes).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.ros
 TASK, INSTRUCTION = "pour", "pour the cup"
 
 
-@pytest.mark.parametrize("codec", ["png", "h264"])  # h264: one MP4 per chunk file, same all-or-nothing chunks
+@pytest.mark.parametrize("codec", ["png", "h264", "av1"])  # video: one MP4 per chunk file, all-or-nothing chunks
 def test_sigkill_mid_episode_keeps_earlier_episodes(start_nodes, client_node, tmp_path, codec):
     from amf_ros.data.store import EpisodeStore
     from amf_ros.srv import EndEpisode, StartEpisode
