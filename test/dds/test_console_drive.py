@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -287,8 +288,8 @@ def _result(page: DrivePage, op: str, timeout: float = 30.0) -> tuple[bool, str]
 
 @pytest.fixture
 def drive_graph(ros_env, tmp_path):
-    """The embedded WidowX (sim_bridge rendering its camera, demo_recorder) with the console and the teleop node
-    reading the console's Joy; every node a process."""
+    """The embedded WidowX (sim_bridge rendering its camera, demo_recorder) with the console, the teleop node
+    reading the console's Joy, and policy_server on a tiny checkpoint (the fine-tune round); every node a process."""
     from amf_ros.bringup import graph
     from amf_ros.bringup.processes import NodeProcesses
 
@@ -296,15 +297,23 @@ def drive_graph(ros_env, tmp_path):
         graph.find_executable("teleop")
     except FileNotFoundError as exc:
         pytest.skip(f"needs the teleop node: {exc}")
+    from amf_ros.bench.tiny_checkpoint import tiny_widowx_checkpoint
+
     specs = [s for s in graph.sim_plan("", arm="widowx", console=True, console_port=0)
-             if s.name in ("sim_bridge", "demo_recorder", "operator_console")]
+             if s.name in ("sim_bridge", "demo_recorder", "operator_console", "policy_server")]
+    ckpt = tiny_widowx_checkpoint(tmp_path / "pretrained", (DRIVE_TASK, "stack_cube"))
     teleop = graph.NodeSpec(name="teleop", executable="teleop", params_file=specs[0].params_file,
                             overrides={"input": "console"})
     procs = NodeProcesses([*specs, teleop], log_dir=tmp_path / "logs", env={"PYTHONUNBUFFERED": "1", **ros_env},
                           extra_args={"sim_bridge": ["-p", "render:=true"],
                                       "demo_recorder": ["-p", f"dataset_dir:={tmp_path / 'dataset'}"],
+                                      "policy_server": ["-p", f"checkpoint:={ckpt}", "-p", "pretrain_if_missing:=false",
+                                                        "-p", f"checkpoint_dir:={tmp_path / 'checkpoints'}",
+                                                        "-p", f"dataset_dir:={tmp_path / 'dataset'}",
+                                                        "-p", "fine_tune_steps:=30"],
                                       "operator_console": ["-p", "port:=0", "-p", "auto_ask:=false", "-p",
-                                                           "watch_nodes:=[sim_bridge, demo_recorder, teleop]"]})
+                                                           "watch_nodes:=[sim_bridge, demo_recorder, teleop, "
+                                                           "policy_server]"]})
     procs.start()
     try:
         yield tmp_path, console_url(tmp_path / "logs" / "operator_console.log"), procs
@@ -318,7 +327,8 @@ def test_drive_the_embedded_widowx_to_success_with_held_keys(drive_graph, browse
     """Issue 30's acceptance, keyboard only: the test's person turns the scripted expert's action on the newest
     observation into held keys (quantised: a key per axis at coarse or fine speed, Q / E for the gripper), holds Space
     through the page, completes the task, saves it from the page; the saved episode's actions are exactly the arm's
-    echo of what it applied, and each is a held-key action of the teleop node."""
+    echo of what it applied, and each is a held-key action of the teleop node; then Fine-tune on the page trains a
+    new round on that demonstration."""
     import numpy as np
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
@@ -387,4 +397,10 @@ def test_drive_the_embedded_widowx_to_success_with_held_keys(drive_graph, browse
     tol = 4 * np.finfo(np.float32).eps * MAX_T
     assert np.all(np.min(np.abs(np.abs(applied[:, :3, None]) - steps), axis=-1) <= tol)
     assert np.all(applied[:, 3:6] == 0) and set(np.unique(applied[:, 6])) <= {0.0, 1.0}
+    # then a fine-tune round from the page on the demonstration just driven (the only episode of the dataset)
+    page.d.find_element(page.By.ID, "btn-fine-tune").click()
+    ok, text = _result(page, "fine_tune", timeout=300)
+    assert ok and "fine-tuned" in text, text
+    round_dir = Path(text.split(": ", 1)[1].split(" ")[0])
+    assert round_dir.parent == run / "checkpoints" and round_dir.is_dir(), text
     assert procs.dead() == {}
