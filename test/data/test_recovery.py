@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from data_helpers import synthetic_steps
+from ros_testing import wait_for
 from testpaths import SUPPORT
 
 from amf_ros.data import writer as writer_mod
@@ -154,8 +155,9 @@ def test_live_writer_holds_its_lock_and_a_gone_one_is_recoverable_at_any_age(tmp
     w = write_partial(store, 5)
     lock = w.path / "writer.lock"
     assert flock_held(lock) and other_process_sees(lock) == "held"
-    [part] = store.partial()
-    assert part.writer == WRITER_ALIVE and part.num_steps == 4
+    # the threaded writer puts complete chunks on disk in the background: wait (bounded) for the second one
+    [part] = wait_for(lambda: [p for p in store.partial() if p.num_steps == 4], 10, "2 complete chunks on disk")
+    assert part.writer == WRITER_ALIVE
     res = store.recover(w.episode_id, min_age_s=0)
     assert res.action == "ignored" and res.reason == "writer alive (lock held)"
     with pytest.raises(ValueError, match="writer alive"):
