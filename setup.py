@@ -24,6 +24,8 @@ setup(
         "bench": ["matplotlib>=3.8"],
         "console": ["aiohttp>=3.9"],
         "octo": ["jax", "transformers<5"],
+        # the WidowX AI: Trossen's driver (robot:=wxai) and its controller simulator (robot:=wxai_sim)
+        "wxai": ["trossen-arm==1.11.0", "trossen-arm-sim==0.2.3"],
         "test": ["pytest>=8", "pytest-timeout>=2.3"],
     },
     entry_points={"console_scripts": ["amf=amf_ros.cli:main"]},

@@ -19,7 +19,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "selector-scaling": ("amf_ros.bench.selector_scaling:main", "time/memory of one AMF criterion evaluation"),
     "criterion-map": ("amf_ros.bench.criterion_map:main", "didactic criterion map around the circle (Fig. 14)"),
     "metaworld": ("amf_ros.bench.metaworld:main", "AMF-NN vs baselines on a Metaworld multi-task suite (Fig. 3)"),
-    "widowx": ("amf_ros.bench.metaworld:widowx_main", "AMF-NN vs baselines on the embedded WidowX's four tasks"),
+    "widowx": ("amf_ros.bench.metaworld:widowx_main",
+               "AMF-NN vs baselines on the embedded WidowX (four tasks; the 16-task family: --config "
+               "config/bench/widowx_family.yaml; the camera policy: --trunk image_pretrained)"),
     "widowx-expert": ("amf_ros.bench.widowx_expert:main",
                       "scripted expert success on the embedded WidowX's task family at 0/5/10 mm of noise"),
     "compare": ("amf_ros.bench.compare:main", "metaworld/widowx results on one axis of demonstrations (B, replay)"),
@@ -34,6 +36,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
               "amf run --robots 1 vs 2 (joint / independent selection): throughput, success"),
     "console-load": ("amf_ros.bench.console_load:main",
                      "operator console with 5 browsers during recording: frames kept, control periods, CPU"),
+    "wxai-latency": ("amf_ros.bench.wxai_latency:main",
+                     "the WidowX AI on trossen-arm-sim via Trossen's driver: command -> motion latency, jitter"),
 }
 
 # `amf NAME ...` for everything else.

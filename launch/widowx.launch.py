@@ -4,12 +4,18 @@
     ros2 launch amf_ros widowx.launch.py robot:=simpler  # sim_bridge with backend simpler
     ros2 launch amf_ros widowx.launch.py robot:=sim      # sim_bridge (Metaworld) + scripted_teleop
     ros2 launch amf_ros widowx.launch.py robot:=sim_widowx  # the embedded WidowX 250s (MuJoCo, any CPU)
+    ros2 launch amf_ros widowx.launch.py robot:=wxai wxai_ip:=192.168.1.2  # a WidowX AI (Trossen), config/wxai.yaml
+    ros2 launch amf_ros widowx.launch.py robot:=wxai_sim  # the WidowX AI in trossen-arm-sim, Trossen's driver
     ros2 launch amf_ros widowx.launch.py robot:=real teleop:=joy  # + a person's gamepad (teleop node, /joy)
 robot:=sim_widowx hosts the embedded WidowX tabletop in sim_bridge; every action goes through widowx_driver's runtime
 (IK, limits, e-stop on widowx/estop, PWM gripper) to a simulated xs_sdk. robot:=real adds the Interbotix wx250s
-driver adapter (widowx_driver, topics /wx250s/...). teleop:=joy|twist|spacemouse|console adds the teleop node (a
-person's device -> /<namespace>/action while its deadman is held; docs/ros-robot.md "Driving the arm yourself"); on
-an embedded arm it takes scripted_teleop's place. The device driver itself (joy, spacenav) is started by you.
+driver adapter (widowx_driver, topics /wx250s/...). robot:=wxai adds widowx_driver for a WidowX AI (executable
+wxai_driver: Trossen's trossen_arm driver and the vendor's Cartesian commands; wxai_ip:= or the YAML's wxai_ip).
+robot:=wxai_sim hosts the same tabletop in Trossen's simulator (trossen-arm-sim) in sim_bridge, driven through the
+WidowX AI backend and trossen_arm over the controller's protocol on loopback.
+teleop:=joy|twist|spacemouse|console adds the teleop node (a person's device -> /<namespace>/action while its deadman
+is held; docs/ros-robot.md "Driving the arm yourself"); on an embedded arm it takes scripted_teleop's place. The
+device driver itself (joy, spacenav) is started by you.
 Without `ros2 launch`: `amf up config/widowx.yaml --robot real ...` starts the same nodes (amf_ros.bringup.graph).
 Before any node starts, bad arguments are refused in one line naming them (amf_ros/bringup/preflight.py, the same
 checks as `amf up`); a node that exits with code 78 (a configuration error no restart can fix) is not respawned.
@@ -20,9 +26,10 @@ from amf_ros.ros.launch_nodes import node_actions
 
 # Launch arguments: name -> (default, description). Read by the static launch test.
 LAUNCH_ARGUMENTS = {
-    "robot": ("real", "which arm: real | simpler | sim | sim_widowx"),
+    "robot": ("real", "which arm: real | simpler | sim | sim_widowx | wxai | wxai_sim"),
     "config": ("", "params YAML (empty = config/widowx.yaml for real/simpler, config/sim.yaml for sim, "
-                   "config/sim_widowx.yaml for sim_widowx)"),
+                   "config/sim_widowx.yaml for sim_widowx, config/wxai.yaml for wxai, config/wxai_sim.yaml for "
+                   "wxai_sim)"),
     "checkpoint": ("", "checkpoint directory for policy_server and task_selector (empty = the YAML's)"),
     "namespace": (graph.NAMESPACE, "namespace of every node (relative names: /<namespace>/next_task, ...)"),
     "workspace": ("", "root of relative dataset/checkpoint folders (empty = $AMF_WORKSPACE, else $ROS_HOME/amf)"),
@@ -36,17 +43,18 @@ LAUNCH_ARGUMENTS = {
     "teleop_mapping": ("", "the teleop node's mapping: xbox | ps4 | ps5 | gamepad | spacenav | spacemouse | console "
                            "(config/teleop/<name>.yaml) or a YAML path (empty = the input's default)"),
     "tasks": ("", "comma-separated candidate task keys for task_selector (empty = the YAML's)"),
+    "wxai_ip": ("", "robot:=wxai: IP address of the WidowX AI's controller (empty = the YAML's widowx_driver wxai_ip)"),
 }
 
 
 def node_plan(robot: str = "real", config: str = "", checkpoint: str = "", tasks: str = "",
               namespace: str = graph.NAMESPACE, workspace: str = "", console: str = "true", console_host: str = "",
               console_port: str = "", console_token: str = "", teleop: str = "none",
-              teleop_mapping: str = "") -> list:
+              teleop_mapping: str = "", wxai_ip: str = "") -> list:
     """The nodes this file starts (graph.NodeSpec list); pure Python, used by the launch test."""
     return graph.plan(robot, config=config, checkpoint=checkpoint, tasks=tasks, namespace=namespace,
                       workspace=workspace, console=console, console_host=console_host, console_port=console_port,
-                      console_token=console_token, teleop=teleop, teleop_mapping=teleop_mapping)
+                      console_token=console_token, teleop=teleop, teleop_mapping=teleop_mapping, wxai_ip=wxai_ip)
 
 
 def generate_launch_description():

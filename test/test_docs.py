@@ -249,3 +249,19 @@ def test_checker_finds_what_it_should() -> None:
     for needle in ("config/nope.yaml", "runtime/nope.py", "amf_ros.paths.nope", "amf nope", "amf bench nope",
                    "(x.md)", "amf bench also-nope"):
         assert any(needle in p for p in problems), (needle, problems)
+
+
+NODES_WITH_PARAMETERS = ("policy_server", "task_selector", "demo_recorder", "operator_console", "scripted_teleop",
+                         "sim_bridge", "teleop", "widowx_driver")
+
+
+def test_every_node_parameter_table_is_the_schema() -> None:
+    """Each node's parameters appear in docs/*.md as exactly the table its schema describes (names, types, defaults,
+    descriptions: `amf_ros.bringup.params.describe`), so a parameter added, renamed or re-described in code cannot
+    leave the docs behind."""
+    from amf_ros.bringup.params import describe, schema
+
+    docs = "\n".join(p.read_text(encoding="utf-8") for p in sorted((REPO / "docs").glob("*.md")))
+    stale = [node for node in NODES_WITH_PARAMETERS if describe(schema(node)) not in docs]
+    assert not stale, (f"the parameter table of {stale} in docs/*.md differs from the schema; the table it should "
+                       f"be:\n{describe(schema(stale[0]))}")

@@ -3,7 +3,8 @@ Fig. 3, 11, 12; App. J): Metaworld (39-D states, native 4-D actions) or the embe
 EefDeltaAction). One engine for both; the suite (:mod:`amf_ros.envs.suites`) supplies tasks, environments, expert
 noise and action normalisation, and :data:`BENCH_DEFAULTS` the budget each command starts from.
 
-For each pre-training allocation (mismatched: demonstrations on half of the tasks; uniform) and seed, a policy is
+For each pre-training allocation (mismatched: demonstrations on half of the tasks; uniform; split: on the tasks a
+task family's file marks ``split: pretrain``, e.g. config/bench/widowx_family.yaml) and seed, a policy is
 pre-trained once (:mod:`amf_ros.training.pretrain`); then every method runs ``rounds`` rounds of Algorithm 1:
 select ``demos_per_round`` tasks, collect scripted demonstrations, fine-tune on all fine-tuning demonstrations so
 far (continuing from the previous round's weights), refit alpha(c) for methods with the adaptive prior, and
@@ -20,6 +21,11 @@ evaluate success per task. Methods:
 Demonstration scenes are paired across methods: the k-th demonstration of task t uses the same scene and noise in
 every method of a seed; evaluation scenes are the same for every method and round of a seed; uniform and
 uniform+prior draw the same task sequence, so their difference is the prior alone.
+
+The policy sees the suite's state, or on the WidowX with ``trunk: image_pretrained`` (``--trunk``) the camera: the
+camera policy of amf_ros/policies/camera_policy.py, every demonstration frame rendered and embedded once by the frozen
+encoder, evaluation on rendered and encoded frames (config/bench/widowx_camera_smoke.yaml is its pipeline check).
+A grid can be split over runs by seed (``--first-seed``) and summarised as one (``--merge``).
 
 Outputs (``--out``): results.json (contract of bench/results.py, one setting per allocation, plus per-task
 success, demonstration counts, alpha(c) and the selection log), raw_runs.json (every job's record),
@@ -44,7 +50,7 @@ import numpy as np
 from amf_ros.envs.suites import get_suite
 from amf_ros.policies.fine_tuning import FINE_TUNE
 from amf_ros.threads import limit_threads
-from amf_ros.training.pretrain import ALLOCATIONS, PretrainConfig, allocation_counts
+from amf_ros.training.pretrain import ALL_ALLOCATIONS, ALLOCATIONS, PretrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +88,10 @@ RNG_STREAMS: tuple[str, ...] = ("amf", "rebalancing", "uniform", "action_l2", "d
 
 
 
+TRUNKS = ("state", "image_pretrained")
+"""What the benchmark's policy sees (:attr:`MetaworldBenchConfig.trunk`)."""
+
+
 @dataclass
 class MetaworldBenchConfig:
     """The whole experiment, for any suite (the name is the first suite's); written verbatim into results.json."""
@@ -89,14 +99,21 @@ class MetaworldBenchConfig:
     suite: str = "metaworld"
     """Simulated suite (:mod:`amf_ros.envs.suites`): "metaworld" or "widowx"."""
     tasks: list[str] | None = None
-    """Task keys of the suite's task file (None = the suite's default tasks); mismatched pre-training covers the
-    first half."""
+    """Task keys of the suite's task file (None = the suite's default tasks, or every task of ``tasks_file``);
+    mismatched pre-training covers the first half."""
+    tasks_file: str = ""
+    """The suite's task file ("" = the suite's default; the WidowX family: config/tasks/widowx_family.yaml, whose
+    ``split`` field the "split" allocation pre-trains by)."""
     allocations: list[str] = field(default_factory=lambda: list(ALLOCATIONS))
-    """Pre-training allocations, one results setting each."""
+    """Pre-training allocations, one results setting each: "mismatched" (the first half of the tasks), "uniform",
+    "split" (the task file's ``split: pretrain`` tasks)."""
     methods: list[str] = field(default_factory=lambda: ["amf", "uniform", "uniform+prior", "rebalancing"])
     """Methods to compare (keys of METHODS; the ablation and peer methods are opted into by configs)."""
     seeds: int = 5
     """Independent seeds (pre-training, demonstrations, selection, fine-tuning)."""
+    first_seed: int = 0
+    """The seeds are first_seed .. first_seed + seeds - 1: a grid split over several runs (or machines) whose raw
+    records are merged afterwards (``--merge``) gives the results of one run over all of them."""
     rounds: int = 12
     """Selection + fine-tuning rounds."""
     demos_per_round: int = 1
@@ -118,6 +135,13 @@ class MetaworldBenchConfig:
     noise_std: float | None = None
     """Noise on the executed expert actions; labels are the noise-free expert actions. None = the suite's default
     (Metaworld 0.1 native units on every component, WidowX 0.002 m on each translation axis)."""
+    trunk: str = "state"
+    """What the policy sees (WidowX): "state" (the 14-D state: proprio + object and receptacle positions) or
+    "image_pretrained" (the camera policy, amf_ros/policies/camera_policy.py: the 256 x 256 primary camera through the
+    frozen EfficientNet-Lite0 and a frozen PCA of the pre-training frames, beside the 8-D proprio; pre-trained by
+    amf_ros/training/camera.py on the same successful scripted demonstrations, every frame embedded once)."""
+    camera_projection_dim: int = 64
+    """K of the camera policy's frozen projection (``trunk: image_pretrained``; 0 = the raw 1280-D embedding)."""
     head: str = "diffusion"
     """Action head: "diffusion" (Octo's DiffusionActionHead, the one the policy server fine-tunes) or "mlp" (the
     paper's Gaussian state-based policy; ties uniform+prior here, see docs/metaworld.md)."""
@@ -156,15 +180,19 @@ class MetaworldBenchConfig:
 
     def __post_init__(self) -> None:
         suite = get_suite(self.suite, training=True)  # ValueError naming the training suites
-        self.tasks = list(suite.default_tasks if self.tasks is None else self.tasks)
+        self.tasks_file = str(self.tasks_file or "")
+        if self.tasks is None:  # the suite's default tasks, or every task of the file
+            self.tasks = ([s.key for s in suite.load_tasks(None, self.tasks_file)] if self.tasks_file
+                          else list(suite.default_tasks))
+        self.tasks = list(self.tasks)
         self.noise_std = suite.noise_std if self.noise_std is None else float(self.noise_std)
         self.allocations, self.methods = list(self.allocations), list(self.methods)
         bad = [m for m in self.methods if m not in METHODS]
         if bad or not self.methods:
             raise ValueError(f"unknown methods {bad}; choose from {list(METHODS)}")
-        bad = [a for a in self.allocations if a not in ALLOCATIONS]
+        bad = [a for a in self.allocations if a not in ALL_ALLOCATIONS]
         if bad or not self.allocations:
-            raise ValueError(f"unknown allocations {bad}; choose from {list(ALLOCATIONS)}")
+            raise ValueError(f"unknown allocations {bad}; choose from {list(ALL_ALLOCATIONS)}")
         for name in ("seeds", "rounds", "demos_per_round", "pretrain_steps", "finetune_steps", "batch_size",
                      "frames_per_demo", "eval_episodes", "eval_slots", "max_points"):
             if int(getattr(self, name)) < 1:
@@ -173,17 +201,26 @@ class MetaworldBenchConfig:
             raise ValueError(f"replay_fraction must be in [0, 1), got {self.replay_fraction=}")
         if not 0.0 < self.success_threshold <= 1.0:
             raise ValueError(f"success_threshold must be in (0, 1], got {self.success_threshold=}")
+        if self.trunk not in TRUNKS:
+            raise ValueError(f"trunk must be one of {TRUNKS}, got {self.trunk=}")
+        if self.trunk == "image_pretrained" and (self.suite != "widowx" or self.head != "diffusion"
+                                                 or self.replay_fraction > 0):
+            raise ValueError("trunk 'image_pretrained' (the camera policy) runs on suite 'widowx' with the diffusion "
+                             f"head and no replay, got {self.suite=} {self.head=} {self.replay_fraction=}")
         if self.selection_copy not in ("frozen", "holdout", "current"):
             raise ValueError(f"selection_copy must be 'frozen', 'holdout' or 'current', got {self.selection_copy=}")
         if self.criterion_targets not in ("warm", "all"):
             raise ValueError(f"criterion_targets must be 'warm' or 'all', got {self.criterion_targets=}")
+        if self.first_seed < 0:
+            raise ValueError(f"first_seed must be >= 0, got {self.first_seed=}")
         if self.alpha_steps < 0 or self.noise_var <= 0 or self.prior_var <= 0 or self.lr <= 0:
             raise ValueError(f"need alpha_steps >= 0, noise_var > 0, prior_var > 0, lr > 0, got {self.alpha_steps=} "
                              f"{self.noise_var=} {self.prior_var=} {self.lr=}")
 
     def pretrain_config(self, allocation: str, seed: int) -> PretrainConfig:
         """The pre-training config of one (allocation, seed)."""
-        return PretrainConfig(suite=self.suite, tasks=self.tasks, allocation=allocation, demos=self.pretrain_demos,
+        return PretrainConfig(suite=self.suite, tasks=self.tasks, tasks_file=self.tasks_file, allocation=allocation,
+                              demos=self.pretrain_demos,
                               noise_std=self.noise_std, head=self.head, steps=self.pretrain_steps,
                               batch_size=self.batch_size, lr=self.lr, seed=seed, task_encoder=self.task_encoder)
 
@@ -207,12 +244,74 @@ def pretrain_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, ckpt: st
     # and AMF's scores then differed at 1e-13 between the engines; with one thread the records are bit-identical
     limit_threads(1, blas=True)
     t0 = time.perf_counter()
+    if cfg.trunk == "image_pretrained":
+        return camera_pretrain_job(cfg, allocation, seed, ckpt)
     res = pt.pretrain(cfg.pretrain_config(allocation, seed))
     pt.save_pretrained(res.policy, ckpt)
-    pool = EvalPool(get_suite(cfg.suite).load_tasks(cfg.tasks), slots=cfg.eval_slots, suite=cfg.suite)
+    pool = EvalPool(cfg.pretrain_config(allocation, seed).specs(), slots=cfg.eval_slots, suite=cfg.suite)
     success = pool.evaluate(pt.act_fn(res.policy), cfg.eval_episodes, seed=seed)
     return {"allocation": allocation, "seed": seed, "counts": res.counts, "success": success,
             "loss_last": res.loss_curve[-1], "time_s": time.perf_counter() - t0}
+
+
+def camera_pretrain_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, ckpt: str) -> dict[str, Any]:
+    """:func:`pretrain_job` of the camera policy (``trunk: image_pretrained``): the allocation's successful scripted
+    demonstrations rendered and embedded once (amf_ros/training/camera.py), the projection fitted on them, the head
+    trained; saved with its marker and projection, evaluated on the camera."""
+    from amf_ros.policies.camera_policy import save_camera_policy
+    from amf_ros.training import camera as cam
+
+    t0 = time.perf_counter()
+    pc = cfg.pretrain_config(allocation, seed)
+    counts = pc.counts()
+    ccfg = cam.CameraPretrainConfig(tasks=list(cfg.tasks), tasks_file=cfg.tasks_file, demos_per_task=counts,
+                                    noise_std=float(cfg.noise_std), steps=cfg.pretrain_steps,
+                                    batch_size=cfg.batch_size, lr=cfg.lr, seed=seed, task_encoder=cfg.task_encoder,
+                                    projection_dim=cfg.camera_projection_dim)
+    res = cam.camera_pretrain(ccfg)
+    save_camera_policy(res.policy, ckpt, res.spec, res.projection)
+    success, timing = cam.evaluate_camera(res.policy, res.spec.load_encoder(), pc.specs(), cfg.eval_episodes,
+                                          seed=seed, slots=cfg.eval_slots, proprio_dims=res.spec.proprio_dims,
+                                          projection=res.projection)
+    return {"allocation": allocation, "seed": seed, "counts": counts, "success": success,
+            "loss_last": res.loss_curve[-1], "time_s": time.perf_counter() - t0,
+            "camera_timing": {**res.timing, **{f"eval_{k}": v for k, v in timing.items()}}}
+
+
+class TrunkOps(NamedTuple):
+    """How a method job collects a demonstration and evaluates a policy for the benchmark's trunk."""
+
+    collect: Any
+    """``(task, scene, rng) -> Demo`` (obs = the policy's state: the 14-D state or the camera state)."""
+    evaluate: Any
+    """``policy -> {task: success rate}`` over ``eval_episodes`` episodes per task (the seed's scenes)."""
+
+
+def trunk_ops(cfg: MetaworldBenchConfig, specs: Sequence[Any], ckpt: str, seed: int) -> TrunkOps:
+    """The :class:`TrunkOps` of ``cfg.trunk`` for the tasks ``specs`` and the pre-trained checkpoint ``ckpt``."""
+    from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo
+    from amf_ros.training import pretrain as pt
+
+    if cfg.trunk == "image_pretrained":
+        from amf_ros.policies.camera_policy import read_marker, read_projection
+        from amf_ros.training import camera as cam
+
+        spec, projection = read_marker(ckpt), read_projection(ckpt)
+        if spec is None:
+            raise ValueError(f"{ckpt} is not a camera-policy checkpoint")
+        encoder = spec.load_encoder()
+        cams = {s.key: cam.CameraTaskEnv(s) for s in specs}
+        return TrunkOps(
+            lambda task, scene, rng: cam.camera_demo(cams[task], scene, cfg.noise_std, rng, encoder, projection,
+                                                     spec.proprio_dims),
+            lambda policy: cam.evaluate_camera(policy, encoder, specs, cfg.eval_episodes, seed=seed,
+                                               slots=cfg.eval_slots, proprio_dims=spec.proprio_dims,
+                                               projection=projection)[0])
+    suite = get_suite(cfg.suite)
+    envs = {s.key: suite.make_env(s) for s in specs}
+    pool = EvalPool(specs, slots=cfg.eval_slots, suite=cfg.suite)
+    return TrunkOps(lambda task, scene, rng: collect_demo(envs[task], scene, cfg.noise_std, rng),
+                    lambda policy: pool.evaluate(pt.act_fn(policy), cfg.eval_episodes, seed=seed))
 
 
 def load_for_method(ckpt: str, use_prior: bool, cfg: MetaworldBenchConfig) -> Any:
@@ -231,16 +330,13 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
     """Rounds 1..R of one method from the pre-trained checkpoint; per-round success, counts, alpha, selections."""
     from amf_ros.core.acquisition import ENSEMBLE_METRICS, PEER_RULES
     from amf_ros.core.selectors import make_selector
-    from amf_ros.envs.metaworld_rollouts import EvalPool, collect_demo
     from amf_ros.runtime.fine_tune_worker import MEMBER_SEED_OFFSET
     from amf_ros.training import pretrain as pt
 
     limit_threads(1, blas=True)  # as in pretrain_job: bit-identical records on every engine
     t0 = time.perf_counter()
-    suite = get_suite(cfg.suite)
-    specs = suite.load_tasks(cfg.tasks)
-    envs = {s.key: suite.make_env(s) for s in specs}
-    pool = EvalPool(specs, slots=cfg.eval_slots, suite=cfg.suite)
+    specs = cfg.pretrain_config(allocation, seed).specs()
+    ops = trunk_ops(cfg, specs, ckpt, seed)
     spec = METHODS[method]
     policy = load_for_method(ckpt, spec.prior, cfg)
     selection_copy = None
@@ -255,7 +351,7 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
         member.config = dataclasses.replace(member.config, seed=member.config.seed + MEMBER_SEED_OFFSET)
     scored = spec.selector == "amf" or spec.selector in PEER_RULES
     selector = make_selector(spec.selector, tasks=cfg.tasks, **({"warm_start": True} if scored else {}))
-    pre_counts = allocation_counts(cfg.tasks, allocation, cfg.pretrain_demos)
+    pre_counts = cfg.pretrain_config(allocation, seed).counts()
     replay = pt.pretraining_demos(cfg.pretrain_config(allocation, seed)) if cfg.replay_fraction > 0 else []
     # keyed by the selector, not the method: uniform and uniform+prior draw the same task sequence (paired)
     rng = np.random.default_rng([seed, 2, RNG_STREAMS.index(spec.selector)])
@@ -284,7 +380,7 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
                 round_scores, round_info = dict(sel.scores), dict(sel.info)
             for task in sel.tasks:
                 scene, demo_rng = demo_scene(seed, cfg.tasks.index(task), counts[task])
-                demos.append(collect_demo(envs[task], scene, cfg.noise_std, demo_rng))
+                demos.append(ops.collect(task, scene, demo_rng))
                 warm.append(bool(sel.warm_start) and counts[task] == 0)
                 counts[task] += 1
                 picks.append(task)
@@ -301,7 +397,7 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
                                    batch_size=cfg.batch_size)
         timing["finetune"] += time.perf_counter() - t1
         t1 = time.perf_counter()
-        success = pool.evaluate(pt.act_fn(policy), cfg.eval_episodes, seed=seed)
+        success = ops.evaluate(policy)
         timing["evaluate"] += time.perf_counter() - t1
         rows.append({"round": rnd, "selected": picks, "warm_start": round_warm,
                      "scores": {k: float(v) for k, v in round_scores.items()}, "counts": dict(counts),
@@ -378,7 +474,8 @@ def run(cfg: MetaworldBenchConfig, jobs: int = 1, work_dir: str | os.PathLike | 
         raise ValueError(f"jobs must be >= 1, got {jobs=}")
     kind = "serial" if jobs == 1 and not ray_address else (engine or default_engine())
     tmp = Path(tempfile.mkdtemp(prefix=f"amf_{cfg.suite}_", dir=work_dir))
-    pre_jobs = [(cfg, a, s, str(tmp / f"pretrained_{a}_{s}")) for a in cfg.allocations for s in range(cfg.seeds)]
+    pre_jobs = [(cfg, a, s, str(tmp / f"pretrained_{a}_{s}")) for a in cfg.allocations
+                for s in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]
     meth_jobs = [(cfg, a, s, m, ck) for _, a, s, ck in pre_jobs for m in cfg.methods]
     bar = tqdm(total=len(pre_jobs) + len(meth_jobs), desc=f"{cfg.suite} ({kind})", unit="run",
                disable=not progress)
@@ -400,9 +497,12 @@ def summarize_runs(cfg: MetaworldBenchConfig, raw: dict[str, Any]) -> list[dict[
     settings = []
     for alloc in cfg.allocations:
         pre = {p["seed"]: p for p in raw["pretrain"] if p["allocation"] == alloc}
-        pre_counts = allocation_counts(cfg.tasks, alloc, cfg.pretrain_demos)
+        pre_counts = cfg.pretrain_config(alloc, 0).counts()
         seen = [t for t in cfg.tasks if pre_counts[t] > 0]
+        unseen = [t for t in cfg.tasks if pre_counts[t] == 0]
         methods, per_task, counts, alphas, pre_task_success, log_, reach = {}, {}, {}, {}, {}, {}, {}
+        new_task_success: dict[str, Any] = {}
+        new_reach: dict[str, Any] = {}
         for m in cfg.methods:
             runs = sorted((r for r in raw["runs"] if r["allocation"] == alloc and r["method"] == m),
                           key=lambda r: r["seed"])
@@ -411,10 +511,16 @@ def summarize_runs(cfg: MetaworldBenchConfig, raw: dict[str, Any]) -> list[dict[
             methods[m] = summarize(rounds, succ.mean(axis=2))
             per_task[m] = {t: summarize(rounds, succ[:, :, i]) for i, t in enumerate(cfg.tasks)}
             pre_task_success[m] = summarize(rounds, succ[:, :, [cfg.tasks.index(t) for t in seen]].mean(axis=2))
+            if unseen:
+                new_task_success[m] = summarize(rounds,
+                                                succ[:, :, [cfg.tasks.index(t) for t in unseen]].mean(axis=2))
             cnt = np.array([[[0] * len(cfg.tasks)] + [[row["counts"][t] for t in cfg.tasks] for row in r["rounds"]]
                             for r in runs], dtype=float)
             counts[m] = {t: summarize(rounds, cnt[:, :, i]) for i, t in enumerate(cfg.tasks)}
             reach[m] = demos_to_reach(succ.mean(axis=2), cnt.sum(axis=2), cfg.success_threshold)
+            if unseen:  # the new tasks alone: where a generalist that already does well overall has to learn
+                new_reach[m] = demos_to_reach(succ[:, :, [cfg.tasks.index(t) for t in unseen]].mean(axis=2),
+                                              cnt.sum(axis=2), cfg.success_threshold)
             if METHODS[m].prior:
                 al = np.array([[[0.0] * len(cfg.tasks)] + [[row["alpha"].get(t, np.nan) for t in cfg.tasks]
                                                            for row in r["rounds"]] for r in runs])
@@ -424,8 +530,9 @@ def summarize_runs(cfg: MetaworldBenchConfig, raw: dict[str, Any]) -> list[dict[
                         for row in r["rounds"]] for r in runs]
         settings.append({"name": alloc, "methods": methods, "pretrain_counts": pre_counts,
                          "pretrained_tasks": seen, "per_task_success": per_task, "demo_counts": counts,
-                         "alpha": alphas, "pretrained_task_success": pre_task_success, "selections": log_,
-                         "demos_to_reach": reach,
+                         "alpha": alphas, "pretrained_task_success": pre_task_success,
+                         "new_task_success": new_task_success, "selections": log_,
+                         "demos_to_reach": reach, "new_task_demos_to_reach": new_reach,
                          "job_time_s": {"pretrain": [p["time_s"] for p in pre.values()],
                                         **{m: [r["time_s"] for r in raw["runs"] if r["allocation"] == alloc
                                                and r["method"] == m] for m in cfg.methods}}})
@@ -489,21 +596,37 @@ def plot_all(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], out: Pat
     return paths
 
 
+TABLE_TASK_COLUMNS = 6
+"""Up to this many tasks the table lists the final demonstrations of each task; beyond it (the 16-task family) the
+sums over the pre-trained and the new tasks."""
+
+
 def table(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]]) -> str:
-    """Final-round success (overall and on pre-trained tasks) and final demo counts, per allocation and method."""
+    """Final-round success (overall with its 90% CI, on pre-trained tasks, on new tasks), final demo counts and the
+    demonstrations to reach the success threshold on the seed-mean curve, per allocation and method."""
     from amf_ros.bench.results import reach_text
     from amf_ros.outputs import format_table
 
+    per_task = len(cfg.tasks) <= TABLE_TASK_COLUMNS
     rows = []
     for st in settings:
+        seen = [t for t in cfg.tasks if st["pretrain_counts"].get(t)]
         for m in cfg.methods:
             o, p = st["methods"][m], st["pretrained_task_success"][m]
-            counts = "/".join(f"{st['demo_counts'][m][t]['mean'][-1]:.1f}" for t in cfg.tasks)
+            n = st.get("new_task_success", {}).get(m)
+            final = {t: st["demo_counts"][m][t]["mean"][-1] for t in cfg.tasks}
+            counts = ("/".join(f"{final[t]:.1f}" for t in cfg.tasks) if per_task else
+                      f"{sum(final[t] for t in seen):.1f}/{sum(v for t, v in final.items() if t not in seen):.1f}")
             rows.append([st["name"], m, o["mean"][0], o["mean"][-1], f"[{o['ci_low'][-1]:.2f}, {o['ci_high'][-1]:.2f}]",
-                         p["mean"][0], p["mean"][-1], counts, reach_text(st.get("demos_to_reach", {}).get(m))])
+                         p["mean"][0], p["mean"][-1], "-" if n is None else f"{n['mean'][0]:.3f}",
+                         "-" if n is None else f"{n['mean'][-1]:.3f}", counts,
+                         reach_text(st.get("demos_to_reach", {}).get(m)),
+                         reach_text(st.get("new_task_demos_to_reach", {}).get(m))])
     return format_table(["pre-training", "method", "success r0", "success final", "90% CI",
-                         "pretrained-tasks r0", "pretrained-tasks final", "demos " + "/".join(cfg.tasks),
-                         f"demos to {cfg.success_threshold:g}"], rows)
+                         "pretrained-tasks r0", "pretrained-tasks final", "new-tasks r0", "new-tasks final",
+                         "demos " + ("/".join(cfg.tasks) if per_task else "pre-trained/new tasks"),
+                         f"demos to {cfg.success_threshold:g}", f"new tasks: demos to {cfg.success_threshold:g}"],
+                        rows)
 
 
 def plot_demos_per_task(cfg: MetaworldBenchConfig, settings: list[dict[str, Any]], path: Path) -> Path:
@@ -588,6 +711,48 @@ def bench_config(suite: str, path: str | os.PathLike | None = None, **overrides:
     return cfg
 
 
+def merge_runs(raw_paths: Sequence[str | os.PathLike], out: Path) -> int:
+    """Summarise the raw records of several runs of one config over disjoint seeds as one run (``--merge``): the
+    config of each is read from the results.json beside its raw_runs.json; they must agree except in their seeds."""
+    import json
+
+    from amf_ros.atomic import atomic_write_json
+    from amf_ros.bench.results import config_dict, write_results
+
+    docs, raws = [], []
+    for p in raw_paths:
+        raw_path = Path(p)
+        raws.append(json.loads(raw_path.read_text(encoding="utf-8")))
+        docs.append(json.loads((raw_path.parent / "results.json").read_text(encoding="utf-8")))
+    known = {f.name for f in dataclasses.fields(MetaworldBenchConfig)}
+    # each run's config with today's defaults for keys it predates (equal behaviour: a new key defaults to the old)
+    configs = [dataclasses.asdict(MetaworldBenchConfig(**{k: v for k, v in d["config"].items() if k in known}))
+               for d in docs]
+    first = configs[0]
+    for other, p in zip(configs[1:], raw_paths[1:], strict=True):
+        diff = sorted(k for k in known - {"seeds", "first_seed"} if first[k] != other[k])
+        if diff:
+            raise ValueError(f"{p}: its config differs from the first run's in {diff}; only seeds may differ")
+    seeds = [p["seed"] for r in raws for p in r["pretrain"]]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"the runs share seeds: {sorted(seeds)}")
+    cfg = MetaworldBenchConfig(**{**first, "seeds": len(set(seeds)), "first_seed": min(seeds)})
+    raw = {"pretrain": [p for r in raws for p in r["pretrain"]], "runs": [x for r in raws for x in r["runs"]],
+           "engine": raws[0].get("engine", "")}
+    atomic_write_json(out / "raw_runs.json", raw)
+    settings = summarize_runs(cfg, raw)
+    results = {"benchmark": docs[0]["benchmark"],
+               "config": {**config_dict(cfg), "seed_list": sorted(seeds), "merged_from": [str(p) for p in raw_paths]},
+               "metric": docs[0]["metric"], "wall_time_s": float(sum(d["wall_time_s"] for d in docs)),
+               "settings": settings}
+    path = write_results(out, results)
+    plots = plot_all(cfg, settings, out)
+    print(table(cfg, settings))
+    print(f"merged {len(raws)} runs, seeds {sorted(seeds)}, summed wall time {results['wall_time_s']:.0f} s; wrote "
+          f"{path} and {', '.join(p.name for p in plots)}")
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
     """`amf bench metaworld` entry point."""
     return _main(argv, "metaworld")
@@ -605,7 +770,7 @@ def _main(argv: Sequence[str], suite: str) -> int:
     parser = argparse.ArgumentParser(prog=f"amf bench {suite}", description=__doc__.split("\n\n")[0])
     add_common_args(parser, out=f"docs/results/{suite}")
     parser.add_argument("--methods", nargs="+", default=None, help=f"subset of {list(METHODS)}")
-    parser.add_argument("--allocations", nargs="+", default=None, help=f"subset of {list(ALLOCATIONS)}")
+    parser.add_argument("--allocations", nargs="+", default=None, help=f"subset of {list(ALL_ALLOCATIONS)}")
     parser.add_argument("--eval-episodes", type=int, default=None, help="evaluation episodes per task and round")
     parser.add_argument("--selection-copy", choices=("frozen", "holdout", "current"), default=None,
                         help="AMF's selection copy (default: from the config, frozen)")
@@ -613,6 +778,9 @@ def _main(argv: Sequence[str], suite: str) -> int:
     parser.add_argument("--replay-fraction", type=float, default=None,
                         help="share of each fine-tuning minibatch from the pre-training demonstrations (uq_vla: 0.5)")
     parser.add_argument("--tasks", nargs="+", default=None, help="task keys of the suite (default: its four)")
+    parser.add_argument("--trunk", choices=TRUNKS, default=None,
+                        help="what the policy sees: state (default) or image_pretrained (the camera policy on a "
+                             "frozen pretrained encoder; WidowX)")
     parser.add_argument("--work-dir", default=None, help="where pre-trained checkpoints live during the run")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--engine", choices=("process", "ray"), default=None,
@@ -622,6 +790,12 @@ def _main(argv: Sequence[str], suite: str) -> int:
                         "empty = a local Ray with --jobs CPUs")
     parser.add_argument("--replot", default=None, metavar="RESULTS_JSON",
                         help="only redraw the figures and the table of an existing results.json into --out")
+    parser.add_argument("--first-seed", type=int, default=None,
+                        help="seeds first_seed .. first_seed + seeds - 1 (split a grid over runs; see --merge)")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="RAW_RUNS_JSON",
+                        help="summarise the raw_runs.json of several runs of one config with disjoint seeds (e.g. "
+                             "--first-seed 0 --seeds 3 and --first-seed 3 --seeds 2) as one run into --out; the config "
+                             "is the first run's results.json next to it, with the merged seeds")
     args = parser.parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.replot:
@@ -634,10 +808,12 @@ def _main(argv: Sequence[str], suite: str) -> int:
         print(table(cfg, doc["settings"]))
         print(f"wrote {', '.join(str(p) for p in plots)}")
         return 0
-    cfg = bench_config(suite, args.config, seeds=args.seeds, rounds=args.rounds, methods=args.methods,
-                       allocations=args.allocations, eval_episodes=args.eval_episodes,
+    if args.merge:
+        return merge_runs(args.merge, Path(args.out))
+    cfg = bench_config(suite, args.config, seeds=args.seeds, first_seed=args.first_seed, rounds=args.rounds,
+                       methods=args.methods, allocations=args.allocations, eval_episodes=args.eval_episodes,
                        selection_copy=args.selection_copy, demos_per_round=args.demos_per_round,
-                       replay_fraction=args.replay_fraction, tasks=args.tasks)
+                       replay_fraction=args.replay_fraction, tasks=args.tasks, trunk=args.trunk)
     jobs = args.jobs or os.cpu_count() or 1
     t0 = time.perf_counter()
     raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress, engine=args.engine or "",

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from amf_ros.paths import PACKAGE, package_root, resolve_config
 
 NAMESPACE = "amf"  # default namespace of every node (relative names resolve under it: /amf/next_task)
-ROBOTS = ("real", "simpler", "sim", "sim_widowx")
+ROBOTS = ("real", "simpler", "sim", "sim_widowx", "wxai", "wxai_sim")
 RESPAWN_DELAY_S = 2.0  # wait before restarting a node that exited (launch's respawn_delay)
 RESPAWN_MAX_RETRIES = 3  # then leave it down (a node that cannot start, e.g. widowx_driver without Interbotix)
 
@@ -29,11 +29,19 @@ ROBOT_NODES: dict[str, tuple[str, ...]] = {
     "simpler": ("sim_bridge",),          # SIMPLER WidowX scenes hosted by sim_bridge (backend: simpler)
     "sim": ("sim_bridge", "scripted_teleop"),  # the embedded Metaworld simulation
     "sim_widowx": ("sim_bridge", "scripted_teleop"),  # the embedded WidowX 250s (widowx_driver's runtime inside)
+    "wxai": ("widowx_driver",),          # a WidowX AI through Trossen's driver (executable wxai_driver)
+    "wxai_sim": ("sim_bridge", "scripted_teleop"),  # the WidowX AI in trossen-arm-sim, Trossen's driver on loopback
 }
+EXECUTABLES: dict[tuple[str, str], str] = {("wxai", "widowx_driver"): "wxai_driver"}
+"""(robot, node) -> the executable in lib/amf_ros when it is not the node's name: the WidowX AI's widowx_driver (same
+node name, parameters and topics as the Interbotix one) is amf_ros/ros/nodes/wxai_driver.py."""
 # Default config YAML per robot (relative to the package root / share directory).
 ROBOT_CONFIG = {"real": "config/widowx.yaml", "simpler": "config/widowx.yaml", "sim": "config/sim.yaml",
-                "sim_widowx": "config/sim_widowx.yaml"}
-SIM_ARMS = {"metaworld": "sim", "widowx": "sim_widowx"}
+                "sim_widowx": "config/sim_widowx.yaml", "wxai": "config/wxai.yaml", "wxai_sim": "config/wxai_sim.yaml"}
+SIM_ARMS = {"metaworld": "sim", "widowx": "sim_widowx", "wxai": "wxai_sim"}
+PRETRAIN_SUITES = {"metaworld": "metaworld", "widowx": "widowx", "wxai": "widowx"}
+"""The embedded simulation's arms -> the suite their first policy is pre-trained on (`amf run`): the WidowX AI starts
+from the embedded WidowX 250's (same tasks, observation and actions; its own simulator runs in real time)."""
 CONSOLE_NODE = "operator_console"
 """The operator's web page (docs/console.md); started by default by every bring-up, last."""
 """The embedded simulation's arms (sim.launch.py ``arm:=``, `amf run --arm`) -> their robot in ROBOTS."""
@@ -90,7 +98,7 @@ def _yaml_scalar(value: Any) -> str:
 
 
 def node_names(robot: str, console: bool = True, teleop: str = "none") -> tuple[str, ...]:
-    """Nodes started for ``robot`` (real | simpler | sim | sim_widowx), in start order (the arm and its operator
+    """Nodes started for ``robot`` (one of :data:`ROBOTS`), in start order (the arm and its operator
     first, the loop, then the operator console unless ``console`` is false). ``teleop`` other than 'none' adds the
     teleop node and, on an embedded arm, drops scripted_teleop (:data:`TELEOP_INPUTS`)."""
     if robot not in ROBOTS:
@@ -117,11 +125,12 @@ def as_bool(value: bool | str) -> bool:
 
 def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
               workspace: str = "", console: bool = True, console_host: str = "", console_port: int | str = "",
-              console_token: str = "", teleop: str = "none", teleop_mapping: str = "") -> dict[str, dict[str, Any]]:
+              console_token: str = "", teleop: str = "none", teleop_mapping: str = "",
+              wxai_ip: str = "") -> dict[str, dict[str, Any]]:
     """Per-node parameter overrides implied by the launch arguments (on top of the YAML).
 
     Args:
-        robot: real | simpler | sim | sim_widowx.
+        robot: one of :data:`ROBOTS`.
         checkpoint: checkpoint directory for policy_server and task_selector ("" = keep the YAML's); a relative
             path is taken relative to the directory the launch was started from (made absolute here).
         tasks: candidate task keys for task_selector, a list or a comma-separated string ("" = keep the YAML's).
@@ -132,6 +141,7 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
         console_token: operator_console's ``token`` ("" = keep the YAML's).
         teleop: the teleop node's ``input`` (:data:`TELEOP_INPUTS`; 'none' = no teleop node).
         teleop_mapping: the teleop node's ``mapping`` ("" = the input's default: config/teleop/<name>.yaml).
+        wxai_ip: robot:=wxai: widowx_driver's ``wxai_ip``, the WidowX AI controller's address ("" = keep the YAML's).
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -140,12 +150,6 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
         out[TELEOP_NODE]["input"] = teleop
         if teleop_mapping:
             out[TELEOP_NODE]["mapping"] = str(teleop_mapping)
-    if teleop != "none" and robot == "sim":  # Metaworld: native xyz 1.0 = 0.01 m per step, fixed gripper orientation
-        from amf_ros.policies.action_spaces import METRES_PER_UNIT
-
-        # 20 Hz as scripted_teleop; 12 periods = the 0.6 s silence bound of 3 periods at the WidowX's 5 Hz
-        out[TELEOP_NODE].update(max_translation=METRES_PER_UNIT, max_rotation=0.0, control_rate_hz=20.0,
-                                silence_periods=12.0)
     if console:
         for key, value in (("host", console_host), ("port", console_port), ("token", console_token)):
             if str(value) != "":
@@ -170,6 +174,14 @@ def overrides(robot: str, checkpoint: str = "", tasks: Sequence[str] | str = "",
         out["sim_bridge"]["backend"] = "metaworld"
     elif robot == "sim_widowx":
         out["sim_bridge"]["backend"] = "widowx"
+        if "scripted_teleop" in out:
+            out["scripted_teleop"]["experts"] = "widowx"
+    elif robot == "wxai":
+        out["widowx_driver"]["backend"] = "wxai"
+        if wxai_ip:
+            out["widowx_driver"]["wxai_ip"] = str(wxai_ip)
+    elif robot == "wxai_sim":  # the WidowX 250's tasks and scripted experts, on the WidowX AI in Trossen's simulator
+        out["sim_bridge"]["backend"] = "wxai_sim"
         if "scripted_teleop" in out:
             out["scripted_teleop"]["experts"] = "widowx"
     return out
@@ -199,19 +211,19 @@ def namespace_console_port(namespace: str, port: int = CONSOLE_PORT) -> int:
 def plan(robot: str = "sim", config: str | os.PathLike = "", checkpoint: str = "",
          tasks: Sequence[str] | str = "", namespace: str = NAMESPACE, workspace: str = "", console: bool | str = True,
          console_host: str = "", console_port: int | str = "", console_token: str = "",
-         teleop: str = "none", teleop_mapping: str = "") -> list[NodeSpec]:
+         teleop: str = "none", teleop_mapping: str = "", wxai_ip: str = "") -> list[NodeSpec]:
     """The nodes to start, each with its params file and overrides (what both launch files and `amf up` run)."""
     cfg = str(resolve_config(config or ROBOT_CONFIG.get(robot, "config/sim.yaml")))
     console = as_bool(console)
     teleop = str(teleop or "none")
     over = overrides(robot, checkpoint, tasks, workspace, console, console_host, console_port, console_token, teleop,
-                     teleop_mapping)
+                     teleop_mapping, wxai_ip)
     if console and "port" not in over[CONSOLE_NODE]:  # one port per namespace: two graphs on one machine
         yaml_port = int(node_section(cfg, CONSOLE_NODE).get("port", CONSOLE_PORT))
         if namespace_console_port(namespace, yaml_port) != yaml_port:
             over[CONSOLE_NODE]["port"] = namespace_console_port(namespace, yaml_port)
-    return [NodeSpec(name=n, executable=n, params_file=cfg, overrides=over[n], namespace=namespace)
-            for n in node_names(robot, console, teleop)]
+    return [NodeSpec(name=n, executable=EXECUTABLES.get((robot, n), n), params_file=cfg, overrides=over[n],
+                     namespace=namespace) for n in node_names(robot, console, teleop)]
 
 
 def sim_plan(config: str | os.PathLike = "", checkpoint: str = "", namespace: str = NAMESPACE,

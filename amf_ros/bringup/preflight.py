@@ -162,10 +162,10 @@ def argument_problems(robot: str, args: Mapping[str, Any], style: str = LAUNCH) 
     """Problems of the bring-up arguments on their own (:func:`checked_plan` runs it first).
 
     Args:
-        robot: real | simpler | sim | sim_widowx.
+        robot: one of graph.ROBOTS (real | simpler | sim | sim_widowx | wxai | wxai_sim).
         args: graph.plan's keyword arguments as given (strings from a launch file): config, checkpoint, tasks,
-            namespace, workspace, console, console_host, console_port, console_token, teleop, teleop_mapping;
-            missing ones keep defaults.
+            namespace, workspace, console, console_host, console_port, console_token, teleop, teleop_mapping,
+            wxai_ip; missing ones keep defaults.
         style: :data:`LAUNCH` or :data:`CLI` (how problems name the arguments).
     """
     problems = [choice_problem("robot", robot, graph.ROBOTS, style),
@@ -179,6 +179,10 @@ def argument_problems(robot: str, args: Mapping[str, Any], style: str = LAUNCH) 
     if teleop_mapping and str(args.get("teleop", "none") or "none") == "none":
         problems.append(f"{argument('teleop_mapping', teleop_mapping, style)} needs a teleop device: pass "
                         f"{argument('teleop', 'joy', style)} (or twist, spacemouse, console) as well")
+    wxai_ip = str(args.get("wxai_ip", "") or "")
+    if wxai_ip and robot != "wxai":
+        problems.append(f"{argument('wxai_ip', wxai_ip, style)} is for a WidowX AI: pass "
+                        f"{argument('robot', 'wxai', style)} as well")
     checkpoint = str(args.get("checkpoint", ""))
     if checkpoint:
         problems.append(directory_problem(argument("checkpoint", checkpoint, style), checkpoint))
@@ -254,6 +258,7 @@ def plan_problems(specs: Sequence[NodeSpec], args: Mapping[str, Any], style: str
         problems.append(tasks_problem(selector.tasks_file, selector.tasks,
                                       tasks_label=_label(spec, "tasks", args, style, "tasks")))
     problems += _checkpoint_problems(specs, typed, args, style)
+    problems += _wxai_problems(specs, typed, args, style)
     problems.append(_teleop_mapping_problem(specs, typed, args, style))
     console = typed.get(CONSOLE_NODE)
     if console is not None and not console.token and not _is_loopback(console.host):
@@ -288,6 +293,32 @@ def _checkpoint_problems(specs: Sequence[NodeSpec], typed: Mapping[str, Any], ar
                     f"policy_server (backend native) has no policy to start from: no checkpoint given and no "
                     f"round_NNNN in {str(where)!r}; pass {argument('checkpoint', 'DIR', style)} (a checkpoint "
                     "`amf pretrain` wrote), or set pretrain_if_missing: true in the params file (embedded simulation)")
+    return problems
+
+
+def _wxai_problems(specs: Sequence[NodeSpec], typed: Mapping[str, Any], args: Mapping[str, Any],
+                   style: str) -> list[str]:
+    """The WidowX AI (robot:=wxai, wxai_sim): Trossen's driver (and for the simulator trossen-arm-sim) installed, and
+    a valid controller IP. (The simulator's ports need no check: it takes the next loopback address when 127.0.0.1's
+    are held, amf_ros/envs/wxai_sim/scene.py.)"""
+    from importlib.util import find_spec
+
+    from amf_ros.robots.wxai import INSTALL_HINT
+
+    problems: list[str] = []
+    driver = next((s for s in specs if s.name == "widowx_driver" and s.executable == "wxai_driver"), None)
+    sim = next((s for s in specs if s.name == "sim_bridge" and getattr(typed.get("sim_bridge"), "backend", "")
+                == "wxai_sim"), None)
+    needs = (["trossen_arm"] if driver or sim else []) + (["trossen_arm_sim"] if sim else [])
+    missing = [m for m in needs if find_spec(m) is None]
+    if missing:
+        problems.append(f"the WidowX AI needs {', '.join(missing)}: {INSTALL_HINT}")
+    if driver is not None and typed.get("widowx_driver") is not None:
+        ip = typed["widowx_driver"].wxai_ip
+        try:
+            socket.inet_aton(ip)
+        except OSError:
+            problems.append(f"{_label(driver, 'wxai_ip', args, style, 'wxai_ip')} = {ip!r} is not an IPv4 address")
     return problems
 
 

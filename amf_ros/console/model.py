@@ -175,7 +175,8 @@ class ConsoleModel:
             "log": [],
             "nodes": [],
             "camera": {"topics": [], "publishers": {}},
-            "drive": {"session": None, "teleop": None, "teleop_error": "", "topic": ""},
+            "drive": {"session": None, "teleop": None, "teleop_error": "", "topic": "",
+                      "control": {"source": "none", "node": "", "stamp_ns": 0}},
         }
         self._watch_nodes: list[str] = []
         self._in_graph: set[str] | None = None
@@ -362,7 +363,8 @@ class ConsoleModel:
     def on_drive(self, session: Mapping[str, Any] | None = None, **fields: Any) -> None:
         """The Drive panel: ``session`` (:meth:`amf_ros.console.drive.DriveSession.status` without its age and
         counters: who drives, the input) and ``teleop`` (the teleop node's latched state) / ``teleop_error`` /
-        ``topic``; pushed only when it changed."""
+        ``topic`` / ``control`` (who commands the arm: policy_server's ControlSource, ``{"source": "policy" | "human"
+        | "none", "node", "stamp_ns"}``); pushed only when it changed."""
         value = dict(fields)
         if session is not None:
             value["session"] = {k: _plain(v) for k, v in session.items()

@@ -16,8 +16,9 @@ lerobot's reader)::
 
 Store keys map to LeRobot's names: ``action`` -> ``action``, ``observation/state`` -> ``observation.state``,
 ``observation/image_primary`` -> ``observation.images.primary``, ``observation/<x>`` -> ``observation.<x>``.
-Every frame also carries ``stamp_ns`` (when it was recorded), ``next.done`` (last frame) and ``next.success``
-(last frame of a successful demonstration). LeRobot's ``task`` is the language instruction; the task key, the
+Every frame also carries ``stamp_ns`` (when it was recorded), ``actor`` (who acted: 0 a person, 1 the policy; a
+goal a person took over, amf_ros/data/schema.py), ``next.done`` (last frame) and ``next.success`` (last frame of a
+successful demonstration). LeRobot's ``task`` is the language instruction; the task key, the
 verdict and the rest of the episode's metadata travel in the episode columns ``success`` and ``amf_meta`` (JSON),
 so an export imports back into the same episodes.
 
@@ -50,6 +51,7 @@ from amf_ros.data.schema import (
     STAMP,
     STATE,
     EpisodeMeta,
+    actors,
     is_image_key,
 )
 from amf_ros.data.store import Episode, EpisodeStore
@@ -275,6 +277,7 @@ def _features(ep: Episode, spec: dict[str, Any], image_keys: Sequence[str], fps:
             "info": {"video.height": h, "video.width": w, "video.codec": cfg.video_codec, "video.pix_fmt": "yuv420p",
                      "video.is_depth_map": False, "video.fps": fps, "video.channels": c, "has_audio": False}}
     feats["stamp_ns"] = _feature("int64", [1])
+    feats["actor"] = _feature("int64", [1])
     feats["next.done"] = _feature("bool", [1])
     feats["next.success"] = _feature("bool", [1])
     feats["timestamp"] = _feature("float32", [1])
@@ -314,7 +317,8 @@ def _frame_columns(ep: Episode, feats: dict[str, dict[str, Any]], fps: int, epis
             cols[lerobot_key(key)] = np.asarray(ep.steps[key], dtype=np.float32).reshape(n, -1)
     done = np.zeros(n, dtype=bool)
     done[-1] = True
-    cols.update({"stamp_ns": np.asarray(ep.steps[STAMP], dtype=np.int64), "next.done": done,
+    cols.update({"stamp_ns": np.asarray(ep.steps[STAMP], dtype=np.int64), "actor": actors(ep.steps).astype(np.int64),
+                 "next.done": done,
                  "next.success": done & success,
                  "timestamp": (np.arange(n) / fps).astype(np.float32), "frame_index": np.arange(n, dtype=np.int64),
                  "episode_index": np.full(n, episode_index, dtype=np.int64),
@@ -673,7 +677,8 @@ def _write_episode(store: EpisodeStore, root: Path, index: int, row: dict[str, A
             obs = {k[len(OBS_PREFIX):]: v[t] for k, v in lowdim.items()}
             obs.update({cam: frames[t] for cam, frames in images.items()})
             writer.add_step(obs, steps["action"][t], stamp_ns=int(stamps[t]),
-                            action_native=steps[ACTION_NATIVE][t] if ACTION_NATIVE in steps else None)
+                            action_native=steps[ACTION_NATIVE][t] if ACTION_NATIVE in steps else None,
+                            actor=int(steps["actor"][t]) if "actor" in steps else None)
         writer.commit(success, sync_stats=amf.get("sync_stats"))
     except BaseException:
         writer.discard()

@@ -113,15 +113,22 @@ class EmbeddingCache:
 def embedded_transitions(dataset_dir: Path, episode: Callable[[Any, str], tuple[np.ndarray, Any]],
                          state: Callable[[str, np.ndarray, Any], np.ndarray], tasks: Sequence[str] = (),
                          episode_ids: Sequence[str] | None = None,
-                         cancelled: Callable[[], bool] | None = None) -> dict[str, np.ndarray] | None:
+                         cancelled: Callable[[], bool] | None = None,
+                         actors: str = "human") -> dict[str, np.ndarray] | None:
     """The transitions of a store's episodes from a per-frame embedding cache (Octo's trunk, the camera policy's
     frozen encoder): ``episode(store, id)`` -> (embeddings (N, E), the episode), ``state(id, embeddings, episode)``
     -> the policy's state rows (N, S); ``action`` = the recorded 7-D EefDeltaAction. None if the store has no
-    (matching) episode. ``cancelled`` is polled before every episode (True ->
-    :class:`~amf_ros.policies.fine_tuning.FineTuneCancelledError`; the episodes embedded so far stay cached)."""
+    (matching) episode or none has a training step. ``cancelled`` is polled before every episode (True ->
+    :class:`~amf_ros.policies.fine_tuning.FineTuneCancelledError`; the episodes embedded so far stay cached).
+    ``actors``: the training rule of :func:`amf_ros.data.transitions.load_transitions` (a person's steps by
+    default, each contiguous run its own ``episode_index``; every frame is embedded and cached either way)."""
+    from amf_ros.data.schema import ACTOR
+    from amf_ros.data.schema import actors as actor_column
     from amf_ros.data.store import EpisodeStore
+    from amf_ros.data.transitions import demonstration_runs
     from amf_ros.policies.fine_tuning import FineTuneCancelledError
 
+    demonstration_runs(np.zeros(0), actors)  # ValueError for an unknown rule, before any embedding
     if not Path(dataset_dir).is_dir():
         return None
     store = EpisodeStore(dataset_dir, create=False)
@@ -130,16 +137,26 @@ def embedded_transitions(dataset_dir: Path, episode: Callable[[Any, str], tuple[
         ids = [e for e in ids if store.meta(e).task in set(tasks)]
     if not ids:
         return None
-    cols: dict[str, list[np.ndarray]] = {"state": [], "action": [], "task": [], "episode_index": [], "step": []}
+    cols: dict[str, list[np.ndarray]] = {"state": [], "action": [], "task": [], "episode_index": [], "step": [],
+                                         ACTOR: []}
+    used = 0
     for i, eid in enumerate(ids):
         if cancelled is not None and cancelled():
             raise FineTuneCancelledError(f"fine-tune cancelled while embedding episode {i + 1} of {len(ids)} "
                                          "(nothing saved)")
         emb, ep = episode(store, eid)
         n = len(ep)
-        cols["state"].append(state(eid, emb, ep))
-        cols["action"].append(np.asarray(ep.steps["action"], np.float32).reshape(n, -1))
-        cols["task"].append(np.full(n, ep.meta.task, dtype=object))
-        cols["episode_index"].append(np.full(n, i, np.int64))
-        cols["step"].append(np.arange(n, dtype=np.int64))
+        rows = state(eid, emb, ep)
+        action = np.asarray(ep.steps["action"], np.float32).reshape(n, -1)
+        who = actor_column(ep.steps)
+        for a, b in demonstration_runs(who, actors):
+            cols["state"].append(rows[a:b])
+            cols["action"].append(action[a:b])
+            cols["task"].append(np.full(b - a, ep.meta.task, dtype=object))
+            cols["episode_index"].append(np.full(b - a, used, np.int64))
+            cols["step"].append(np.arange(a, b, dtype=np.int64))
+            cols[ACTOR].append(who[a:b])
+            used += 1
+    if not used:
+        return None
     return {k: np.concatenate(v) for k, v in cols.items()}

@@ -11,19 +11,43 @@ The node maps its services and subscriptions onto four calls::
 The bag importer and tests use :func:`record_messages`, which runs exactly the same code on a list of
 ``(topic, stamp_ns, msg)``; so "bag import equals live recording" holds by construction as long as the
 node feeds the same stamps (header stamps, see :func:`amf_ros.data.ros_convert.stamp_ns`).
+
+Who acted (the per-step ``actor`` column, amf_ros/data/schema.py): once :meth:`EpisodeRecorder.control` has been
+called (demo_recorder subscribes to policy_server's ``control`` topic), every step is labelled with the holder of
+control at its action's stamp (:func:`actor_at`): policy_server stamps each change so that the previous holder's
+actions are stamped at or before it and the new holder's after it (amf_ros/runtime/handover.py). The changes seen
+during the episode go into its metadata (``extra["control"]``) with the counts (``extra["actors"]``).
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from amf_ros.data.schema import ACTOR_HUMAN, ACTOR_NAMES, ACTOR_POLICY
 from amf_ros.data.store import EpisodeStore, EpisodeWriter
 from amf_ros.data.stream_health import StreamHealth
 from amf_ros.data.sync import ACTION_STREAM, StreamSynchronizer, SyncConfig, SyncedStep
 
 log = logging.getLogger(__name__)
+
+MAX_CONTROL_CHANGES = 10_000
+"""Control changes remembered (the oldest are forgotten; an episode needs those since its start)."""
+
+
+def actor_at(changes: list[tuple[int, str]], stamp_ns: int) -> int:
+    """Who sent the action stamped ``stamp_ns``: ACTOR_POLICY if the newest control change stamped strictly before it
+    says ``policy``, else ACTOR_HUMAN (a person took over, or no goal runs: a plain demonstration).
+
+    Args:
+        changes: ``(stamp_ns, source)`` announced on ``control`` ("policy", "human", ""), sorted by stamp.
+        stamp_ns: the action's header stamp.
+    """
+    i = bisect.bisect_left(changes, (int(stamp_ns),)) - 1
+    return ACTOR_POLICY if i >= 0 and changes[i][1] == "policy" else ACTOR_HUMAN
+
 
 DEFAULT_TOPICS: dict[str, str] = {
     "/amf/action": "action",
@@ -56,6 +80,11 @@ class EpisodeRecorder:
         self.health = StreamHealth({stream: topic for topic, stream in self.topics.items()}, min_rate_fraction,
                                    rate_window_s)
         self._writer: EpisodeWriter | None = None
+        self._changes: list[tuple[int, str]] = []  # (stamp, source) of control changes, sorted
+        self._start_ns = 0
+        self._labelled = False  # the open episode's steps carry the actor column
+        self.label_actors = False
+        """True once a control change was seen: steps get the ``actor`` column."""
         self.last_stamp: dict[str, int] = {}  # topic -> stamp of its newest message (for status/topic ages)
         self.last_error = ""
 
@@ -90,6 +119,7 @@ class EpisodeRecorder:
                                         extra={"sync": {"mode": self.sync_config.mode,
                                                         "aggregate": self.sync_config.aggregate}})
         self._sync.begin(start_ns)
+        self._start_ns = int(start_ns or 0)
         self.health.begin(start_ns)
         self.last_error = ""
         return self._writer.episode_id
@@ -114,6 +144,13 @@ class EpisodeRecorder:
             raise
         return self.num_steps
 
+    def control(self, stamp_ns: int, source: str) -> None:
+        """A change of who commands the arm (ControlSource on ``control``: "policy", "human" or "" = no goal); from
+        now on steps carry the ``actor`` column. Changes may arrive in any order; they are kept sorted."""
+        bisect.insort(self._changes, (int(stamp_ns), str(source)))
+        del self._changes[:-MAX_CONTROL_CHANGES]
+        self.label_actors = True
+
     def end(self, success: bool | None, discard: bool = False, operator_note: str | None = None) -> Path | None:
         """Finish the episode: decide pending steps, then commit (returns its path) or discard (returns None).
 
@@ -135,11 +172,21 @@ class EpisodeRecorder:
                 raise ValueError(f"episode {writer.episode_id}: no steps recorded (stats {self._sync.stats}); "
                                  "check that the action and observation topics are published")
             writer.meta.state_names = list(self._sync.names.get("state", []))
-            return writer.commit(success, operator_note=operator_note, sync_stats=self._sync.stats,
-                                 extra={"streams": streams})
+            extra: dict[str, Any] = {"streams": streams}
+            if self._labelled:
+                extra.update(self._control_meta(writer))
+            return writer.commit(success, operator_note=operator_note, sync_stats=self._sync.stats, extra=extra)
         except Exception as exc:
             self.last_error = str(exc)
             raise
+
+    def _control_meta(self, writer: EpisodeWriter) -> dict[str, Any]:
+        """The episode's control changes (the one in force at its start, then those during it) and actor counts."""
+        first = max(0, bisect.bisect_left(self._changes, (self._start_ns,)) - 1)
+        counts = dict.fromkeys(ACTOR_NAMES.values(), 0)
+        for actor in writer.actors:
+            counts[ACTOR_NAMES[actor]] += 1
+        return {"control": [[stamp, source] for stamp, source in self._changes[first:]], "actors": counts}
 
     def _write(self, steps: list[SyncedStep], writer: EpisodeWriter | None = None) -> None:
         writer = writer or self._writer
@@ -148,7 +195,10 @@ class EpisodeRecorder:
         for s in steps:
             stamps = {ACTION_STREAM: s.stamps[ACTION_STREAM]}
             stamps.update({k: v for k, v in s.stamps.items() if k != ACTION_STREAM})
-            writer.add_step(s.observation, s.action, stamp_ns=s.stamp_ns, stamps=stamps)
+            if writer.num_steps == 0:  # one episode is labelled throughout, or not at all
+                self._labelled = self.label_actors
+            actor = actor_at(self._changes, s.stamps[ACTION_STREAM]) if self._labelled else None
+            writer.add_step(s.observation, s.action, stamp_ns=s.stamp_ns, stamps=stamps, actor=actor)
 
 
 def record_messages(store: EpisodeStore, messages: Iterable[tuple[str, int, Any]], task: str, instruction: str,

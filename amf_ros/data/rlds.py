@@ -13,7 +13,8 @@ proprio_obs_key="state", language_key="language_instruction"), ...)``.
 
 Each episode: ``steps`` (a TFDS ``Dataset``) with ``observation`` (``image_*``: Image (H, W, 3) uint8,
 ``state``: float32 (S,), when recorded), ``action`` float32 (A,), ``reward`` (1.0 on the last step of a successful
-demonstration, else 0), ``discount`` 1.0, ``is_first``, ``is_last``, ``is_terminal``,
+demonstration, else 0), ``discount`` 1.0, ``is_first``, ``is_last``, ``is_terminal``, ``actor`` (int64: 0 a
+person acted, 1 the policy; amf_ros/data/schema.py),
 ``language_instruction``; and ``episode_metadata`` (``file_path``, ``episode_id``, ``task``, ``success``).
 """
 
@@ -31,7 +32,7 @@ import numpy as np
 from amf_ros.atomic import atomic_write_bytes, atomic_write_text
 from amf_ros.data.codec import encode_image, resize_images
 from amf_ros.data.export_select import check_consistent, image_keys_of, plan_export, staged_directory
-from amf_ros.data.schema import ACTION, OBS_PREFIX, STATE
+from amf_ros.data.schema import ACTION, OBS_PREFIX, STATE, actors
 from amf_ros.data.store import Episode, EpisodeStore
 from amf_ros.data.tfrecord import Feature, encode_example, tfrecord_bytes
 
@@ -108,6 +109,7 @@ def features_json(state_dim: int | None, action_dim: int, images: dict[str, tupl
         "is_first": _tensor([], "bool", _SCALAR),
         "is_last": _tensor([], "bool", _SCALAR),
         "is_terminal": _tensor([], "bool", _SCALAR),
+        "actor": _tensor([], "int64", _SCALAR),
         "language_instruction": {"pythonClassName": _TEXT, "text": {}},
     }
     meta = {"file_path": {"pythonClassName": _TEXT, "text": {}},
@@ -132,6 +134,7 @@ def episode_example(ep: Episode, image_keys: Sequence[str], image_size: tuple[in
         "steps/is_first": ("int64", ep.steps["is_first"].astype(np.int64)),
         "steps/is_last": ("int64", ep.steps["is_last"].astype(np.int64)),
         "steps/is_terminal": ("int64", ep.steps["is_terminal"].astype(np.int64)),
+        "steps/actor": ("int64", actors(ep.steps).astype(np.int64)),
         "steps/language_instruction": ("bytes", [ep.meta.instruction.encode("utf-8")] * n),
         "episode_metadata/file_path": ("bytes", [str(ep.path).encode("utf-8")]),
         "episode_metadata/episode_id": ("bytes", [ep.episode_id.encode("utf-8")]),

@@ -17,7 +17,16 @@ key                         dtype      shape       meaning
 ``stamp_ns``                int64      (N,)        time of the step (ns): tick time or action stamp
 ``stamp/<stream>``          int64      (N,)        each stream's own timestamp (``stamp/action``,
                                                    ``stamp/observation/state``, ...), -1 = none
+``actor``                   uint8      (N,)        optional: who sent the step's action, 0 = a person
+                                                   (:data:`ACTOR_HUMAN`), 1 = the policy
+                                                   (:data:`ACTOR_POLICY`: a run_policy goal with a
+                                                   takeover); absent = every step is a person's
 ==========================  =========  ==========  =====================================================
+
+A plain demonstration is an episode whose steps are all a person's; an intervention episode (a run_policy goal
+recorded while a person took over, amf_ros/runtime/handover.py) mixes both, and fine-tuning trains on the person's
+steps only by default (amf_ros/data/transitions.py). Episodes written before the column existed load unchanged and
+count as all-human (:func:`actors`).
 
 Metadata (``meta.json``) is :class:`EpisodeMeta`. Validation (:func:`validate_steps`,
 :func:`validate_meta`) raises :class:`EpisodeValidationError`, which names the episode and the field.
@@ -44,6 +53,20 @@ STATE = "observation/state"
 STAMP = "stamp_ns"
 STAMP_PREFIX = "stamp/"
 FLAGS = ("is_first", "is_last", "is_terminal")
+ACTOR = "actor"
+ACTOR_HUMAN = 0
+"""``actor`` of a step whose action a person sent (teleop, the console, scripted_teleop's simulated person)."""
+ACTOR_POLICY = 1
+"""``actor`` of a step whose action the policy sent (run_policy)."""
+ACTOR_NAMES = {ACTOR_HUMAN: "human", ACTOR_POLICY: "policy"}
+
+
+def actors(steps: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The ``actor`` column of an episode's steps as uint8 (N,); all :data:`ACTOR_HUMAN` when the episode has none
+    (recorded before the column existed, or imported)."""
+    if ACTOR in steps:
+        return np.asarray(steps[ACTOR], dtype=np.uint8).reshape(-1)
+    return np.full(int(np.shape(steps[ACTION])[0]), ACTOR_HUMAN, dtype=np.uint8)
 
 
 MAX_TASK_KEY_CHARS = 128
@@ -215,6 +238,10 @@ def validate_steps(steps: Mapping[str, np.ndarray], episode: str, *, num_steps: 
         elif key in FLAGS:
             if arr.dtype != np.bool_ or arr.ndim != 1:
                 raise EpisodeValidationError(episode, key, f"expected bool (N,), got {arr.dtype} {arr.shape}")
+        elif key == ACTOR:
+            if arr.dtype != np.uint8 or arr.ndim != 1 or not np.isin(arr, list(ACTOR_NAMES)).all():
+                raise EpisodeValidationError(episode, key, f"expected uint8 (N,) in {sorted(ACTOR_NAMES)}, got "
+                                             f"{arr.dtype} {arr.shape}")
         elif key == STAMP or key.startswith(STAMP_PREFIX):
             if arr.dtype != np.int64 or arr.ndim != 1:
                 raise EpisodeValidationError(episode, key, f"expected int64 (N,), got {arr.dtype} {arr.shape}")

@@ -181,7 +181,7 @@ class EpisodeStore:
         try:
             for s in steps:
                 writer.add_step(s["observation"], s["action"], stamp_ns=s.get("stamp_ns"),
-                                stamps=s.get("stamps"), action_native=s.get("action_native"))
+                                stamps=s.get("stamps"), action_native=s.get("action_native"), actor=s.get("actor"))
             return writer.commit(success)
         except BaseException:
             writer.discard()

@@ -1,13 +1,22 @@
 """From an episode store to the transitions dict the policies fine-tune on, shared by policy_server, task_selector,
 the benchmarks and library users.
 
-``transitions`` = dict of numpy arrays with N rows = every step of the selected episodes (policies/base.py)::
+``transitions`` = dict of numpy arrays with N rows = the training steps of the selected episodes (policies/base.py)::
 
     {"state": float32 (N, S), "action": float32 (N, A), "task": object (N,) task keys, "episode_index": int64 (N,),
-     "step": int64 (N,), ["image": uint8 (N, H, W, 3)]}
+     "step": int64 (N,), "actor": uint8 (N,), ["image": uint8 (N, H, W, 3)]}
 
-``episode_index`` counts the selected episodes in the order read (store order, oldest first, or the order of
-``episode_ids``). The action is the policy's own (:mod:`amf_ros.policies.action_spaces`): the recorded 7-D wire
+The training rule (:data:`DEFAULT_ACTORS`): fine-tuning learns from the steps a PERSON acted. A plain demonstration
+is all a person's; a run_policy goal recorded while a person took over (intervention, HG-DAgger; the episode's
+``actor`` column, amf_ros/data/schema.py) contributes the person's segments, each a demonstration of the task from
+the state the policy had reached; the policy's own steps are left out (they are what the person corrected).
+Episodes without the column (recorded before it existed, imported) are all a person's. ``actors="all"`` keeps
+every step.
+
+``episode_index`` counts the selected demonstrations in the order read (store order, oldest first, or the order of
+``episode_ids``): one per episode, or one per contiguous run of a person's steps of an intervention episode, so
+that action chunks (policies/chunking.py) never span a gap where the policy acted; ``step`` stays the step within
+the episode. The action is the policy's own (:mod:`amf_ros.policies.action_spaces`): the recorded 7-D wire
 action for "eef7", its exact Metaworld preimage for "metaworld".
 """
 
@@ -20,19 +29,56 @@ from pathlib import Path
 import numpy as np
 
 from amf_ros.data.codec import resize_images
-from amf_ros.data.schema import ACTION, OBS_PREFIX, STATE
+from amf_ros.data.schema import ACTION, ACTOR, ACTOR_HUMAN, OBS_PREFIX, STATE
+from amf_ros.data.schema import actors as actor_column
 from amf_ros.data.store import EpisodeStore
 from amf_ros.policies.action_spaces import action_space as get_action_space
 from amf_ros.policies.base import Policy
 
 Transitions = dict[str, np.ndarray]
 
+ACTOR_RULES = ("human", "all")
+"""Which steps become training transitions: the person's (default) or every step."""
+DEFAULT_ACTORS = "human"
+"""The default training rule: a person's steps are the demonstrations (see the module docstring)."""
+
+
+def demonstration_runs(actor: np.ndarray, rule: str = DEFAULT_ACTORS) -> list[tuple[int, int]]:
+    """``[(start, stop), ...]`` row ranges of one episode that train the policy under ``rule``: every contiguous run
+    of a person's steps ("human"), or the whole episode ("all").
+
+    Args:
+        actor: (N,) the episode's ``actor`` column (:func:`amf_ros.data.schema.actors`).
+        rule: one of :data:`ACTOR_RULES`.
+    """
+    if rule not in ACTOR_RULES:
+        raise ValueError(f"actors must be one of {ACTOR_RULES}, got {rule!r}")
+    actor = np.asarray(actor).reshape(-1)
+    if rule == "all":
+        return [(0, len(actor))] if len(actor) else []
+    keep = np.r_[False, actor == ACTOR_HUMAN, False].astype(np.int8)
+    edges = np.flatnonzero(np.diff(keep))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def human_rows(transitions: Mapping[str, np.ndarray]) -> Transitions:
+    """``transitions`` without the rows a policy acted (those with ``actor`` != human); unchanged without the
+    column. The fine-tune worker applies it to whatever it is given (the training rule in one place)."""
+    if ACTOR not in transitions:
+        return dict(transitions)
+    keep = np.asarray(transitions[ACTOR]).reshape(-1) == ACTOR_HUMAN
+    if keep.all():
+        return dict(transitions)
+    return {k: np.asarray(v)[keep] for k, v in transitions.items()}
+
 
 def load_transitions(store: EpisodeStore | str | os.PathLike, *, tasks: Sequence[str] = (),
                      episode_ids: Sequence[str] | None = None, action_space: str = "eef7",
                      image_key: str | None = None, image_size: tuple[int, int] | None = None,
-                     state_key: str = STATE, success_only: bool = False) -> Transitions | None:
-    """Concatenate the steps of the selected episodes; None when no episode is selected (or no dataset exists).
+                     state_key: str = STATE, success_only: bool = False,
+                     actors: str = DEFAULT_ACTORS) -> Transitions | None:
+    """Concatenate the training steps of the selected episodes; None when no episode is selected, none has such a
+    step, or no dataset exists.
 
     Args:
         store: an EpisodeStore or a dataset directory.
@@ -45,12 +91,15 @@ def load_transitions(store: EpisodeStore | str | os.PathLike, *, tasks: Sequence
         image_size: (H, W) to resize images to (None = as stored).
         state_key: which observation array is the state (default ``observation/state``).
         success_only: skip episodes not marked successful (recovered episodes have success=None).
+        actors: the training rule: "human" (default) = the steps a person acted, each contiguous run its own
+            ``episode_index``; "all" = every step, one ``episode_index`` per episode.
     Raises:
         ValueError: an unknown action space, an episode without the state or action, or episodes that disagree on
             the state/action width.
         EpisodeValidationError: an episode fails validation (names the episode and field).
     """
     space = get_action_space(action_space)
+    demonstration_runs(np.zeros(0), actors)  # ValueError for an unknown rule, before any read
     if not isinstance(store, EpisodeStore):
         if not Path(store).is_dir():
             return None
@@ -58,7 +107,8 @@ def load_transitions(store: EpisodeStore | str | os.PathLike, *, tasks: Sequence
     state_key = state_key if state_key.startswith(OBS_PREFIX) else OBS_PREFIX + state_key
     ids = list(episode_ids) if episode_ids is not None else store.episode_ids()
     wanted = set(tasks)
-    cols: dict[str, list[np.ndarray]] = {"state": [], "action": [], "task": [], "episode_index": [], "step": []}
+    cols: dict[str, list[np.ndarray]] = {"state": [], "action": [], "task": [], "episode_index": [], "step": [],
+                                         ACTOR: []}
     if image_key is not None:
         cols["image"] = []
     used = 0
@@ -71,15 +121,22 @@ def load_transitions(store: EpisodeStore | str | os.PathLike, *, tasks: Sequence
         for key in (ACTION, state_key):
             if key not in ep.steps:
                 raise ValueError(f"episode {eid!r} has no {key!r} (has {sorted(ep.steps)})")
-        cols["state"].append(np.asarray(ep.steps[state_key], dtype=np.float32).reshape(n, -1))
-        cols["action"].append(np.asarray(ep.steps[ACTION], dtype=np.float32))
-        cols["task"].append(np.full(n, meta.task, dtype=object))
-        cols["episode_index"].append(np.full(n, used, dtype=np.int64))
-        cols["step"].append(np.arange(n, dtype=np.int64))
+        who = actor_column(ep.steps)
+        state = np.asarray(ep.steps[state_key], dtype=np.float32).reshape(n, -1)
+        action = np.asarray(ep.steps[ACTION], dtype=np.float32)
+        img = None
         if image_key is not None:
             img = ep.steps[image_key if image_key.startswith(OBS_PREFIX) else OBS_PREFIX + image_key]
-            cols["image"].append(resize_images(img, image_size) if image_size else img)
-        used += 1
+        for a, b in demonstration_runs(who, actors):
+            cols["state"].append(state[a:b])
+            cols["action"].append(action[a:b])
+            cols["task"].append(np.full(b - a, meta.task, dtype=object))
+            cols["episode_index"].append(np.full(b - a, used, dtype=np.int64))
+            cols["step"].append(np.arange(a, b, dtype=np.int64))
+            cols[ACTOR].append(who[a:b])
+            if img is not None:
+                cols["image"].append(resize_images(img[a:b], image_size) if image_size else img[a:b])
+            used += 1
     if not used:
         return None
     for key in ("state", "action"):
@@ -132,13 +189,15 @@ class EpisodeCache:
         """``[(episode id, transitions of that episode)]``, oldest first; only new episodes are read from disk."""
         ids = self._ids()
         new = [e for e in ids if e not in self._steps]
-        if new:
-            data = (self.loader(new) if self.loader is not None
-                    else load_transitions(self.dataset_dir, action_space=self.action_space, episode_ids=new))
+        if new and self.loader is not None:  # one episode_index per episode
+            data = self.loader(new)
             index = np.asarray(data["episode_index"])
             for i, eid in enumerate(new):
                 self._steps[eid] = {k: np.asarray(v)[index == i] for k, v in data.items()}
-        return [(e, self._steps[e]) for e in ids]
+        for eid in new if self.loader is None else ():  # the training rule may split an episode (or leave nothing)
+            self._steps[eid] = load_transitions(self.dataset_dir, action_space=self.action_space,
+                                                episode_ids=[eid]) or {}
+        return [(e, self._steps[e]) for e in ids if self._steps[e]]
 
 
 def concat(parts: Sequence[Mapping[str, np.ndarray]]) -> Transitions:

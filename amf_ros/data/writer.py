@@ -43,6 +43,8 @@ from amf_ros.data import codec as _codec
 from amf_ros.data.schema import (
     ACTION,
     ACTION_NATIVE,
+    ACTOR,
+    ACTOR_NAMES,
     OBS_PREFIX,
     STAMP,
     STAMP_PREFIX,
@@ -273,8 +275,13 @@ class EpisodeWriter:
         """Control steps accepted so far (including those still queued for the background writer)."""
         return self._num_steps
 
+    @property
+    def actors(self) -> list[int]:
+        """The ``actor`` of every step so far (empty when the episode does not record it)."""
+        return [int(a) for a in self._lowdim.get(ACTOR, [])]
+
     def add_step(self, observation: Mapping[str, Any], action: Any, *, stamp_ns: int | None = None,
-                 stamps: Mapping[str, int] | None = None, action_native: Any = None) -> int:
+                 stamps: Mapping[str, int] | None = None, action_native: Any = None, actor: int | None = None) -> int:
         """Append one control step; returns the number of steps so far.
 
         Args:
@@ -283,6 +290,8 @@ class EpisodeWriter:
             stamp_ns: time of the step; strictly increasing; default: now.
             stamps: each stream's own timestamp, e.g. ``{"action": ..., "observation/state": ...}``.
             action_native: optional (A',) native action of a simulator.
+            actor: who sent the action (schema ``actor``: ACTOR_HUMAN or ACTOR_POLICY); None = not recorded (the
+                episode then counts as all-human). Given at one step, it must be given at every step.
         Raises:
             ValueError: inconsistent keys/shapes, NaN/inf, non-increasing stamp (the step is not added).
             StoreWriteError: an earlier chunk could not be written (e.g. disk full).
@@ -308,6 +317,11 @@ class EpisodeWriter:
         step[STAMP] = np.asarray(stamp, dtype=np.int64)
         for stream, value in (stamps or {}).items():
             step[STAMP_PREFIX + stream] = np.asarray(int(value), dtype=np.int64)
+        if actor is not None:
+            if int(actor) not in ACTOR_NAMES:
+                raise ValueError(f"episode {self.episode_id}: actor must be one of {sorted(ACTOR_NAMES)}, "
+                                 f"got {actor!r}")
+            step[ACTOR] = np.asarray(int(actor), dtype=np.uint8)
         self._check_consistent(step)
         for key in step:
             if is_image_key(key):

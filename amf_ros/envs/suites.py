@@ -206,6 +206,22 @@ def _widowx() -> Suite:
                  "amf_ros/robots/wx250s.py", "config/tasks/widowx_sim.yaml"))
 
 
+def _wxai_sim() -> Suite:
+    """The WidowX AI in trossen-arm-sim (amf_ros/envs/wxai_sim): the embedded WidowX's tasks, experts and observation;
+    not a training suite (its physics runs in real time: pre-training and benchmarks use ``widowx``)."""
+    from amf_ros.envs.widowx_sim import suite as sim
+    from amf_ros.envs.widowx_sim import task_env as wx
+    from amf_ros.envs.wxai_sim.suite import WXAISimSuite
+
+    return Suite(
+        name="wxai_sim", load_tasks=lambda keys=None, path=None: sim.load_tasks(path, keys),
+        make_backend=WXAISimSuite, experts=_widowx_experts,
+        default_tasks=("spoon_on_towel", "carrot_on_plate", "stack_cube", "eggplant_in_basket"),
+        state_dim=wx.STATE_DIM, action_dim=wx.ACTION_DIM, noise_std=wx.NOISE_STD,
+        action_mean=wx.ACTION_MEAN, action_std=wx.ACTION_STD,
+        sources=("amf_ros/envs/wxai_sim", "amf_ros/robots/wxai.py", "config/tasks/widowx_sim.yaml"))
+
+
 def _simpler() -> Suite:
     from amf_ros.envs import simpler
 
@@ -216,7 +232,8 @@ def _simpler() -> Suite:
         sources=("amf_ros/envs/simpler.py", "config/tasks/simpler_widowx.yaml"))
 
 
-SUITES: dict[str, Callable[[], Suite]] = {"metaworld": _metaworld, "simpler": _simpler, "widowx": _widowx}
+SUITES: dict[str, Callable[[], Suite]] = {"metaworld": _metaworld, "simpler": _simpler, "widowx": _widowx,
+                                          "wxai_sim": _wxai_sim}
 """Suite name -> factory (imports the suite's environment module when called)."""
 TRAINING_SUITES: tuple[str, ...] = ("metaworld", "widowx")
 """The suites with scripted experts and per-task environments (:attr:`Suite.experts`, :attr:`Suite.make_env`):

@@ -109,7 +109,7 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     t_start = time.monotonic()
     cache = Path(cfg.cache) if cfg.cache else workspace_root() / "cache"
     checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else ensure_pretrained(cache, seed=cfg.seed, head=cfg.head,
-                                                                               suite=cfg.arm)
+                                                                               suite=graph.PRETRAIN_SUITES[cfg.arm])
     run_dir = Path(cfg.out) / time.strftime("run_%Y%m%d_%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
     env = isolated_ros_env(keep_discovery_range=True)  # a domain of its own (unless ROS_DOMAIN_ID is set)

@@ -6,6 +6,8 @@ Kinds (where checkpoints live: :mod:`amf_ros.policies.checkpoint_dirs`; their fi
 
 - native: a TaskConditionedPolicy directory (``amf pretrain``, every ``round_NNNN`` of the native backend) ->
   :func:`load_native`;
+- camera policy: a native directory plus the ``camera_encoder.json`` marker (frozen image encoder, projection) ->
+  :func:`amf_ros.policies.camera_policy.load_camera_policy`;
 - Octo head: a ``round_NNNN`` of the octo backend (a policy directory plus the ``octo_source.json`` marker) ->
   :func:`amf_ros.policies.octo.policy.load_octo_policy`;
 - Octo checkpoint: Octo's own orbax directory, the frozen trunk -> :func:`amf_ros.policies.octo.trunk.load_octo_trunk`.
@@ -34,8 +36,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LOADERS = {"native": "amf_ros.policies.loading:load_native",
-           "octo": "amf_ros.policies.octo.policy:load_octo_policy"}
-"""``"module:function"`` (path -> policy) that loads a checkpoint of each backend, for the fine-tune worker."""
+           "octo": "amf_ros.policies.octo.policy:load_octo_policy",
+           "image_pretrained": "amf_ros.policies.camera_policy:load_camera_policy"}
+"""``"module:function"`` (path -> policy) that loads a checkpoint of each backend (and of the native backend's camera
+trunk, ``trunk: image_pretrained``: a native checkpoint with its ``camera_encoder.json``), for the fine-tune
+worker."""
 
 
 def load_native(path: str | Path, task_encoder: TaskEncoder | None = None) -> TaskConditionedPolicy:

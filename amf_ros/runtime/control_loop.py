@@ -26,6 +26,14 @@ the chunks that cover it, at most ``execution_horizon`` steps past the newest ch
 chunk the arm gets nothing (it holds) and the goal ends when the newest observation goes stale, when no action
 came for ``obs_timeout_s`` with no inference running, or when one inference runs ``obs_timeout_s`` + 4 x the
 slowest so far.
+
+Take-over by a person (``handover``, amf_ros/runtime/handover.py: intervention, HG-DAgger): every action is
+published inside the arbiter's turn, so none goes out once a teleop node holds control. While a person holds it the
+loop computes nothing and publishes nothing (cancel, stop, shutdown and the arm's "episode over" are still seen
+within one period; the stale-observation rule sleeps, as the person drives the arm). When control comes back, the
+actor forgets its chunks and the next action is computed from an observation that arrived after the hand-back (the
+current state), waited for at most ``obs_timeout_s`` as before a first action. ``max_steps`` counts the policy's
+actions only.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from typing import Any, Callable
 import numpy as np
 
 from amf_ros.policies.chunk_actor import ChunkActor
+from amf_ros.runtime.handover import Handover
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,7 @@ class RunResult:
     cancelled: bool = False
     steps: int = 0
     tick_times: list[float] = field(default_factory=list)  # time.monotonic() of every published action
+    takeovers: int = 0  # times a person took control during the goal
     act_times: list[float] = field(default_factory=list)  # duration of every policy call, s
 
     @property
@@ -149,16 +159,20 @@ class ControlLoop:
         status: :class:`Latest` of :class:`TaskStatusValue`, or None (no success detector: a real arm).
         task: the task key; cfg: timing; stop: set at shutdown; cancelled: polled once per tick.
         feedback: ``(step, elapsed_s)`` after every published action.
+        handover: the arbiter of control between the policy and a person (None = the policy alone).
     """
 
     def __init__(self, actor: ChunkActor | Callable[[dict], np.ndarray], publish: Callable[[np.ndarray], None],
                  observations: Latest, status: Latest | None, task: str, cfg: ControlLoopConfig, stop: threading.Event,
                  cancelled: Callable[[], bool] = lambda: False,
-                 feedback: Callable[[int, float], None] | None = None) -> None:
+                 feedback: Callable[[int, float], None] | None = None, handover: Handover | None = None) -> None:
         self.actor = actor if isinstance(actor, ChunkActor) else ChunkActor.of_actions(actor)
         self.publish, self.observations, self.status = publish, observations, status
         self.task, self.cfg, self.stop, self.cancelled, self.feedback = task, cfg, stop, cancelled, feedback
         self.result = RunResult()
+        self.handover = handover
+        self._generation = 0  # the handover's hand-backs seen so far
+        self._fresh = True  # no action since the start or the latest hand-back (the first-action wait applies)
         self._abort_reason = ""
         self._chunks = threading.Condition()  # a new chunk, a published action or the end (chunked loop)
         self._newest: tuple[int, float] | None = None  # (step, observation arrival) of the newest chunk
@@ -190,11 +204,46 @@ class ControlLoop:
             self._run() if self.cfg.execution_horizon == 1 else self._run_chunked()
         except Exception as exc:
             self._end(False, f"control loop failed at step {self.result.steps}: {type(exc).__name__}: {exc}")
+        finally:
+            if self.handover is not None:
+                self.handover.end()
 
     def _end(self, ok: bool, message: str, success: bool = False) -> None:
         r = self.result
         r.ok, r.success = ok, success
         r.message = f"{message}; {r.timing()}" if r.steps > 1 else message
+        if self.handover is not None and self.handover.log.takeovers:
+            r.takeovers = self.handover.log.takeovers
+            r.message = f"{r.message}; {self.handover.log.summary()}"
+
+    # -- take-over by a person ----------------------------------------------------------------------------------
+    def _take_control(self) -> None:
+        """The goal starts acting: the arbiter announces the policy (or the person already holding a deadman)."""
+        if self.handover is not None:
+            self.handover.begin()
+            self._generation = self.handover.generation
+
+    def _paused(self) -> bool:
+        """True while a person holds control (after waiting at most one period for that to change), and once on
+        each hand-back, after forgetting the actor's chunks (the caller then restarts its schedule and waits for a
+        fresh observation). False when the policy may act."""
+        h = self.handover
+        if h is None:
+            return False
+        if h.generation != self._generation:  # control came back since the last pass
+            self._generation = h.generation
+            ChunkActor.reset(self.actor)  # chunks predicted before the take-over are not the current state's
+            self._fresh = True
+            return True
+        if h.policy_may_act():
+            return False
+        if not h.wait_turn(self.cfg.period_s) or h.generation == self._generation:
+            self.stop.wait(0.001)  # the policy holds, but the clock is not yet past the hand-back's stamp
+        return True
+
+    def _fresh_after(self) -> float:
+        """Monotonic time after which an observation must have arrived to be acted on (the latest hand-back)."""
+        return self.handover.resumed_at if self.handover is not None else -1.0
 
     def _status_start(self) -> tuple[TaskStatusValue | None, str]:
         """The arm's status when the goal starts, and why it cannot act ("" = it can): with a success detector, the
@@ -284,6 +333,7 @@ class ControlLoop:
         first_status, refusal = self._status_start()
         if refusal:
             return self._end(False, refusal)
+        self._take_control()
         start = time.monotonic()
         next_tick = start  # publish time of the next action
         scheduled = start  # the tick it was scheduled for before a late schedule restarted (for staleness)
@@ -292,6 +342,10 @@ class ControlLoop:
         while True:
             if self._interrupted() or self._arm_episode_over(first_status):
                 return
+            if self._paused():  # a person holds control; on the hand-back: a new schedule, a fresh observation
+                waiting_since, next_tick = None, time.monotonic()
+                scheduled = next_tick
+                continue
             now = time.monotonic()
             if waiting_since is None and next_tick - self._lead_s() > now:  # too early to compute this tick's action
                 self.stop.wait(next_tick - self._lead_s() - now)
@@ -301,27 +355,28 @@ class ControlLoop:
             # make the arm's observation stale (a simulator waits for the action), an arm that stopped does.
             due = min(now, scheduled - self._lead_s())
             stale_s = self._stale_s()
-            max_age = cfg.obs_timeout_s if r.steps == 0 else stale_s
-            if obs is None or count == used or due - t_obs > max_age:
+            max_age = cfg.obs_timeout_s if self._fresh else stale_s
+            if obs is None or count == used or due - t_obs > max_age or t_obs <= self._fresh_after():
                 # Never act twice on one observation (a frozen arm must not be driven open-loop) nor on an old
                 # one. Before the first action the wait is timed from the first tick that found none (an idle arm
                 # re-publishes slowly); once acting, the goal ends one period after the newest observation went
                 # stale.
                 waiting_since = now if waiting_since is None else waiting_since
-                if r.steps == 0 and now - waiting_since > cfg.obs_timeout_s:
-                    return self._end(False, f"no new observation for {cfg.obs_timeout_s} s before the first action "
+                if self._fresh and now - waiting_since > cfg.obs_timeout_s:
+                    what = "the first action" if r.steps == 0 else "the first action after the hand-back"
+                    return self._end(False, f"no new observation for {cfg.obs_timeout_s} s before {what} "
                                             "(is the arm / sim_bridge / camera running?)")
                 # Once acting: end one period after the newest observation went stale, and only after this thread
                 # has itself waited a period for a new one (a slow inference, e.g. Octo's trunk on a CPU, starves
                 # the process's executor: the camera's frames are then late through no fault of the arm's).
-                if r.steps > 0 and now - max(t_obs + stale_s, waiting_since) > cfg.period_s:
+                if not self._fresh and now - max(t_obs + stale_s, waiting_since) > cfg.period_s:
                     return self._end(False, f"observation stale: the newest is {(now - t_obs) * 1e3:.0f} ms old "
                                             f"(stale after {stale_s * 1e3:.0f} ms: observation_stale_periods x "
                                             "the control period, or twice the slowest inference) after "
                                             f"{r.steps} steps; stopped commanding (is the arm / sim_bridge / "
                                             "camera running, and faster than the control rate?)")
                 wait = min(cfg.period_s, cfg.obs_timeout_s)
-                if r.steps > 0:  # wake up at the deadline, not up to a period after it
+                if not self._fresh:  # wake up at the deadline, not up to a period after it
                     wait = min(wait, max(0.0, max(t_obs + stale_s, waiting_since) + cfg.period_s - now) + 0.001)
                 self.observations.wait_newer(count, wait)
                 continue
@@ -350,9 +405,17 @@ class ControlLoop:
         return a, ""
 
     def _published(self, action: np.ndarray, start: float, first_status: TaskStatusValue | None) -> bool:
-        """Publish one action and book it; True if the goal ended with it (solved or the last step)."""
+        """Publish one action and book it, unless a person took control meanwhile (then nothing is published: the
+        next pass waits); True if the goal ended with it (solved or the last step)."""
         r = self.result
-        self.publish(action)
+        if self.handover is not None:
+            with self.handover.turn() as mine:
+                if not mine:
+                    return False
+                self.publish(action)
+        else:
+            self.publish(action)
+        self._fresh = False
         r.steps += 1
         r.tick_times.append(time.monotonic())
         with self._chunks:
@@ -376,6 +439,7 @@ class ControlLoop:
         first_status, refusal = self._status_start()
         if refusal:
             return self._end(False, refusal)
+        self._take_control()
         start = time.monotonic()
         next_tick = self._next_tick = start
         waiting_since: float | None = None
@@ -385,6 +449,12 @@ class ControlLoop:
             while True:
                 if self._interrupted() or self._arm_episode_over(first_status):
                     return
+                if self._paused():  # a person holds control; on the hand-back: a new schedule, fresh chunks only
+                    waiting_since, next_tick = None, time.monotonic()
+                    with self._chunks:
+                        self._next_tick, self._newest = next_tick, None
+                        self._chunks.notify_all()
+                    continue
                 now = time.monotonic()
                 if waiting_since is None and next_tick > now:
                     self.stop.wait(next_tick - now)
@@ -427,6 +497,8 @@ class ControlLoop:
         cfg, r = self.cfg, self.result
         _, t_obs, _ = self.observations.get()
         what = "before the first action" if r.steps == 0 else f"after {r.steps} steps"
+        if self._fresh and r.steps > 0:
+            what = f"after the hand-back ({r.steps} steps before it)"
         inferring = self._inferring_since
         if inferring is not None:
             bound = cfg.obs_timeout_s + 4.0 * max(r.act_times, default=0.0)
@@ -436,7 +508,7 @@ class ControlLoop:
             return (f"no action for {cfg.obs_timeout_s} s {what}: no new observation, or inference slower than "
                     f"{cfg.execution_horizon} control periods (is the arm / sim_bridge / camera running?)")
         stale_s = self._stale_s()
-        if r.steps > 0 and t_obs >= 0 and now - max(t_obs + stale_s, waiting_since) > cfg.period_s:
+        if not self._fresh and t_obs >= 0 and now - max(t_obs + stale_s, waiting_since) > cfg.period_s:
             return (f"observation stale: the newest is {(now - t_obs) * 1e3:.0f} ms old (stale after "
                     f"{stale_s * 1e3:.0f} ms) after {r.steps} steps; stopped commanding (is the arm / sim_bridge / "
                     "camera running?)")
@@ -449,6 +521,9 @@ class ControlLoop:
         used = 0
         try:
             while not self._ended.is_set():
+                if self.handover is not None and not self.handover.policy_may_act():
+                    self.handover.wait_turn(cfg.period_s)  # a person holds control: predict nothing
+                    continue
                 step = r.steps  # the next action to publish: row 0 of a chunk from the newest observation
                 with self._chunks:
                     if self._newest is not None and self._newest[0] >= step:  # this step has its chunk
@@ -456,8 +531,8 @@ class ControlLoop:
                         continue
                 obs, t_obs, count = self.observations.get()
                 now = time.monotonic()
-                max_age = cfg.obs_timeout_s if step == 0 else self._stale_s()
-                if obs is None or count == used or now - t_obs > max_age:
+                max_age = cfg.obs_timeout_s if self._fresh else self._stale_s()
+                if obs is None or count == used or now - t_obs > max_age or t_obs <= self._fresh_after():
                     self.observations.wait_newer(count, cfg.period_s)
                     continue
                 lead = self._lead_s(capped=False)

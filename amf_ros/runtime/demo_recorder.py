@@ -21,6 +21,11 @@ The arm's e-stop (:meth:`DemoRecorder.observe_arm`, from its latched ArmStatus):
 is interrupted, so EndEpisode discards it (ok=false, saying why) whatever the verdict: a demonstration cut off by
 the e-stop is neither a success nor a failure of the task, and stored as a failure it would teach the policy and the
 task selector something false. While the e-stop is engaged no episode starts.
+
+Who acted (:meth:`DemoRecorder.observe_control`, from policy_server's ``control`` topic): every step of an episode
+carries the ``actor`` column (a person or the policy, by the stamp of its action; amf_ros/data/recorder.py), so a
+run_policy goal recorded as an episode while a person took over keeps both, and fine-tuning uses the person's
+steps (amf_ros/data/transitions.py). Without that topic no column is written (the episode counts as all-human).
 """
 
 from __future__ import annotations
@@ -286,6 +291,12 @@ class DemoRecorder:
             finally:
                 self._cond.notify_all()  # an EndEpisode waiting for messages in flight re-checks settled()
         return None
+
+    def observe_control(self, source: str, stamp_ns: int) -> None:
+        """A ControlSource on ``control``: who commands the arm from ``stamp_ns`` on ("policy", "human", "" = no
+        goal); the recorded steps are labelled by it."""
+        with self._cond:
+            self.rec.control(stamp_ns, source)
 
     def observe_arm(self, engaged: bool, engagements: int) -> str | None:
         """The arm's e-stop (engaged now, times engaged since the arm started). Returns a line to log (warn) when it

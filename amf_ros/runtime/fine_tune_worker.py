@@ -14,6 +14,11 @@ with its members in one atomic rename (policies/checkpoint_dirs.py, ``save_with_
 count), then exactly one of ``("done", result dict)``, ``("cancelled", text)`` or ``("error", text)``.
 Cancellation: an Event the child checks after every gradient step (nothing is saved when it is set).
 
+The training rule (amf_ros/data/transitions.py): the child trains on the rows a person acted. Transitions built by
+``load_transitions`` hold only those already; rows marked as the policy's (``actor`` column, from a run_policy goal
+during which a person took over) that another builder passes along are dropped here, so no builder can train the
+policy on its own actions by mistake.
+
 Every wait of the parent is bounded: :meth:`FineTuneWorker.run` polls the queue with a short timeout, checks
 cancellation, the child's liveness, shutdown and the job's deadline; a dead child ends the job with an error and is
 started afresh for the next one.
@@ -94,8 +99,15 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
     import numpy as np
 
     student = _load(job, job.checkpoint, cache)
+    from amf_ros.data.schema import ACTOR, ACTOR_HUMAN
+    from amf_ros.data.transitions import human_rows
+
     with np.load(job.transitions, allow_pickle=False) as npz:
         transitions = {k: npz[k] for k in npz.files}
+    if ACTOR in transitions and not np.any(transitions[ACTOR] == ACTOR_HUMAN):
+        raise ValueError("no step a person acted in the training data (only the policy's own steps): record a "
+                         "demonstration, or take over during a run_policy goal, first")
+    transitions = human_rows(transitions)
     every = max(1, min(50, job.steps // 20))  # feedback about 20 times per model, at least every 50 steps
     total = job.steps * (1 + len(job.members))  # feedback counts the members' steps too
 

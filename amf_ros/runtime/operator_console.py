@@ -13,8 +13,13 @@ Rules an operator relies on:
   cannot end a newer one.
 - One fine-tune and one evaluation from this console at a time; Stop all publishes an ArmStop (the arm holds, the
   teleop drops its take) and cancels both.
-- Evaluate never runs while a demonstration is being recorded (the policy would fight the operator); on the embedded
-  simulation it resets the scene to the task first, on a real arm the operator sets the scene.
+- Evaluate never runs while a demonstration is being recorded (the policy would fight the operator), except where a
+  teleop node reports its state (a person's device; the bring-up then runs no scripted_teleop): there the goal is
+  recorded into the episode and the person takes over by holding the deadman (an intervention episode, per-step
+  ``actor``; docs/console.md "Take over from the policy"), and the scene is not reset (that would end the episode).
+  Otherwise, on the embedded simulation it resets the scene to the task first, on a real arm the operator sets it.
+- Who commands the arm during a goal (policy_server's ``control`` topic, :meth:`OperatorConsole.on_control`) is
+  shown in the Drive panel.
 - ``auto_ask``: the decision is asked again after every saved episode and every new checkpoint, so the "why" panel
   always shows the scores for the data and policy that exist now (one call per event, never per browser).
 - Driving (the Drive panel): a browser's input state becomes the input the node republishes as sensor_msgs/Joy on
@@ -247,14 +252,16 @@ class OperatorConsole:
         if not task:
             return self._report(reply, "evaluate", False, "no task: pick the task to evaluate")
         recording, episode, _ = self._state()
-        if recording:
+        person = self.model.section("drive").get("teleop") is not None  # a teleop node: a person can take over
+        if recording and not person:
             return self._report(reply, "evaluate", False, f"recording {episode}: the policy must not drive the arm "
-                                                          "during a demonstration")
+                                                          "during a demonstration (with a teleop node, teleop:=..., "
+                                                          "the goal is recorded and a person can take over)")
         with self._lock:
             if self._evaluating:
                 return self._report(reply, "evaluate", False, f"already evaluating {self._evaluating}")
             self._evaluating = task
-            sim = self._sim
+            sim = self._sim and not recording  # a reset would end the episode being recorded
         self.model.on_evaluation(True, task, message="resetting the scene" if sim else "running")
 
         def run(res: Mapping[str, Any] | None = None, why: str = "") -> None:
@@ -339,6 +346,12 @@ class OperatorConsole:
                 self.model.on_drive(self.drive.status())
             return []
         return [inp]
+
+    def on_control(self, source: str, node: str, stamp_ns: int) -> None:
+        """policy_server's ControlSource on ``control``: who commands the arm during a run_policy goal ("policy", or
+        "human" and the teleop node that took over; "" = no goal), shown at the top of the Drive panel."""
+        shown = source if source in ("policy", "human") else "none"
+        self.model.on_drive(control={"source": shown, "node": str(node)[:200], "stamp_ns": int(stamp_ns)})
 
     def on_teleop_state(self, text: str) -> None:
         """The teleop node's latched state (a JSON object: input, deadman held, speed, last input age, ...), shown

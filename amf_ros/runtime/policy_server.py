@@ -7,18 +7,21 @@ logic is testable without DDS.
 Threads and processes (docs/ros-system.md, "Concurrency"): subscription callbacks only store the newest
 observation and task status (:class:`~amf_ros.runtime.control_loop.Latest`); a run_policy goal runs on its own
 control thread (:class:`~amf_ros.runtime.control_loop.ControlLoop`); a fine-tune runs in a spawned worker process
-(:mod:`amf_ros.runtime.fine_tune_worker`); the executor threads that serve the two actions only wait for them, each
-wait bounded. :meth:`PolicyServer.close` (called at shutdown) stops all of it within about 3 s.
+(:mod:`amf_ros.runtime.fine_tune_worker`; backend octo first embeds the frames not cached yet with the node's trunk,
+in this process, on the fine_tune goal's thread: docs/ros-system.md, "Serving Octo"); the executor threads that
+serve the two actions only wait for them, each wait bounded. :meth:`PolicyServer.close` (called at shutdown) stops
+all of it within about 3 s.
 
 Semantics of run_policy during fine-tuning (tested): fine-tuning trains a *copy* of the acting checkpoint in the
 worker; a run_policy goal that starts or is running meanwhile acts with the policy it started with at the full
 control rate. When fine-tuning finishes, the new policy becomes the acting one for every run_policy goal that
 starts afterwards; an episode in progress is never switched mid-way.
 
-Backends: "native" (the package's TaskConditionedPolicy) and "octo" (:class:`OctoServing`: Octo's frozen trunk on
-camera frames, the head fine-tuned on cached trunk embeddings). Which checkpoint a node starts from and how it is
-loaded: amf_ros.policies.loading; the Octo actor and head checkpoints: amf_ros.policies.octo; the embedding cache:
-amf_ros.data.octo_embeddings.
+Backends: "native" (the package's TaskConditionedPolicy; with ``trunk: image_pretrained``, :class:`CameraServing`:
+the camera policy, a frozen pretrained image encoder on camera frames, fine-tuned on cached per-frame embeddings) and
+"octo" (:class:`OctoServing`: Octo's frozen trunk on camera frames, the head fine-tuned on cached trunk embeddings).
+Which checkpoint a node starts from and how it is loaded: amf_ros.policies.loading; the Octo actor and head
+checkpoints: amf_ros.policies.octo; the embedding caches: amf_ros.data.octo_embeddings, amf_ros.data.image_embeddings.
 """
 
 from __future__ import annotations
@@ -266,11 +269,55 @@ def pretrained_fallback(p: PolicyServerParams, log: Callable[[str], None] = log.
         from amf_ros.paths import workspace_root
 
         cache = workspace_root(p.workspace) / "cache"
+        if p.trunk == "image_pretrained":  # the camera policy on SIMPLER's four tasks (training/camera.py defaults)
+            from amf_ros.training.camera import ensure_camera_pretrained
+
+            log(f"no checkpoint in {str(p.checkpoint_dir)!r}: using the embedded WidowX's pre-trained camera policy "
+                f"from {cache} (pre-trained now if this is the first start: minutes on 2 cores)")
+            return ensure_camera_pretrained(cache)
         log(f"no checkpoint in {str(p.checkpoint_dir)!r}: using the embedded simulation's pre-trained policy from "
             f"{cache} (pre-trained now if this is the first start: about a minute on 2 cores)")
         return ensure_pretrained(cache, seed=p.seed, suite=p.pretrain_suite)
 
     return pretrained
+
+
+class CameraServing:
+    """policy_server's native backend with ``trunk: image_pretrained`` (a PolicyServerParams): the camera policy
+    (:mod:`amf_ros.policies.camera_policy`) acting on the newest camera frame and the state's proprio, fine-tuned on
+    the per-frame embeddings of :class:`~amf_ros.data.image_embeddings.ImageEmbeddingCache` (each recorded frame
+    embedded once, reused by every later fine-tune); each new round gets the same marker and frozen projection.
+
+    Attributes: ``spec`` (CameraSpec), ``projection``, ``encoder`` (loaded at start: acting embeds every frame),
+    ``cache``, ``runtime`` (PolicyRuntime), and :meth:`infer_fn` for one run_policy goal.
+    """
+
+    def __init__(self, p: PolicyServerParams, policy: Policy, path: Path) -> None:
+        from amf_ros.data.image_embeddings import ImageEmbeddingCache
+        from amf_ros.policies.camera_policy import MARKER, read_marker, read_projection, write_marker
+
+        spec = read_marker(path)
+        if spec is None:
+            raise ValueError(f"trunk 'image_pretrained' needs a camera-policy checkpoint; {path} has no {MARKER} "
+                             "(make one with `python -m amf_ros.training.camera --out DIR`, or set trunk: state)")
+        if not p.image_topic:
+            raise ValueError("trunk 'image_pretrained' acts on the camera: set image_topic (e.g. camera/image_raw)")
+        self.spec, self.projection = spec, read_projection(path)
+        self.encoder = spec.load_encoder()
+        self.cache = ImageEmbeddingCache.for_checkpoint(p.dataset_dir, path)
+        projection = self.projection
+        self.runtime = PolicyRuntime(
+            policy, path, p.checkpoint_dir, p.dataset_dir, settings=p.fine_tune_settings(), seed=p.seed,
+            action_space="eef7", loader=LOADERS["image_pretrained"], torch_threads=p.torch_threads,
+            transitions_fn=lambda tasks, cancelled: self.cache.transitions(tasks, cancelled=cancelled),
+            after_save=lambda d: write_marker(d, spec, projection), ensemble_members=p.ensemble_members,
+            niceness=p.fine_tune_niceness)
+
+    def infer_fn(self, policy: Policy, task: str) -> Callable[[Any], np.ndarray]:
+        """``obs ({"state", "image"}) -> (H, A)`` chunk of ``policy`` (the goal's fixed policy) for ``task``."""
+        from amf_ros.policies.camera_policy import CameraActor
+
+        return CameraActor(policy, self.encoder, self.spec.proprio_dims, self.projection).infer_fn(task)
 
 
 class OctoServing:
@@ -345,6 +392,7 @@ class PolicyServer:
         limit_threads(p.torch_threads)  # 0 = torch's default
         self.p, self.publish = p, publish
         self.octo: OctoServing | None = None
+        self.camera: CameraServing | None = None
         self.runtime: PolicyRuntime | None = None  # None while not ready (backend octo without its inputs)
         self.octo_backend = p.backend == "octo"
         self.readiness: Readiness | None = None
@@ -361,10 +409,17 @@ class PolicyServer:
                 raise NoRespawnError(f"policy_server (native backend): {exc}; set `checkpoint` to a pre-trained "
                                      "checkpoint (or use a config with a pre-trained fallback: config/sim.yaml, "
                                      "config/sim_widowx.yaml)") from None
-            self.runtime = PolicyRuntime(policy, path, p.checkpoint_dir, p.dataset_dir,
-                                         settings=p.fine_tune_settings(), seed=p.seed, action_space=p.action_space,
-                                         torch_threads=p.torch_threads, ensemble_members=p.ensemble_members,
-                                         niceness=p.fine_tune_niceness)
+            if p.trunk == "image_pretrained":  # the camera policy: frames -> frozen encoder, cached per frame
+                try:
+                    self.camera = CameraServing(p, policy, path)
+                except (ValueError, ImportError) as exc:  # a restart finds the same checkpoint / parameters
+                    raise NoRespawnError(f"policy_server (trunk image_pretrained): {exc}") from None
+                self.runtime = self.camera.runtime
+            else:
+                self.runtime = PolicyRuntime(policy, path, p.checkpoint_dir, p.dataset_dir,
+                                             settings=p.fine_tune_settings(), seed=p.seed,
+                                             action_space=p.action_space, torch_threads=p.torch_threads,
+                                             ensemble_members=p.ensemble_members, niceness=p.fine_tune_niceness)
         self.observations = Latest()
         self.status = Latest() if p.task_status_topic else None
         self._image: np.ndarray | None = None
@@ -375,6 +430,8 @@ class PolicyServer:
         self.arm = Latest()
         """The arm's newest :class:`~amf_ros.robots.action_gate.ActionCounts` (ArmStatus on arm_status_topic)."""
         self._arm_start: ActionCounts | None = None  # the arm's counts when the running goal started
+        self.handover: Any = None
+        """A person's take-over during a goal (amf_ros/runtime/handover.py Handover; the node sets it), or None."""
 
     def _start_octo(self) -> None:
         """Build the octo backend (seconds: the trunk); raises when it cannot (the node stays not ready)."""
@@ -483,13 +540,15 @@ class PolicyServer:
                 act = self.octo.actor(policy)
                 act.reset(task)
             else:
-                act = ChunkActor(lambda obs: policy.act(obs, task), wire_action(p.action_space),
+                infer = (self.camera.infer_fn(policy, task) if self.camera is not None
+                         else lambda obs: policy.act(obs, task))
+                act = ChunkActor(infer, wire_action("eef7" if self.camera is not None else p.action_space),
                                  p.ensemble_horizon, p.ensemble_exp_weight)
             stop = self._run_stop = threading.Event()
             if self._closing.is_set():
                 stop.set()
             loop = self._loop = ControlLoop(act, self.publish, self.observations, self.status, task, cfg, stop,
-                                            cancelled=cancelled, feedback=feedback)
+                                            cancelled=cancelled, feedback=feedback, handover=self.handover)
             self._end_on_estop(loop, self.arm.get()[0])  # engaged before observe_arm could see this loop
             loop.start()
             bound = cfg.max_steps * (cfg.period_s + cfg.obs_timeout_s) + cfg.status_timeout_s + 5.0

@@ -56,3 +56,16 @@ class WidowXDriver(WidowXArm):
         period_ms = int(round(self.p.control_period_s * 1000))
         return {"cmd_type": "group", "name": self.p.arm_group, "mode": "position", "profile_type": "time",
                 "profile_velocity": period_ms, "profile_acceleration": max(period_ms // 4, 1)}
+
+    def gripper_mode_request(self) -> dict[str, Any] | None:
+        """OperatingModes request fields that put the gripper in PWM mode, the mode its signed PWM commands need
+        (None: no operating_modes_service configured).
+
+        Why: xs_sdk reads a JointSingleCommand in the gripper's current mode; a mode config with the gripper in
+        ``position`` or ``current_based_position`` would take PWM 250 as 250 rad. Interbotix's modes.yaml sets
+        ``pwm`` and its gripper interface only warns when it is not (xs_robot/gripper.py); the driver sets it.
+        Profile fields as xs_sdk's defaults for a single without them (velocity, 0, 0; unused in PWM mode)."""
+        if not self.p.operating_modes_service:
+            return None
+        return {"cmd_type": "single", "name": self.p.gripper_name, "mode": "pwm", "profile_type": "velocity",
+                "profile_velocity": 0, "profile_acceleration": 0}

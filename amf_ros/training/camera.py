@@ -160,6 +160,33 @@ def collect_camera_demos(specs: Sequence[Any], counts: dict[str, int], encoder: 
     return demos, timing
 
 
+def camera_demo(env: CameraTaskEnv, seed: int, noise_std: float, rng: np.random.Generator | None, encoder: Any,
+                projection: Any = None, proprio_dims: int = 8, batch_size: int = 4) -> Any:
+    """One scripted demonstration from scene ``seed`` as the camera policy trains on it: a
+    :class:`~amf_ros.envs.metaworld_rollouts.Demo` whose ``obs`` are camera states (each frame through the frozen
+    ``encoder`` and ``projection``, beside the proprio), so that everything written for state demonstrations
+    (transitions, fine-tuning, AMF's criterion) takes it as it is. Rolled out exactly as
+    :func:`~amf_ros.envs.metaworld_rollouts.collect_demo` (same scene, same noise draws from ``rng``)."""
+    from amf_ros.envs.metaworld_rollouts import Demo
+    from amf_ros.policies.camera_policy import camera_states
+
+    obs = env.reset(seed)
+    xs, frames, acts, labels = [], [], [], []
+    done = False
+    while not done:
+        expert = env.expert_action()
+        act = env.perturb(expert, noise_std, rng)
+        xs.append(obs)
+        frames.append(env.image)
+        acts.append(act)
+        labels.append(expert)
+        obs, _, done = env.step(act)
+    emb = encoder.encode(np.stack(frames), batch_size=batch_size)
+    states = camera_states(emb, np.stack(xs)[:, :proprio_dims], projection)
+    return Demo(task=env.spec.key, seed=int(seed), obs=states, actions=np.stack(acts).astype(np.float32),
+                expert_actions=np.stack(labels).astype(np.float32), success=env.success)
+
+
 def demos_to_transitions(demos: Sequence[CameraDemo], projection: Any = None,
                          episode_offset: int = 0) -> dict[str, np.ndarray]:
     """The policy's transitions (policies/base.py layout) with ``state`` = camera states (projected embeddings beside
@@ -263,6 +290,56 @@ def evaluate_camera(policy: Any, encoder: Any, specs: Sequence[Any], episodes_pe
         for env in done:
             succ[env.spec.key] += int(env.success)
     return {k: v / episodes_per_task for k, v in succ.items()}, timing
+
+
+def camera_recipe_key(config: CameraPretrainConfig) -> str:
+    """Hash of a camera pre-training config and of the code that makes the checkpoint (this module, the policies
+    layer, the WidowX simulation and its task files): a changed recipe makes a new cached checkpoint."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[1]
+    tasks = root.parent / "config" / "tasks"
+    paths = [Path(__file__), *(root / "policies").glob("*.py"), *(root / "envs" / "widowx_sim").glob("*.py"),
+             tasks / "widowx_sim.yaml", tasks / "widowx_family.yaml"]
+    h = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True, default=str).encode())
+    for path in sorted(paths):
+        if path.is_file():
+            h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()[:10]
+
+
+def ensure_camera_pretrained(cache: str | Path, config: CameraPretrainConfig | None = None) -> Path:
+    """The cached pre-trained camera-policy checkpoint of ``config`` (default: :class:`CameraPretrainConfig`'s, the
+    four SIMPLER tasks), under ``cache/camera_pretrained_<key>``; pre-trained now if missing (minutes on 2 cores).
+    policy_server's ``trunk: image_pretrained`` with ``pretrain_if_missing`` starts from it. The directory is written
+    atomically (a ``pretrain.json`` inside records the config and timings), so an interrupted run leaves nothing."""
+    import shutil
+    import tempfile
+
+    from amf_ros.atomic import atomic_write_json
+    from amf_ros.policies.camera_policy import save_camera_policy
+    from amf_ros.threads import limited_threads
+
+    cfg = config or CameraPretrainConfig()
+    final = Path(cache) / f"camera_pretrained_{camera_recipe_key(cfg)}"
+    if (final / "pretrain.json").is_file():
+        log.info("using cached pre-trained camera policy %s", final)
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    log.info("pre-training the camera policy (first run only) into %s", final)
+    t0 = time.perf_counter()
+    with limited_threads(1):
+        res = camera_pretrain(cfg)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        out = save_camera_policy(res.policy, tmp / "ckpt", res.spec, res.projection)
+        atomic_write_json(out / "pretrain.json", {"config": dataclasses.asdict(cfg), "pretrain_counts": res.counts,
+                                                  "timing": res.timing, "wall_time_s": time.perf_counter() - t0})
+        if not final.exists():
+            out.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 def main(argv: Sequence[str] | None = None) -> int:

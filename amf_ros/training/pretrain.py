@@ -37,6 +37,13 @@ from amf_ros.threads import limited_threads
 log = logging.getLogger(__name__)
 
 ALLOCATIONS = ("mismatched", "uniform")
+"""The allocations every suite has (the default grid of `amf bench metaworld`)."""
+SPLIT_ALLOCATION = "split"
+"""The allocation of a task family whose task file marks each task ``split: pretrain|new`` (the WidowX family,
+config/tasks/widowx_family.yaml): demonstrations spread over the ``pretrain`` tasks only, the generalist meeting the
+lab's new tasks."""
+ALL_ALLOCATIONS = (*ALLOCATIONS, SPLIT_ALLOCATION)
+"""Every allocation pre-training accepts."""
 DEFAULT_TASKS = get_suite("metaworld").default_tasks
 """The Metaworld suite's default tasks (the registry's; kept here for the importers of this name)."""
 
@@ -51,8 +58,12 @@ class PretrainConfig:
     tasks: list[str] | None = None
     """Task keys of the suite's task file (None = the suite's default tasks); in the mismatched allocation the first
     half is pre-trained."""
+    tasks_file: str = ""
+    """The suite's task file the keys come from ("" = the suite's default; the WidowX family:
+    config/tasks/widowx_family.yaml)."""
     allocation: str = "mismatched"
-    """"mismatched" = all demonstrations on the first half of ``tasks``; "uniform" = spread over all tasks."""
+    """"mismatched" = all demonstrations on the first half of ``tasks``; "uniform" = spread over all tasks; "split" =
+    spread over the tasks the task file marks ``split: pretrain`` (:data:`SPLIT_ALLOCATION`)."""
     demos: int = 16
     """Total pre-training demonstrations (paper: about 15)."""
     noise_std: float | None = None
@@ -91,7 +102,11 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         suite = get_suite(self.suite, training=True)  # ValueError naming the training suites
-        self.tasks = list(suite.default_tasks if self.tasks is None else self.tasks)
+        self.tasks_file = str(self.tasks_file or "")
+        if self.tasks is None:  # the suite's default tasks, or every task of the file
+            self.tasks = ([s.key for s in suite.load_tasks(None, self.tasks_file)] if self.tasks_file
+                          else list(suite.default_tasks))
+        self.tasks = list(self.tasks)
         self.noise_std = suite.noise_std if self.noise_std is None else float(self.noise_std)
         schedule, decay = SUITE_SCHEDULES.get(self.suite, ("constant", 0.0))
         self.lr_schedule = schedule if self.lr_schedule is None else str(self.lr_schedule)
@@ -100,8 +115,11 @@ class PretrainConfig:
             relative_state_differences(self.suite)  # ValueError for a suite without them
         if len(self.tasks) < 2 or len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"need at least two distinct tasks, got {self.tasks=}")
-        if self.allocation not in ALLOCATIONS:
-            raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {self.allocation=}")
+        if self.allocation not in ALL_ALLOCATIONS:
+            raise ValueError(f"allocation must be one of {ALL_ALLOCATIONS}, got {self.allocation=}")
+        if self.allocation == SPLIT_ALLOCATION and not self.split_tasks():
+            raise ValueError(f"allocation 'split' needs tasks marked 'split: pretrain' among {self.tasks} "
+                             f"(task file {self.tasks_file or 'the suite default'!r})")
         if self.demos < 1 or self.steps < 1 or self.batch_size < 1:
             raise ValueError(f"demos, steps and batch_size must be >= 1, got {self.demos=} {self.steps=} "
                              f"{self.batch_size=}")
@@ -114,6 +132,20 @@ class PretrainConfig:
         if self.lr_schedule not in LR_SCHEDULES or not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"need lr_schedule in {LR_SCHEDULES} and 0 <= ema_decay < 1, got {self.lr_schedule=} "
                              f"{self.ema_decay=}")
+
+
+    def specs(self) -> list[Any]:
+        """The task specs of :attr:`tasks` from :attr:`tasks_file`, in that order."""
+        return get_suite(self.suite).load_tasks(self.tasks, self.tasks_file or None)
+
+    def split_tasks(self) -> list[str]:
+        """The tasks the task file marks ``split: pretrain`` (in :attr:`tasks` order; [] in a file without splits)."""
+        return [s.key for s in self.specs() if getattr(s, "split", "") == "pretrain"]
+
+    def counts(self) -> dict[str, int]:
+        """Pre-training demonstrations per task of this allocation (:func:`allocation_counts`)."""
+        split = self.split_tasks() if self.allocation == SPLIT_ALLOCATION else None
+        return allocation_counts(self.tasks, self.allocation, self.demos, pretrain_tasks=split)
 
 
 SUITE_SCHEDULES = {"widowx": ("cosine", 0.999)}
@@ -136,18 +168,26 @@ def relative_state_differences(suite: str) -> tuple[tuple[int, int, int], ...]:
     return ((gripper, obj, 3), (obj, receptacle, 3))
 
 
-def allocation_counts(tasks: Sequence[str], allocation: str, total: int) -> dict[str, int]:
+def allocation_counts(tasks: Sequence[str], allocation: str, total: int,
+                      pretrain_tasks: Sequence[str] | None = None) -> dict[str, int]:
     """Pre-training demonstrations per task.
 
     "mismatched": ``total`` split evenly over the first ceil(|tasks|/2) tasks, 0 for the rest (the paper's
-    [8, 8, 0, 0]); "uniform": ``total`` split evenly over all tasks. Remainders go to the earliest tasks.
+    [8, 8, 0, 0]); "uniform": ``total`` split evenly over all tasks; "split": ``total`` split evenly over
+    ``pretrain_tasks`` (the family's ``split: pretrain`` tasks, :meth:`PretrainConfig.split_tasks`). Remainders go to
+    the earliest tasks.
     """
     tasks = list(tasks)
-    if allocation not in ALLOCATIONS:
-        raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {allocation=}")
+    if allocation not in ALL_ALLOCATIONS:
+        raise ValueError(f"allocation must be one of {ALL_ALLOCATIONS}, got {allocation=}")
     if total < 0:
         raise ValueError(f"total must be >= 0, got {total=}")
-    chosen = tasks[: (len(tasks) + 1) // 2] if allocation == "mismatched" else tasks
+    if allocation == SPLIT_ALLOCATION:
+        chosen = [t for t in tasks if t in set(pretrain_tasks or ())]
+        if not chosen:
+            raise ValueError(f"allocation 'split' needs pretrain_tasks among {tasks}, got {pretrain_tasks=}")
+    else:
+        chosen = tasks[: (len(tasks) + 1) // 2] if allocation == "mismatched" else tasks
     base, extra = divmod(total, len(chosen))
     counts = {t: 0 for t in tasks}
     for i, t in enumerate(chosen):
@@ -246,10 +286,10 @@ def pretraining_demos(config: PretrainConfig, envs: dict[str, Any] | None = None
     """
     from amf_ros.envs.metaworld_rollouts import EVAL_SEED_OFFSET, collect_demo, collect_demos
 
-    counts = {k: v for k, v in allocation_counts(config.tasks, config.allocation, config.demos).items() if v}
+    counts = {k: v for k, v in config.counts().items() if v}
     if envs is None:
         suite = get_suite(config.suite)
-        envs = {s.key: suite.make_env(s) for s in suite.load_tasks(config.tasks) if counts.get(s.key)}
+        envs = {s.key: suite.make_env(s) for s in config.specs() if counts.get(s.key)}
     if not config.successful_only:
         return collect_demos(envs, counts, seed=config.seed, noise_std=config.noise_std)
     missing = sorted(set(counts) - set(envs))
@@ -282,8 +322,8 @@ def pretrain(config: PretrainConfig, specs: Sequence[Any] | None = None, freeze_
     from amf_ros.envs.metaworld_rollouts import demos_to_transitions, exploration_states
 
     suite = get_suite(config.suite)
-    specs = list(specs) if specs is not None else suite.load_tasks(config.tasks)
-    counts = allocation_counts(config.tasks, config.allocation, config.demos)
+    specs = list(specs) if specs is not None else config.specs()
+    counts = config.counts()
     t0 = time.perf_counter()
     envs = {s.key: suite.make_env(s) for s in specs if counts.get(s.key)}
     demos = pretraining_demos(config, envs)
@@ -348,7 +388,7 @@ def main(argv: Sequence[str]) -> int:
                         help="checkpoint directory to write (default: checkpoints/<suite>_pretrained)")
     parser.add_argument("--config", default=None, help="YAML with PretrainConfig fields")
     parser.add_argument("--suite", choices=TRAINING_SUITES, default=None, help="default: metaworld")
-    parser.add_argument("--allocation", choices=ALLOCATIONS, default=None, help="default: mismatched")
+    parser.add_argument("--allocation", choices=ALL_ALLOCATIONS, default=None, help="default: mismatched")
     parser.add_argument("--seed", type=int, default=None, help="default: 0")
     parser.add_argument("--steps", type=int, default=None, help="gradient steps (default: 1500)")
     parser.add_argument("--head", choices=("diffusion", "mlp"), default=None, help="default: diffusion")
@@ -381,7 +421,7 @@ def _run(cfg: PretrainConfig, args: argparse.Namespace, argv: Sequence[str]) -> 
     if args.eval_episodes > 0:
         from amf_ros.envs.metaworld_rollouts import EvalPool
 
-        pool = EvalPool(get_suite(cfg.suite).load_tasks(cfg.tasks), slots=min(args.eval_episodes, 5), suite=cfg.suite)
+        pool = EvalPool(cfg.specs(), slots=min(args.eval_episodes, 5), suite=cfg.suite)
         info["success"] = pool.evaluate(act_fn(res.policy), args.eval_episodes, seed=cfg.seed)
     info["wall_time_s"] = time.perf_counter() - t0
     out = save_pretrained(res.policy, args.out, info)

@@ -45,7 +45,7 @@ def test_what_ships_passes(robot: str, tmp_path: Path) -> None:
 def test_each_bad_argument_is_named_in_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "no_such_checkpoint"
     cases = {
-        "robot:=nonsense is not one of real | simpler | sim | sim_widowx": ("nonsense", {}),
+        "robot:=nonsense is not one of real | simpler | sim | sim_widowx | wxai | wxai_sim": ("nonsense", {}),
         f"config:={tmp_path / 'nope.yaml'}: no such file": ("real", {"config": str(tmp_path / "nope.yaml")}),
         "console_port:=abc is not a port number": ("real", {"console_port": "abc"}),
         "console_port:=70000 is outside 0-65535": ("real", {"console_port": "70000"}),

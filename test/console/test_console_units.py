@@ -197,6 +197,25 @@ def test_evaluate_resets_the_sim_first_and_refuses_during_a_demo():
     assert got[-1][0] is False and "during a demonstration" in got[-1][1]
 
 
+def test_with_a_teleop_node_evaluate_runs_during_a_recording_without_a_reset_and_shows_who_is_in_control():
+    c, out = _console()
+    got, reply = _replies()
+    c.on_sim(True)
+    c.on_teleop_state(json.dumps({"input": "console", "driving": False}))
+    c.on_recorder_status({"recording": True, "episode_id": "ep_3", "task": "carrot"})
+    c.handle(Command("evaluate", "carrot"), reply)
+    assert out.calls[-1] == ("run_policy", "carrot")  # no scene reset: it would end the episode
+    assert [k for k in out.calls if k[0] == "reset"] == []
+    drive = c.model.section("drive")
+    assert drive["control"]["source"] == "none"
+    c.on_control("policy", "/amf/policy_server", 10)
+    assert c.model.section("drive")["control"] == {"source": "policy", "node": "/amf/policy_server", "stamp_ns": 10}
+    c.on_control("human", "/amf/teleop", 20)
+    assert c.model.section("drive")["control"]["source"] == "human"
+    c.on_control("", "/amf/policy_server", 30)
+    assert c.model.section("drive")["control"]["source"] == "none"
+
+
 def test_stop_all_publishes_a_stop_and_cancels_running_goals():
     c, out = _console()
     got, reply = _replies()

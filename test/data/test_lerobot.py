@@ -203,3 +203,24 @@ def test_cli_export_and_import(tmp_path, capsys):
     assert import_main(["lerobot", str(tmp_path / "o"), str(tmp_path / "back")]) == 0
     assert "imported 1 episodes (5 frames)" in capsys.readouterr().out
     assert EpisodeStore(tmp_path / "back").meta(store.episode_ids()[0]).task == "reach"
+
+
+def test_who_acted_survives_the_round_trip(tmp_path):
+    """The per-step ``actor`` column (a goal a person took over) is exported as LeRobot's ``actor`` feature and
+    imported back; an episode without it (a plain demonstration) exports as all a person's."""
+    from amf_ros.data.schema import ACTOR, ACTOR_HUMAN, ACTOR_POLICY, actors
+
+    who = [ACTOR_POLICY, ACTOR_POLICY, ACTOR_HUMAN, ACTOR_HUMAN, ACTOR_POLICY, ACTOR_HUMAN]
+    store = _small_store(tmp_path / "s", (6, 5, 5))  # a plain demonstration, no column
+    w = store.begin("a", "a", control_rate_hz=5.0)
+    for k, step in enumerate(camera_episode_steps(6, 5, seed=7, h=48, w=64)):
+        w.add_step(step["observation"], step["action"], stamp_ns=step["stamp_ns"], actor=who[k])
+    w.commit(True)
+    res = export_lerobot(store, tmp_path / "out")
+    table = pq.read_table(res.path / "data/chunk-000/file-000.parquet")
+    assert table.column("actor").to_pylist() == [ACTOR_HUMAN] * 6 + who
+    back = EpisodeStore(tmp_path / "back")
+    import_lerobot(res.path, back)
+    plain, taken_over = store.episode_ids()
+    np.testing.assert_array_equal(back.load(taken_over).steps[ACTOR], who)
+    np.testing.assert_array_equal(actors(back.load(plain).steps), [ACTOR_HUMAN] * 6)

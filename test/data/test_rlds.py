@@ -16,6 +16,7 @@ from data_helpers import synthetic_steps
 from amf_ros._optional import has
 from amf_ros.data.codec import decode_image, resize_images
 from amf_ros.data.rlds import RldsExportConfig, export_rlds
+from amf_ros.data.schema import actors
 from amf_ros.data.store import EpisodeStore
 from amf_ros.data.tfrecord import decode_example, encode_example, read_records, tfrecord_bytes
 
@@ -58,7 +59,7 @@ def test_export_structure_and_values(store, tmp_path):
     feats = json.loads((res.path / "features.json").read_text())
     step = feats["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]["features"]
     assert set(step) == {"observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal",
-                         "language_instruction"}
+                         "actor", "language_instruction"}
     exported = [decode_example(r) for shard in sorted(res.path.glob("*.tfrecord-*")) for r in read_records(str(shard))]
     ids = [e["episode_metadata/episode_id"][1][0].decode() for e in exported]
     assert ids == [eid for eid in store.episode_ids() if store.meta(eid).success]
@@ -70,6 +71,7 @@ def test_export_structure_and_values(store, tmp_path):
         assert ex["steps/reward"][1].tolist() == [0.0] * (n - 1) + [1.0]
         assert ex["steps/is_first"][1].tolist() == [1] + [0] * (n - 1)
         assert ex["steps/is_terminal"][1].tolist() == [0] * (n - 1) + [1]
+        assert ex["steps/actor"][1].tolist() == actors(ep.steps).tolist()
         assert {s.decode() for s in ex["steps/language_instruction"][1]} == {ep.meta.instruction}
         imgs = np.stack([decode_image(b) for b in ex["steps/observation/image_primary"][1]])
         np.testing.assert_array_equal(imgs, resize_images(ep.observation["image_primary"], (16, 20)))

@@ -10,13 +10,12 @@ scale. The bring-up plans with ``teleop:=`` (not DDS, kept beside the graph test
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
 import numpy as np
 import pytest
-from robot_testutil import call, recorder_call, stamp_ns, wait_for
+from robot_testutil import Device, Stream, call, recorder_call, stamp_ns, wait_for
 
 pytest.importorskip("mujoco")
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -26,59 +25,6 @@ RATE_HZ = 5.0  # teleop control rate (the WidowX's, BridgeData's); the safety bo
 PERIOD_NS = int(1e9 / RATE_HZ)
 DEADMAN, GRIPPER_TOGGLE = 5, 0  # config/teleop/xbox.yaml: RB held, A
 F32 = float(np.finfo(np.float32).eps)  # actions travel as float32: one rounding (half an ulp) of a float64 value
-
-
-class Stream:
-    """Every message of one topic with its arrival time (the client node spins them on its own thread)."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[float, Any]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, msg: Any) -> None:
-        with self._lock:
-            self.items.append((time.monotonic(), msg))
-
-    def msgs(self) -> list[Any]:
-        with self._lock:
-            return [m for _, m in self.items]
-
-    def clear(self) -> None:
-        with self._lock:
-            self.items.clear()
-
-
-class Device:
-    """A device driver: republishes the current message at 20 Hz (joy's autorepeat) on a thread, and at once on
-    every change (``set`` returns the node-clock stamp it was published with)."""
-
-    def __init__(self, node: Any, publish: Any, make: Any) -> None:
-        self._node, self._publish, self._make = node, publish, make
-        self._value: Any = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def set(self, value: Any) -> int:
-        with self._lock:
-            self._value = value
-            return self._send()
-
-    def _send(self) -> int:
-        now = self._node.get_clock().now()
-        self._publish(self._make(self._value, now.to_msg()))
-        return now.nanoseconds
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            with self._lock:
-                if self._value is not None:
-                    self._send()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
 
 
 @pytest.fixture(scope="module")
@@ -315,7 +261,12 @@ def test_teleop_launch_argument_plans() -> None:
             specs = {s.name: s for s in graph.plan(robot, teleop=device)}
             assert specs["teleop"].overrides["input"] == device and "scripted_teleop" not in specs
             assert [n for n in specs if n != "teleop"] == [n for n in default if n != "scripted_teleop"]
-    assert graph.plan("sim", teleop="console")[1].overrides["max_rotation"] == 0.0  # Metaworld: fixed orientation
+    # the arm's teleop values come from its YAML's /**/teleop section (Metaworld: fixed orientation, 0.01 m per unit)
+    sim_teleop = next(s for s in graph.plan("sim", teleop="console") if s.name == "teleop")
+    assert graph.node_section(sim_teleop.params_file, "teleop")["max_rotation"] == 0.0
+    for robot in ("sim_widowx", "real"):
+        spec = next(s for s in graph.plan(robot, teleop="joy") if s.name == "teleop")
+        assert graph.node_section(spec.params_file, "teleop")["control_rate_hz"] == 5.0
     specs = {s.name: s for s in preflight.checked_plan("real", {"teleop": "joy", "teleop_mapping": "ps4"})}
     assert specs["teleop"].overrides == {"input": "joy", "mapping": "ps4"}
     with pytest.raises(preflight.BadArgumentError, match="teleop_mapping:=ps9: no such mapping"):

@@ -9,12 +9,12 @@ process), with a tiny WidowX policy (14-D state, 7-D Bridge actions) so that it 
 from __future__ import annotations
 
 import re
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from robot_testutil import Stream
 from ros_system_util import REPO
 
 pytest.importorskip("mujoco")
@@ -30,22 +30,6 @@ def _policy_rate_hz() -> float:
 
     doc = yaml.safe_load(CONFIG.read_text())
     return float(doc["/**/policy_server"]["ros__parameters"]["control_rate_hz"])
-
-
-class Stream:
-    """Receive times and messages of one topic (the client's node spins them on its own thread)."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[float, object]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, msg: object) -> None:
-        with self._lock:
-            self.items.append((time.monotonic(), msg))
-
-    def since(self, t: float) -> list[tuple[float, object]]:
-        with self._lock:
-            return [(ts, m) for ts, m in self.items if ts > t]
 
 
 @pytest.fixture(scope="module")
@@ -168,10 +152,10 @@ def test_estop_ends_the_goal_holds_the_arm_and_refuses_goals_until_released(wido
         time.sleep(period)
     client.wait_for(lambda: arm_counts(arm.items[-1][1]).refused.get("e-stop", 0) > before.refused.get("e-stop", 0),
                     10, "the arm refusing the teleop's actions")
-    late = [ts - t_call for ts, _ in applied.since(t_call + period)]
+    late = [ts - t_call for ts, _ in applied.timed(t_call + period)]
     assert late == [], f"actions reached the arm {late} s after the e-stop call"
     assert arm_counts(arm.items[-1][1]).applied == before.applied  # counted by the arm itself
-    held = [np.asarray(m.values) for _, m in states.since(t_call + period)]
+    held = [np.asarray(m.values) for m in states.since(t_call + period)]
     assert held and all(np.array_equal(h, held[0]) for h in held), "the arm moved while the e-stop was engaged"
     assert policy_actions() == result.steps  # the policy sent nothing after its goal ended
 

@@ -105,6 +105,11 @@ def test_profile_request_and_missing_interbotix_line():
     assert req == {"cmd_type": "group", "name": "arm", "mode": "position", "profile_type": "time",
                    "profile_velocity": 200, "profile_acceleration": 50}
     assert WidowXDriver(replace(load(WidowxDriverParams, {}), operating_modes_service="")).profile_request() is None
+    # the gripper's signed PWM commands need PWM mode: set, not assumed from the SDK's mode config
+    grip = driver(gripper_name="gripper").gripper_mode_request()
+    assert grip is not None and (grip["cmd_type"], grip["name"], grip["mode"]) == ("single", "gripper", "pwm")
+    no_service = WidowXDriver(replace(load(WidowxDriverParams, {}), operating_modes_service=""))
+    assert no_service.gripper_mode_request() is None
     line = missing_interbotix_line("humble")
     assert "\n" not in line and "interbotix_xs_msgs" in line and "ros-humble-interbotix-xs-msgs" in line
     assert "ROS 2 humble" in line

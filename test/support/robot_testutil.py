@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Sequence
 
@@ -223,3 +224,72 @@ def vga_frame(k: int) -> np.ndarray:
     img = np.stack([(xx // 3 + k) % 256, (yy // 2) % 256, ((xx + yy) // 5 + 3 * k) % 256], axis=-1).astype(np.uint8)
     img[(k * 7) % 440:(k * 7) % 440 + 40, 100:160] = 255
     return img
+
+
+class Stream:
+    """Every message of one topic with its arrival time (monotonic s), as a subscription callback: the client node
+    spins it on its own thread, the test reads it under the lock."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[float, Any]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, msg: Any) -> None:
+        with self._lock:
+            self.items.append((time.monotonic(), msg))
+
+    def timed(self, since: float = float("-inf")) -> list[tuple[float, Any]]:
+        """(arrival, message) of the messages that arrived after ``since``."""
+        with self._lock:
+            return [(t, m) for t, m in self.items if t > since]
+
+    def msgs(self) -> list[Any]:
+        """Every message so far, in arrival order."""
+        return [m for _, m in self.timed()]
+
+    def since(self, t: float) -> list[Any]:
+        """The messages that arrived after ``t``."""
+        return [m for _, m in self.timed(t)]
+
+    def last(self) -> Any:
+        """The newest message (None before the first)."""
+        with self._lock:
+            return self.items[-1][1] if self.items else None
+
+    def clear(self) -> None:
+        """Forget every message so far."""
+        with self._lock:
+            self.items.clear()
+
+
+class Device:
+    """An input device driver (joy, spacenav): republishes the current message at 20 Hz (joy's autorepeat) on a
+    thread, and at once on every change; ``set`` returns the node-clock stamp it was published with."""
+
+    def __init__(self, node: Any, publish: Any, make: Any) -> None:
+        self._node, self._publish, self._make = node, publish, make
+        self._value: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def set(self, value: Any) -> int:
+        with self._lock:
+            self._value = value
+            return self._send()
+
+    def _send(self) -> int:
+        now = self._node.get_clock().now()
+        self._publish(self._make(self._value, now.to_msg()))
+        return now.nanoseconds
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            with self._lock:
+                if self._value is not None:
+                    self._send()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)

@@ -52,3 +52,43 @@ def test_pretrain_save_load_evaluate(tmp_path):
     assert set(success) == {"carrot_on_plate"}
     # one frame per step: a failed episode runs to max_steps (60), a successful one ends earlier
     assert (timing["frames"] == 60) == (success["carrot_on_plate"] == 0.0)
+
+
+def test_camera_demo_is_the_state_demo_seen_through_the_camera():
+    from amf_ros.envs.metaworld_rollouts import collect_demo
+    from amf_ros.envs.suites import get_suite
+    from amf_ros.policies.camera_policy import CameraProjection
+    from amf_ros.policies.image_encoders import load_image_encoder
+    from amf_ros.training.camera import CameraTaskEnv, camera_demo, load_tasks
+
+    (spec,) = load_tasks(None, ["carrot_on_plate"])
+    enc = load_image_encoder()
+    state = collect_demo(get_suite("widowx").make_env(spec), 11, 0.004, np.random.default_rng(3))
+    raw = camera_demo(CameraTaskEnv(spec), 11, 0.004, np.random.default_rng(3), enc)
+    # the same scene and noise draws: the same executed actions and labels, the camera state in place of the state
+    np.testing.assert_array_equal(raw.actions, state.actions)
+    np.testing.assert_array_equal(raw.expert_actions, state.expert_actions)
+    assert raw.success == state.success and raw.obs.shape == (len(state), enc.feature_dim + 8)
+    np.testing.assert_array_equal(raw.obs[:, -8:], state.obs[:, :8])
+    projection = CameraProjection.fit(raw.obs[:, :-8], 3)
+    projected = camera_demo(CameraTaskEnv(spec), 11, 0.004, np.random.default_rng(3), enc, projection)
+    assert projected.obs.shape == (len(state), 3 + 8)
+
+
+def test_cached_pretrained_camera_policy_is_made_once(tmp_path, monkeypatch):
+    from amf_ros.policies.camera_policy import read_marker
+    from amf_ros.training import camera as cam
+
+    cfg = cam.CameraPretrainConfig(tasks=["carrot_on_plate", "stack_cube"], demos_per_task={"carrot_on_plate": 1},
+                                   steps=3, batch_size=16, task_encoder="hash", projection_dim=4)
+    path = cam.ensure_camera_pretrained(tmp_path, cfg)
+    assert path.parent == tmp_path and read_marker(path).projection_dim == 4 and (path / "pretrain.json").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # nothing temporary left behind
+
+    def refuse(*a, **k):
+        raise AssertionError("pre-trained again although the cache holds this recipe")
+
+    monkeypatch.setattr(cam, "camera_pretrain", refuse)
+    assert cam.ensure_camera_pretrained(tmp_path, cfg) == path
+    other = cam.CameraPretrainConfig(**{**cfg.__dict__, "steps": 4})
+    assert cam.camera_recipe_key(other) != cam.camera_recipe_key(cfg)

@@ -156,6 +156,12 @@ class DemoRecorderParams:
         "StartEpisode is refused, and an episode during which it engaged is discarded at EndEpisode (ok=false, "
         "saying so; an interrupted demonstration is never stored). Empty = not watched.",
     )
+    control_topic: str = param(
+        "control",
+        "policy_server's latched amf_ros/ControlSource (who commands the arm during a run_policy goal): every recorded "
+        "step gets the 'actor' column (0 = a person, 1 = the policy, by its action's stamp), so a goal recorded while "
+        "a person took over keeps both and fine-tuning trains on the person's steps. Empty = no column (all human).",
+    )
     episodes_topic: str = param("episodes", "Topic announcing each committed episode (amf_ros/EpisodeInfo).")
     start_service: str = param("recorder/start_episode", "StartEpisode service name.")
     end_service: str = param("recorder/end_episode", "EndEpisode service name.")

@@ -87,6 +87,11 @@ class OperatorConsoleParams:
         "The teleop node's latched state (std_msgs/String, a JSON object: who drives, deadman held, speed, input "
         "age), shown in the Drive panel.",
     )
+    control_topic: str = param(
+        "control",
+        "Who commands the arm during a run_policy goal (amf_ros/ControlSource, latched, from policy_server's "
+        "take-over arbiter), shown as the Drive panel's control badge.",
+    )
     image_topics: tuple[str, ...] = param(
         ("camera/image_raw",),
         "Camera topics (sensor_msgs/Image) shown on the page, subscribed best-effort with depth 1 (off the "

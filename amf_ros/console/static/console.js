@@ -170,6 +170,11 @@ const renderers = {
     who.textContent = !s.driver ? "nobody drives" : s.driver === drive.client ? "you drive" : `browser ${s.driver} drives`;
     who.className = "badge " + (s.driver && s.driver !== drive.client ? "warn" : s.driver ? "good" : "");
     if (d.topic) $("drive-topic").textContent = d.topic;
+    const c = d.control || { source: "none" }, badge = $("drive-control");
+    badge.dataset.source = c.source;
+    badge.textContent = c.source === "human" ? `human in control (${c.node || "teleop"})`
+      : c.source === "policy" ? "policy in control" : "no policy goal";
+    badge.className = "badge " + (c.source === "human" ? "warn" : c.source === "policy" ? "good" : "");
     const el = $("teleop-state");
     if (!d.teleop) return;
     el.innerHTML = Object.entries(d.teleop).map(([k, v]) =>

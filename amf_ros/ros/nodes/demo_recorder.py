@@ -10,6 +10,7 @@ group, the services in another: EndEpisode blocks its executor thread while it w
 partial-episode sweep (every ``recover_sweep_period_s``) has a third group, so that a recovery's file I/O never
 delays a message callback. The arm's latched ArmStatus (``arm_status_topic``) feeds the e-stop rule: no episode starts
 while it is engaged, and one during which it engaged is discarded at EndEpisode (DemoRecorder.observe_arm).
+policy_server's ControlSource (``control_topic``) labels each step with who acted (DemoRecorder.observe_control).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from sensor_msgs.msg import Image, JointState
 
 from amf_ros.bringup.graph_lock import hold_node_lock
 from amf_ros.bringup.params.demo_recorder import DemoRecorderParams
-from amf_ros.msg import ArmStatus, EefDeltaAction, EpisodeInfo, RecorderStatus, StateVector
+from amf_ros.msg import ArmStatus, ControlSource, EefDeltaAction, EpisodeInfo, RecorderStatus, StateVector
 from amf_ros.ros import qos
+from amf_ros.ros.control_msgs import QOS as CONTROL_QOS
+from amf_ros.ros.control_msgs import control_fields
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.demo_recorder import DemoRecorder
@@ -69,6 +72,9 @@ class DemoRecorderNode(Node):
         if p.arm_status_topic:
             self.create_subscription(ArmStatus, p.arm_status_topic, self._on_arm_status, qos.LATCHED,
                                      callback_group=messages)
+        if p.control_topic:
+            self.create_subscription(ControlSource, p.control_topic, self._on_control, CONTROL_QOS,
+                                     callback_group=messages)
         self.create_timer(p.status_period_s, self._publish_status, callback_group=messages)
         if p.recover_sweep_period_s > 0:
             self.create_timer(p.recover_sweep_period_s, self._sweep, callback_group=MutuallyExclusiveCallbackGroup())
@@ -89,6 +95,10 @@ class DemoRecorderNode(Node):
                 self.get_logger().info(text)
         if events:
             self._publish_status()
+
+    def _on_control(self, msg: ControlSource) -> None:
+        source, _node, stamp = control_fields(msg)
+        self.rt.observe_control(source, stamp)
 
     def _on_arm_status(self, msg: ArmStatus) -> None:
         line = self.rt.observe_arm(bool(msg.estop), int(msg.estop_engagements))

@@ -36,9 +36,11 @@ from amf_ros.console.model import ConsoleModel
 from amf_ros.console.protocol import Command
 from amf_ros.console.server import ConsoleServer
 from amf_ros.data.ros_convert import image_to_rgb, stamp_ns
-from amf_ros.msg import ArmStop, CheckpointInfo, EpisodeInfo, RecorderStatus, TaskDecision, TaskStatus
+from amf_ros.msg import ArmStop, CheckpointInfo, ControlSource, EpisodeInfo, RecorderStatus, TaskDecision, TaskStatus
 from amf_ros.ros import qos
 from amf_ros.ros.calls import GoalCall, call_bounded, send_goal_bounded
+from amf_ros.ros.control_msgs import QOS as CONTROL_QOS
+from amf_ros.ros.control_msgs import control_fields
 from amf_ros.ros.logs import log_at
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import StartupError, spin
@@ -114,6 +116,10 @@ class OperatorConsoleNode(Node):
         self._joy_pub = self.create_publisher(Joy, p.drive_topic, qos.EVENTS)
         self.create_subscription(String, p.teleop_state_topic, lambda m: self.console.on_teleop_state(m.data),
                                  qos.LATCHED, callback_group=group)
+        # who commands the arm during a run_policy goal (policy_server's take-over arbiter, runtime/handover.py)
+        self.create_subscription(ControlSource, p.control_topic,
+                                 lambda m: self.console.on_control(*control_fields(m)), CONTROL_QOS,
+                                 callback_group=group)
         self._drive_wake = self.create_guard_condition(self._drive_now, callback_group=group)
         self._drive_timer = self.create_timer(1.0 / p.drive_rate_hz, self._drive_tick, callback_group=group)
         self._drive_timer.cancel()  # runs only while someone drives

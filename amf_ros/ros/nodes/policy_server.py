@@ -24,16 +24,19 @@ from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.bringup.params.policy_server import PolicyServerParams
 from amf_ros.data import transitions
 from amf_ros.data.ros_convert import image_to_rgb
-from amf_ros.msg import ArmStatus, ArmStop, CheckpointInfo, EefDeltaAction, StateVector, TaskStatus
+from amf_ros.msg import ArmStatus, ArmStop, CheckpointInfo, ControlSource, EefDeltaAction, StateVector, TaskStatus
 from amf_ros.policies.fine_tuning import FineTuneCancelledError
 from amf_ros.ros import qos
-from amf_ros.ros.arm_msgs import action_msg, arm_counts, stop_msg
+from amf_ros.ros.arm_msgs import action_msg, arm_counts, stamp_ns, stop_msg
+from amf_ros.ros.control_msgs import QOS as CONTROL_QOS
+from amf_ros.ros.control_msgs import control_fields, control_msg
 from amf_ros.ros.logs import log_fn
 from amf_ros.ros.offload import Offload
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
 from amf_ros.ros.status import StatusLine
 from amf_ros.runtime.control_loop import TaskStatusValue
+from amf_ros.runtime.handover import Handover
 from amf_ros.runtime.policy_server import PolicyServer
 from amf_ros.runtime.readiness import CHECK_PERIOD_S, config_problem
 
@@ -89,6 +92,14 @@ class PolicyServerNode(Node):
             self.create_subscription(TaskStatus, p.task_status_topic, self._status, qos.LATCHED,
                                      callback_group=inputs)
         self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=inputs)
+        if p.control_request_topic:  # a person's take-over (runtime/handover.py); requests and stops: one group
+            self.control_pub = self.create_publisher(ControlSource, p.control_topic, CONTROL_QOS)
+            self.server.handover = Handover(lambda: self.get_clock().now().nanoseconds, self._announce_control,
+                                            self._handover_stop, self.get_fully_qualified_name())
+            self.server.handover.idle()
+            self.create_subscription(ControlSource, p.control_request_topic, self._on_control_request, CONTROL_QOS,
+                                     callback_group=inputs)
+            self.create_timer(1.0, self._check_teleops, callback_group=inputs)
         if p.arm_status_topic:
             self.create_subscription(ArmStatus, p.arm_status_topic, self._on_arm_status, qos.LATCHED,
                                      callback_group=inputs)
@@ -178,8 +189,34 @@ class PolicyServerNode(Node):
         """Tell the arm that no action published so far may still be applied (a goal ended)."""
         self.stop_pub.publish(stop_msg(self.get_clock().now().to_msg(), self.get_fully_qualified_name(), reason))
 
+    def _announce_control(self, source: str, node: str, stamp: int) -> None:
+        self.control_pub.publish(control_msg(source, node, stamp))
+
+    def _handover_stop(self, stamp: int, reason: str) -> None:
+        msg = ArmStop(source=self.get_fully_qualified_name(), reason=reason)
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp), 1_000_000_000)
+        self.stop_pub.publish(msg)
+
+    def _on_control_request(self, msg: ControlSource) -> None:
+        source, node, stamp = control_fields(msg)
+        what = self.server.handover.request(node, source, stamp)
+        if what in ("granted", "released"):
+            self.get_logger().info(f"run_policy: {node} {'takes over' if what == 'granted' else 'released'}")
+
+    def _check_teleops(self) -> None:
+        """End a goal whose person in control left with their teleop node (crashed, killed): runtime/handover.py."""
+        topic = self.resolve_topic_name(self.p.control_request_topic)
+        alive = {f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in self.get_publishers_info_by_topic(topic)}
+        holder = self.server.handover.check_alive(alive)
+        if holder and self.server.stop_run(f"{holder}, which held control, left the ROS graph"):
+            self.get_logger().warning(f"run_policy: {holder} held control and left the ROS graph; ending the goal")
+
     def _on_stop(self, msg: ArmStop) -> None:
-        if msg.source != self.get_fully_qualified_name():
+        handover, mine = self.server.handover, msg.source == self.get_fully_qualified_name()
+        if not mine and handover is not None and handover.on_stop(msg.source, stamp_ns(msg.header.stamp)) in (
+                "released", "ignored"):
+            return  # the release of the person holding control: the policy resumes (runtime/handover.py)
+        if not mine:
             reason = f"stop from {msg.source or '?'}: {msg.reason[:200] or 'no reason'}"
             if self.server.stop_run(reason):
                 self.get_logger().warning(f"run_policy: {reason}; ending the goal")

