@@ -188,15 +188,11 @@ class EpisodeCache:
     def episodes(self) -> list[tuple[str, Transitions]]:
         """``[(episode id, transitions of that episode)]``, oldest first; only new episodes are read from disk."""
         ids = self._ids()
-        new = [e for e in ids if e not in self._steps]
-        if new and self.loader is not None:  # one episode_index per episode
-            data = self.loader(new)
-            index = np.asarray(data["episode_index"])
-            for i, eid in enumerate(new):
-                self._steps[eid] = {k: np.asarray(v)[index == i] for k, v in data.items()}
-        for eid in new if self.loader is None else ():  # the training rule may split an episode (or leave nothing)
-            self._steps[eid] = load_transitions(self.dataset_dir, action_space=self.action_space,
-                                                episode_ids=[eid]) or {}
+        for eid in (e for e in ids if e not in self._steps):  # one at a time: the training rule may split an
+            # episode into several demonstrations (episode_index values) or leave nothing of it
+            data = (self.loader([eid]) if self.loader is not None else
+                    load_transitions(self.dataset_dir, action_space=self.action_space, episode_ids=[eid]))
+            self._steps[eid] = data or {}
         return [(e, self._steps[e]) for e in ids if self._steps[e]]
 
 

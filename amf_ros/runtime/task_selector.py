@@ -376,6 +376,21 @@ class OctoSelection:
         return lambda ids: self.cache.transitions(episode_ids=ids)
 
 
+def camera_episode_loader(dataset_dir: str | Path, checkpoint: str | Path
+                          ) -> Callable[[Sequence[str]], dict[str, np.ndarray] | None] | None:
+    """``episode ids -> transitions`` for a camera-policy checkpoint (``trunk: image_pretrained``): its frozen
+    encoder's per-frame embeddings, cached beside the dataset by policy_server (the encoder is loaded here only for a
+    frame not embedded yet), projected and beside the proprio, as the policy was trained; None for any other
+    checkpoint (the store's states serve)."""
+    from amf_ros.data.image_embeddings import ImageEmbeddingCache
+    from amf_ros.policies.camera_policy import read_marker
+
+    if not checkpoint or read_marker(checkpoint) is None:
+        return None
+    cache = ImageEmbeddingCache.for_checkpoint(dataset_dir, checkpoint)
+    return lambda ids: cache.transitions(episode_ids=ids)
+
+
 class TaskSelectorRuntime:
     """task_selector without ROS, built from its parameters: the policy copy's life cycle and the selection.
 
@@ -420,7 +435,8 @@ class TaskSelectorRuntime:
             p.selector, instructions, p.dataset_dir, seed=p.seed, form=p.form, noise_var=p.noise_var,
             prior_var=p.prior_var, frames_per_episode=p.frames_per_episode, max_points=p.max_points,
             action_space=p.action_space, targets=p.targets, condition_on_data=p.condition_on_data,
-            episode_loader=self.octo.episode_loader() if self.octo is not None else None,
+            episode_loader=(self.octo.episode_loader() if self.octo is not None
+                            else camera_episode_loader(p.dataset_dir, checkpoint)),
             max_batch_size=p.max_batch_size)
         self.selection.no_policy_reason = self.not_ready
         if policy is not None:
@@ -590,6 +606,16 @@ class TaskSelectorRuntime:
             self.notes.append(f"task(s) {new} are new to the policy {checkpoint}: candidates without data, learned "
                               "from their demonstrations at the next fine-tune")
 
+    def _follow_state_kind(self, path: str) -> None:
+        """A native checkpoint of another kind than the loaded one (camera policy vs state policy): the episode
+        cache reads the states the new policy was trained on (the camera encoder and projection are frozen across
+        rounds, so rounds of one kind share a cache)."""
+        if self.octo is not None:
+            return
+        camera = camera_episode_loader(self.p.dataset_dir, path)
+        if (camera is None) != (self.selection.cache.loader is None):
+            self.selection.cache = datasets.EpisodeCache(self.p.dataset_dir, self.p.action_space, loader=camera)
+
     def _pretrain_counts(self, checkpoint: str) -> dict[str, int] | None:
         """Pre-training demonstrations per task from ``<checkpoint>/pretrain.json`` (written by `amf pretrain`)."""
         from amf_ros.policies.loading import pretrain_counts
@@ -613,6 +639,7 @@ class TaskSelectorRuntime:
         current = self.selection.policy  # share its language model instead of loading another copy
         policy, members = self._load(path, encoder=current.encoder if current is not None else None)
         self._learn(policy, members, path)
+        self._follow_state_kind(path)
         self.selection.set_policy(policy, path, self._pretrain_counts(path), members)
         self._freeze(path)
         self.reloads += 1

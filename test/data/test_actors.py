@@ -167,3 +167,26 @@ def test_embedded_transitions_follow_the_same_training_rule(tmp_path: Path) -> N
     assert len(every["step"]) == 12 and set(every[ACTOR][6:].tolist()) == {P, H}
     policy_only = _episode(EpisodeStore(tmp_path / "p"), [P, P])
     assert policy_only and embedded_transitions(tmp_path / "p", episode, state) is None
+
+
+def test_an_episode_cache_with_a_loader_keeps_each_episode_its_own_rows(tmp_path: Path) -> None:
+    """task_selector's cache over an embedding loader (Octo, the camera policy): an intervention episode gives only
+    its person's runs, an all-policy one nothing, and the episodes after them keep their own rows (a loader's
+    episode_index is no longer one per episode once the training rule splits episodes)."""
+    from amf_ros.data.octo_embeddings import embedded_transitions
+
+    store = EpisodeStore(tmp_path)
+    first = _episode(store, [P, H, H, P])
+    policy_only = _episode(store, [P, P])
+    last = _episode(store, None)
+
+    def loader(ids):
+        return embedded_transitions(tmp_path, lambda st, eid: (np.zeros((len(st.load(eid)), 2), np.float32),
+                                                               st.load(eid)),
+                                    lambda _eid, emb, ep: np.asarray(ep.steps["observation/state"]), episode_ids=ids)
+
+    got = dict(EpisodeCache(tmp_path, "eef7", loader=loader).episodes())
+    assert set(got) == {first, last} and policy_only not in got
+    np.testing.assert_array_equal(got[first]["step"], [1, 2])
+    np.testing.assert_array_equal(got[last]["step"], np.arange(6))
+    np.testing.assert_array_equal(got[last]["state"][:, 0], np.arange(6))

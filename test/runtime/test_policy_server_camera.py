@@ -116,3 +116,30 @@ def test_wrong_configurations_end_the_node_for_good(camera_checkpoint, tmp_path)
     state_ckpt = tiny_widowx_checkpoint(tmp_path / "state", (TASK, "stack_cube"))
     with pytest.raises(NoRespawnError, match="camera_encoder.json"):
         PolicyServer(_params(tmp_path, state_ckpt, dataset), lambda a: None)
+
+
+def test_task_selector_scores_a_camera_checkpoint_on_the_cached_embeddings(camera_checkpoint, tmp_path):
+    """task_selector on a camera-policy checkpoint: AMF's criterion reads the states the policy was trained on (the
+    projected frame embeddings beside the proprio, from the cache policy_server fills), not the store's 8-D states;
+    both tasks have a demonstration, so the decision is AMF's score, not the warm start."""
+    from amf_ros.bringup.params.task_selector import TaskSelectorParams
+    from amf_ros.data.image_embeddings import ImageEmbeddingCache
+    from amf_ros.runtime.task_selector import TaskSelectorRuntime, camera_episode_loader
+
+    ckpt, dataset = camera_checkpoint
+    counts = {t: 0 for t in TASKS}
+    store = EpisodeStore(dataset, create=False)
+    for eid in store.episode_ids():
+        counts[store.meta(eid).task] += 1
+    assert all(counts.values()), counts  # the fixture's store holds both tasks
+    rt = TaskSelectorRuntime(load(TaskSelectorParams, {
+        "checkpoint": str(ckpt), "checkpoint_dir": str(tmp_path / "ckpts"), "dataset_dir": str(dataset),
+        "selector": "amf", "action_space": "eef7", "frames_per_episode": 4}))
+    decision = rt.next_task()
+    assert not decision.warm_start and decision.task in TASKS and len(decision.scores) == len(TASKS)
+    assert all(np.isfinite(decision.scores)), decision.scores
+    states = [x["state"] for _, x in rt.selection.cache.episodes()]
+    assert {s.shape[1] for s in states} == {4 + 8}  # projection 4 + proprio 8, as the checkpoint was trained
+    expected = ImageEmbeddingCache.for_checkpoint(dataset, ckpt).transitions()["state"]
+    np.testing.assert_array_equal(np.concatenate(states), expected)
+    assert camera_episode_loader(dataset, tmp_path / "no_checkpoint") is None  # any other checkpoint: the states
