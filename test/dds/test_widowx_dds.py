@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from robot_testutil import Stream
+from robot_testutil import Stream, loop_graph
 from ros_system_util import REPO
 
 pytest.importorskip("mujoco")
@@ -34,32 +34,12 @@ def _policy_rate_hz() -> float:
 
 @pytest.fixture(scope="module")
 def widowx_graph(ros_env, rclpy_context, tmp_path_factory):
-    from amf_ros.bench.tiny_checkpoint import tiny_widowx_checkpoint
     from amf_ros.bringup import graph
-    from amf_ros.bringup.processes import NodeProcesses
-    from amf_ros.loop.nodes import node_overrides
-    from amf_ros.loop.run import LoopConfig
-    from amf_ros.msg import EefDeltaAction, StateVector
-    from amf_ros.ros import qos
-    from amf_ros.ros.client import AMFClient
 
     run = tmp_path_factory.mktemp("widowx")
-    ckpt = tiny_widowx_checkpoint(run / "pretrained", TASKS)
-    specs = graph.sim_plan(str(CONFIG), checkpoint=str(ckpt), arm="widowx", console=False)
-    assert {s.name: s for s in specs}["sim_bridge"].overrides["backend"] == "widowx"
-    extra = node_overrides(run, LoopConfig(selector="amf"))
-    extra["task_selector"] += ["-p", f"tasks:=[{', '.join(TASKS)}]"]
-    procs = NodeProcesses(specs, log_dir=run / "logs", env=ros_env, extra_args=extra).start()
-    client = AMFClient(f"amf_test_widowx_{int(time.time() * 1e3) % 100000}", record_actions=True)
-    applied, states = Stream(), Stream()
-    client.node.create_subscription(EefDeltaAction, "action/applied", applied, qos.STREAM)
-    client.node.create_subscription(StateVector, "observation/state", states, qos.STREAM)
-    try:
-        client.wait_ready(timeout=120)
+    assert {s.name: s for s in graph.sim_plan(str(CONFIG), arm="widowx")}["sim_bridge"].overrides["backend"] == "widowx"
+    with loop_graph(ros_env, run, CONFIG, "widowx", TASKS, "widowx") as (client, procs, applied, states):
         yield run, client, procs, applied, states
-    finally:
-        client.close()
-        print("node exit codes:", procs.stop())
 
 
 def _alive(procs) -> None:

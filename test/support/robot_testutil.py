@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -293,3 +296,37 @@ class Device:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(2.0)
+
+
+@contextmanager
+def loop_graph(ros_env: dict, run: Path, config: Path, arm: str, tasks: Sequence[str],
+               name: str) -> Iterator[tuple[Any, Any, Stream, Stream]]:
+    """The embedded loop graph of ``arm`` (`amf run`'s nodes, each a process, a tiny WidowX checkpoint on
+    ``tasks``) from ``config``, ready: yields (AMFClient recording actions, NodeProcesses, applied-action stream,
+    state stream); stopped on exit, with every node's log printed (shown when the test failed)."""
+    from amf_ros.bench.tiny_checkpoint import tiny_widowx_checkpoint
+    from amf_ros.bringup import graph
+    from amf_ros.bringup.processes import NodeProcesses
+    from amf_ros.loop.nodes import node_overrides
+    from amf_ros.loop.run import LoopConfig
+    from amf_ros.msg import EefDeltaAction, StateVector
+    from amf_ros.ros import qos
+    from amf_ros.ros.client import AMFClient
+
+    ckpt = tiny_widowx_checkpoint(run / "pretrained", tuple(tasks))
+    specs = graph.sim_plan(str(config), checkpoint=str(ckpt), arm=arm, console=False)
+    extra = node_overrides(run, LoopConfig(selector="amf"))
+    extra["task_selector"] += ["-p", f"tasks:=[{', '.join(tasks)}]"]
+    procs = NodeProcesses(specs, log_dir=run / "logs", env=ros_env, extra_args=extra).start()
+    client = AMFClient(f"amf_test_{name}_{int(time.time() * 1e3) % 100000}", record_actions=True)
+    applied, states = Stream(), Stream()
+    client.node.create_subscription(EefDeltaAction, "action/applied", applied, qos.STREAM)
+    client.node.create_subscription(StateVector, "observation/state", states, qos.STREAM)
+    try:
+        client.wait_ready(timeout=120)
+        yield client, procs, applied, states
+    finally:
+        client.close()
+        print("node exit codes:", procs.stop())
+        for node in procs.procs:
+            print(f"----- log of {node} -----\n{procs.log_tail(node, 3000)}")
