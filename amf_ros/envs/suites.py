@@ -236,8 +236,9 @@ SUITES: dict[str, Callable[[], Suite]] = {"metaworld": _metaworld, "simpler": _s
                                           "wxai_sim": _wxai_sim}
 """Suite name -> factory (imports the suite's environment module when called)."""
 TRAINING_SUITES: tuple[str, ...] = ("metaworld", "widowx")
-"""The suites with scripted experts and per-task environments (:attr:`Suite.experts`, :attr:`Suite.make_env`):
-what scripted_teleop, `amf pretrain` and `amf bench` accept."""
+"""The suites with per-task environments (:attr:`Suite.make_env`) and scripted experts: what `amf pretrain` and
+`amf bench` accept. scripted_teleop needs only :attr:`Suite.experts` (``wxai_sim`` has them, no per-task env: its
+physics runs in real time)."""
 
 
 def get_suite(name: str, training: bool = False) -> Suite:
