@@ -56,7 +56,8 @@ def rclpy_session(rclpy_context):
 
 @pytest.fixture
 def client_node(rclpy_context) -> Iterator[Any]:
-    """A fresh rclpy node spun by a background MultiThreadedExecutor (futures complete while the test waits)."""
+    """A fresh rclpy node spun by a background executor (ros_testing.spinning_node: futures complete while the test
+    waits)."""
     with spinning_node(f"amf_test_client_{os.getpid()}_{random.randint(0, 1_000_000)}") as node:
         yield node
 

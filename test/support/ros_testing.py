@@ -93,13 +93,17 @@ def recorder_call(node: Any, srv_type: Any, name: str, request: Any, timeout: fl
 
 @contextmanager
 def spinning_node(name: str) -> Iterator[Any]:
-    """An rclpy node (rclpy already initialised) spun by a background MultiThreadedExecutor, so futures complete
-    while the caller waits; executor, thread and node are torn down on exit."""
-    from rclpy.executors import MultiThreadedExecutor
+    """An rclpy node (rclpy already initialised) spun by a background executor with 2 threads, so futures complete
+    while the caller waits; executor, thread and node are torn down on exit. The nodes' own PooledExecutor
+    (amf_ros/ros/spin.py), not rclpy 9.1.2's MultiThreadedExecutor: that one busy-loops holding the GIL while a
+    callback waits for a pool thread (ros2/rclpy#1452), starving the test's own threads (a pad publishing at 20 Hz
+    fell silent for 0.79 s in one CI run; a service answer went unread for 20 s in another)."""
     from rclpy.node import Node
 
+    from amf_ros.ros.spin import make_executor
+
     node = Node(name)
-    executor = MultiThreadedExecutor(num_threads=2)
+    executor = make_executor("multi", num_threads=2)
     executor.add_node(node)
     thread = threading.Thread(target=executor.spin, daemon=True)
     thread.start()
