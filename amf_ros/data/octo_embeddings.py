@@ -125,7 +125,7 @@ def embedded_transitions(dataset_dir: Path, episode: Callable[[Any, str], tuple[
     from amf_ros.data.schema import ACTOR
     from amf_ros.data.schema import actors as actor_column
     from amf_ros.data.store import EpisodeStore
-    from amf_ros.data.transitions import demonstration_runs
+    from amf_ros.data.transitions import append_runs, demonstration_runs
     from amf_ros.policies.fine_tuning import FineTuneCancelledError
 
     demonstration_runs(np.zeros(0), actors)  # ValueError for an unknown rule, before any embedding
@@ -146,17 +146,8 @@ def embedded_transitions(dataset_dir: Path, episode: Callable[[Any, str], tuple[
                                          "(nothing saved)")
         emb, ep = episode(store, eid)
         n = len(ep)
-        rows = state(eid, emb, ep)
-        action = np.asarray(ep.steps["action"], np.float32).reshape(n, -1)
-        who = actor_column(ep.steps)
-        for a, b in demonstration_runs(who, actors):
-            cols["state"].append(rows[a:b])
-            cols["action"].append(action[a:b])
-            cols["task"].append(np.full(b - a, ep.meta.task, dtype=object))
-            cols["episode_index"].append(np.full(b - a, used, np.int64))
-            cols["step"].append(np.arange(a, b, dtype=np.int64))
-            cols[ACTOR].append(who[a:b])
-            used += 1
+        rows = {"state": state(eid, emb, ep), "action": np.asarray(ep.steps["action"], np.float32).reshape(n, -1)}
+        used = append_runs(cols, rows, actor_column(ep.steps), ep.meta.task, actors, used)
     if not used:
         return None
     return {k: np.concatenate(v) for k, v in cols.items()}

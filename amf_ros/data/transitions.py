@@ -61,6 +61,23 @@ def demonstration_runs(actor: np.ndarray, rule: str = DEFAULT_ACTORS) -> list[tu
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
+def append_runs(cols: dict[str, list[np.ndarray]], steps: Mapping[str, np.ndarray], who: np.ndarray, task: str,
+                rule: str, index: int, transform: Callable[[str, np.ndarray], np.ndarray] | None = None) -> int:
+    """Append one episode's training runs under ``rule`` (:func:`demonstration_runs`) to the columns ``cols``: each
+    row array of ``steps`` sliced per run (then ``transform(key, rows)``, e.g. an image resize, only on kept rows),
+    and per run its ``task``, ``episode_index`` (``index``, ``index + 1``, ...), ``step`` and ``actor``. Returns the
+    next free episode_index. The one home of the rule's bookkeeping for every transitions builder."""
+    for a, b in demonstration_runs(who, rule):
+        for key, rows in steps.items():
+            cols[key].append(transform(key, rows[a:b]) if transform is not None else rows[a:b])
+        cols["task"].append(np.full(b - a, task, dtype=object))
+        cols["episode_index"].append(np.full(b - a, index, dtype=np.int64))
+        cols["step"].append(np.arange(a, b, dtype=np.int64))
+        cols[ACTOR].append(who[a:b])
+        index += 1
+    return index
+
+
 def human_rows(transitions: Mapping[str, np.ndarray]) -> Transitions:
     """``transitions`` without the rows a policy acted (those with ``actor`` != human); unchanged without the
     column. The fine-tune worker applies it to whatever it is given (the training rule in one place)."""
@@ -124,19 +141,12 @@ def load_transitions(store: EpisodeStore | str | os.PathLike, *, tasks: Sequence
         who = actor_column(ep.steps)
         state = np.asarray(ep.steps[state_key], dtype=np.float32).reshape(n, -1)
         action = np.asarray(ep.steps[ACTION], dtype=np.float32)
-        img = None
+        rows = {"state": state, "action": action}
         if image_key is not None:
-            img = ep.steps[image_key if image_key.startswith(OBS_PREFIX) else OBS_PREFIX + image_key]
-        for a, b in demonstration_runs(who, actors):
-            cols["state"].append(state[a:b])
-            cols["action"].append(action[a:b])
-            cols["task"].append(np.full(b - a, meta.task, dtype=object))
-            cols["episode_index"].append(np.full(b - a, used, dtype=np.int64))
-            cols["step"].append(np.arange(a, b, dtype=np.int64))
-            cols[ACTOR].append(who[a:b])
-            if img is not None:
-                cols["image"].append(resize_images(img[a:b], image_size) if image_size else img[a:b])
-            used += 1
+            rows["image"] = ep.steps[image_key if image_key.startswith(OBS_PREFIX) else OBS_PREFIX + image_key]
+        used = append_runs(cols, rows, who, meta.task, actors, used,
+                           (lambda key, x: resize_images(x, image_size) if key == "image" else x) if image_size
+                           else None)
     if not used:
         return None
     for key in ("state", "action"):
