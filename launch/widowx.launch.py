@@ -16,7 +16,9 @@ WidowX AI backend and trossen_arm over the controller's protocol on loopback.
 teleop:=joy|twist|spacemouse|console adds the teleop node (a person's device -> /<namespace>/action while its deadman
 is held; docs/ros-robot.md "Driving the arm yourself"); on an embedded arm it takes scripted_teleop's place. The
 device driver itself (joy, spacenav) is started by you.
-Without `ros2 launch`: `amf up config/widowx.yaml --robot real ...` starts the same nodes (amf_ros.bringup.graph).
+Without `ros2 launch`: `amf up config/widowx.yaml --robot real ...`, `amf up config/wxai.yaml --wxai-ip ADDR` and
+`amf up config/wxai_sim.yaml` start the same nodes (amf_ros.bringup.graph; every argument here is an `amf up` flag of
+the same name, test/bringup/test_up.py).
 Before any node starts, bad arguments are refused in one line naming them (amf_ros/bringup/preflight.py, the same
 checks as `amf up`); a node that exits with code 78 (a configuration error no restart can fix) is not respawned.
 """
@@ -43,7 +45,8 @@ LAUNCH_ARGUMENTS = {
     "teleop_mapping": ("", "the teleop node's mapping: xbox | ps4 | ps5 | gamepad | spacenav | spacemouse | console "
                            "(config/teleop/<name>.yaml) or a YAML path (empty = the input's default)"),
     "tasks": ("", "comma-separated candidate task keys for task_selector (empty = the YAML's)"),
-    "wxai_ip": ("", "robot:=wxai: IP address of the WidowX AI's controller (empty = the YAML's widowx_driver wxai_ip)"),
+    "wxai_ip": ("", "robot:=wxai: IPv4 address of the WidowX AI's controller (empty = the YAML's widowx_driver "
+                    "wxai_ip; config/wxai.yaml ships Trossen's factory address)"),
 }
 
 

@@ -303,7 +303,7 @@ def _wxai_problems(specs: Sequence[NodeSpec], typed: Mapping[str, Any], args: Ma
     are held, amf_ros/envs/wxai_sim/scene.py.)"""
     from importlib.util import find_spec
 
-    from amf_ros.robots.wxai import INSTALL_HINT
+    from amf_ros.robots.wxai import INSTALL_HINT, NO_IP_LINE
 
     problems: list[str] = []
     driver = next((s for s in specs if s.name == "widowx_driver" and s.executable == "wxai_driver"), None)
@@ -316,7 +316,10 @@ def _wxai_problems(specs: Sequence[NodeSpec], typed: Mapping[str, Any], args: Ma
     if driver is not None and typed.get("widowx_driver") is not None:
         ip = typed["widowx_driver"].wxai_ip
         try:
-            socket.inet_aton(ip)
+            if not ip:
+                problems.append(NO_IP_LINE)
+            else:
+                socket.inet_aton(ip)
         except OSError:
             problems.append(f"{_label(driver, 'wxai_ip', args, style, 'wxai_ip')} = {ip!r} is not an IPv4 address")
     return problems

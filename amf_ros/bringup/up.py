@@ -4,6 +4,8 @@
                                                  # checkpoint, policy_server pre-trains one on first use
     amf up config/sim_widowx.yaml                # the embedded WidowX 250s (widowx.launch.py robot:=sim_widowx)
     amf up config/widowx.yaml --robot real --checkpoint ~/octo-small-1.5 --tasks a,b
+    amf up config/wxai.yaml --wxai-ip 192.168.1.2 --checkpoint ~/octo-small-1.5   # a WidowX AI (robot:=wxai)
+    amf up config/wxai_sim.yaml                  # the WidowX AI in trossen-arm-sim (widowx.launch.py robot:=wxai_sim)
     amf up config/sim_widowx.yaml --teleop console   # a person demonstrates from the console's Drive panel
 
 Runs until Ctrl-C, SIGTERM or SIGHUP (what a terminal, a process supervisor or a test harness sends), then stops
@@ -39,14 +41,19 @@ STOP_TIMEOUT_S = 5.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Arguments of `amf up` (the same as the launch arguments of widowx.launch.py)."""
+    """Arguments of `amf up`: the launch arguments of widowx.launch.py, ``--name-with-dashes`` for ``name:=``
+    (robot and config as --robot and CONFIG, console:=false as --no-console); :func:`plan_arguments` maps them back."""
     p = argparse.ArgumentParser(prog="amf up", description=__doc__.split("\n")[0])
     p.add_argument("config", help="params YAML (config/sim.yaml, config/widowx.yaml or your own)")
     p.add_argument("--robot", choices=ROBOTS, default=None,
-                   help="which arm: real | simpler | sim | sim_widowx (default: from the file name: sim_widowx for "
-                        "sim_widowx.yaml, sim for other sim*.yaml, else real)")
+                   help="which arm: real (WidowX 250, Interbotix xs_sdk) | simpler | sim | sim_widowx | wxai (a WidowX "
+                        "AI at --wxai-ip) | wxai_sim (the WidowX AI in trossen-arm-sim) (default: from the file name: "
+                        "wxai for wxai.yaml, wxai_sim for wxai_sim.yaml, sim_widowx for sim_widowx.yaml, sim for "
+                        "other sim*.yaml, else real)")
     p.add_argument("--checkpoint", default="", help="checkpoint dir for policy_server and task_selector")
     p.add_argument("--tasks", default="", help="comma-separated candidate tasks for task_selector")
+    p.add_argument("--wxai-ip", default="", help="--robot wxai: IP address of the WidowX AI's controller (default: "
+                   "widowx_driver's wxai_ip in CONFIG; config/wxai.yaml ships Trossen's factory address)")
     p.add_argument("--namespace", default=NAMESPACE, help="namespace of every node (default %(default)s)")
     p.add_argument("--workspace", default="", help="root of relative data folders (default: $AMF_WORKSPACE, else "
                    "$ROS_HOME/amf, else ~/.ros/amf)")
@@ -90,15 +97,22 @@ def supervise_step(nodes: NodeProcesses, status: Path | None = None) -> None:
         graph_lock.write_status(status, nodes.states())
 
 
+def plan_arguments(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
+    """Parsed `amf up` arguments -> (robot, graph.plan's keyword arguments): what widowx.launch.py's launch arguments
+    of the same names give (test/bringup/test_up.py checks both plans are equal for every robot)."""
+    robot = args.robot or default_robot(args.config)
+    return robot, {"config": args.config, "checkpoint": args.checkpoint, "tasks": args.tasks,
+                   "namespace": args.namespace, "workspace": args.workspace, "console": not args.no_console,
+                   "console_host": args.console_host, "console_port": args.console_port,
+                   "console_token": args.console_token, "teleop": args.teleop, "teleop_mapping": args.teleop_mapping,
+                   "wxai_ip": args.wxai_ip}
+
+
 def main(argv: Sequence[str]) -> int:
     """Entry point of `amf up`."""
     args = build_parser().parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="[amf up] %(message)s")
-    robot = args.robot or default_robot(args.config)
-    values = {"config": args.config, "checkpoint": args.checkpoint, "tasks": args.tasks, "namespace": args.namespace,
-              "workspace": args.workspace, "console": not args.no_console, "console_host": args.console_host,
-              "console_port": args.console_port, "console_token": args.console_token, "teleop": args.teleop,
-              "teleop_mapping": args.teleop_mapping}
+    robot, values = plan_arguments(args)
     try:  # the launch files' checks (bringup/preflight.py): one line naming each bad argument, no node started
         specs = preflight.checked_plan(robot, values, preflight.CLI)
     except preflight.BadArgumentError as exc:

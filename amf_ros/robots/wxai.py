@@ -26,6 +26,7 @@ latching. Not thread-safe: call it from one thread (the node: one callback group
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -48,6 +49,16 @@ NEUTRAL_POSE = (0.25, 0.0, 0.12)
 about here on the WidowX 250)."""
 
 
+NO_IP_LINE = ("the WidowX AI's IP address is not set: pass it (launch: wxai_ip:=ADDR, amf up: --wxai-ip ADDR) or set "
+              "widowx_driver's wxai_ip in the params file (config/wxai.yaml ships Trossen's factory address)")
+"""The one line a WidowX AI without an address is refused with (the driver node, :meth:`WXAIArm.connect`)."""
+
+
+class ConnectError(RuntimeError):
+    """The arm's controller did not answer at ``WXAIConfig.ip`` within the connect timeout (or refused to be
+    configured); the message names the address and the bound."""
+
+
 def require_trossen_arm() -> Any:
     """The ``trossen_arm`` module, or an ImportError that says what to install."""
     try:
@@ -63,8 +74,9 @@ class WXAIConfig:
     """Settings of a WidowX AI (wxai backend of widowx_driver: its parameters of the same names; the shared ones take
     their defaults from :class:`~amf_ros.robots.widowx_arm.WidowXArmConfig`)."""
 
-    ip: str = "192.168.1.2"
-    """IP address of the arm's controller (Trossen's factory default; trossen-arm-sim listens on 127.0.0.1)."""
+    ip: str = ""
+    """IPv4 address of the arm's controller; required by :meth:`WXAIArm.connect` (config/wxai.yaml ships Trossen's
+    factory address; trossen-arm-sim listens on 127.0.0.1)."""
     end_effector: str = "wxai_v0_follower"
     """``trossen_arm.StandardEndEffector`` variant (:data:`END_EFFECTORS`)."""
     connect_timeout_s: float = 20.0
@@ -156,12 +168,28 @@ class WXAIArm:
     # -- connection ------------------------------------------------------------------------------------------------
     def connect(self) -> None:
         """Configure the driver for the controller at ``config.ip`` (clearing a latched controller error), put every
-        joint in position mode, read the state and anchor the target there."""
+        joint in position mode, read the state and anchor the target there.
+
+        Raises:
+            ValueError: ``config.ip`` is empty (no address given).
+            ConnectError: the controller did not answer within ``config.connect_timeout_s`` or refused the
+                configuration (the vendor's message, first line, with the address and the bound).
+        """
+        if not self.config.ip:
+            raise ValueError(NO_IP_LINE)
         ta = self._ta = require_trossen_arm()
         if self.driver is None:
             self.driver = ta.TrossenArmDriver()
-        self.driver.configure(ta.Model.wxai_v0, getattr(ta.StandardEndEffector, self.config.end_effector),
-                              self.config.ip, True, float(self.config.connect_timeout_s))
+        start = time.monotonic()
+        try:
+            self.driver.configure(ta.Model.wxai_v0, getattr(ta.StandardEndEffector, self.config.end_effector),
+                                  self.config.ip, True, float(self.config.connect_timeout_s))
+        except ta.RuntimeError as exc:  # the vendor's own bounded connect: it never waits longer than the timeout
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise ConnectError(f"no WidowX AI at {self.config.ip}: gave up after {time.monotonic() - start:.1f} s "
+                               f"(wxai_connect_timeout_s = {self.config.connect_timeout_s:g} s): {first}; check that "
+                               "the arm is powered and on this network and that wxai_ip is its controller's "
+                               "address") from exc
         self.driver.set_all_modes(ta.Mode.position)
         self.observe()
         self.reset()

@@ -21,6 +21,7 @@ are not on PyPI). Runbook (outside the repository; none of it is committed):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -32,6 +33,7 @@ import pytest
 import yaml
 from robot_testutil import Stream
 from ros_system_util import REPO
+from ros_testing import wait_for
 
 pytest.importorskip("interbotix_xs_msgs")
 SRC = Path(os.environ.get("AMF_INTERBOTIX_SRC", "")).expanduser()
@@ -99,8 +101,8 @@ def _urdf_fk(urdf: object, q: dict[str, float], tip: str = "wx250s/ee_gripper_li
 
 @pytest.fixture(scope="module")
 def interbotix_graph(ros_env, rclpy_context, tmp_path_factory):
-    """xs_sdk_sim for the wx250s, then the robot:=real graph (graph.plan, as widowx.launch.py) with a tiny 8-D state
-    policy in place of Octo; yields (run dir, client, procs, streams, urdf)."""
+    """The robot:=real graph (graph.plan, as widowx.launch.py) with a tiny 8-D state policy in place of Octo, then
+    xs_sdk_sim for the wx250s once widowx_driver waits for it; yields (run dir, client, procs, streams, urdf)."""
     from interbotix_xs_msgs.msg import JointGroupCommand, JointSingleCommand
     from sensor_msgs.msg import JointState
     from urdf_parser_py.urdf import URDF
@@ -129,10 +131,6 @@ def interbotix_graph(ros_env, rclpy_context, tmp_path_factory):
     sim_params.write_text(yaml.safe_dump({"/**/xs_sdk_sim": {"ros__parameters": {
         "motor_configs": str(config_dir / "wx250s.yaml"), "mode_configs": str(run / "modes.yaml"),
         "robot_description": urdf_xml}}}))
-    sim_log = open(run / "xs_sdk_sim.log", "w")  # closed at teardown
-    sim = subprocess.Popen([sys.executable, str(_one("interbotix_xs_sdk/scripts/xs_sdk_sim.py")), "--ros-args",
-                            "-r", "__ns:=/wx250s", "--params-file", str(sim_params)],
-                           env={**os.environ, **ros_env}, stdout=sim_log, stderr=subprocess.STDOUT)
 
     # Octo's place: a tiny policy on the real arm's 8-D proprio (Octo itself is not installable here)
     doc = yaml.safe_load(CONFIG.read_text())
@@ -151,6 +149,17 @@ def interbotix_graph(ros_env, rclpy_context, tmp_path_factory):
     assert [s.name for s in specs][0] == "widowx_driver"
     extra = node_overrides(run, LoopConfig(selector="amf"))
     procs = NodeProcesses(specs, log_dir=run / "logs", env=ros_env, extra_args=extra).start()
+    # xs_sdk after the driver, as a launch that starts both at once may have it: the driver must wait for xs_sdk
+    # (sdk_wait_s) and then connect; the sim comes up once the driver says it is waiting
+    try:
+        wait_for(lambda: "waiting for xs_sdk" in procs.log_tail("widowx_driver", 20000), 60, "widowx_driver waiting")
+    except AssertionError:
+        print("node exit codes:", procs.stop())
+        raise
+    sim_log = open(run / "xs_sdk_sim.log", "w")  # closed at teardown
+    sim = subprocess.Popen([sys.executable, str(_one("interbotix_xs_sdk/scripts/xs_sdk_sim.py")), "--ros-args",
+                            "-r", "__ns:=/wx250s", "--params-file", str(sim_params)],
+                           env={**os.environ, **ros_env}, stdout=sim_log, stderr=subprocess.STDOUT)
     client = AMFClient(f"amf_test_xs_{int(time.time() * 1e3) % 100000}", record_actions=True)
     streams = {name: Stream() for name in ("joints", "group", "single", "state", "applied", "arm")}
     node = client.node
@@ -174,6 +183,30 @@ def interbotix_graph(ros_env, rclpy_context, tmp_path_factory):
             sim.kill()
         sim_log.close()
         print((run / "xs_sdk_sim.log").read_text()[-3000:])
+
+
+def test_a_driver_started_before_xs_sdk_waits_and_one_that_never_sees_it_gives_up(interbotix_graph, ros_env,
+                                                                                   tmp_path) -> None:
+    from amf_ros.bringup.processes import NodeProcesses
+
+    _, _, procs, _, _ = interbotix_graph
+    log = procs.log_tail("widowx_driver", 200000)
+    assert "waiting for xs_sdk" in log and "xs_sdk is up" in log, log[-3000:]
+    assert log.index("waiting for xs_sdk") < log.index("xs_sdk is up") < log.index("ready:")
+    _alive(procs)
+    # a driver (in a namespace of its own) whose xs_sdk never comes: one line after sdk_wait_s, exit 1, no traceback
+    spec = next(s for s in procs.specs if s.name == "widowx_driver")
+    lonely = dataclasses.replace(spec, namespace="lonely", overrides={
+        **spec.overrides, "joint_states_topic": "/nobody/joint_states",
+        "operating_modes_service": "/nobody/set_operating_modes", "sdk_wait_s": 1.0})
+    done = subprocess.run(NodeProcesses([lonely]).command(lonely), env={**os.environ, **ros_env},
+                          capture_output=True, text=True, timeout=60)  # a bound, never a hang
+    assert done.returncode == 1, done.stderr[-2000:]
+    ours = [x for x in done.stderr.splitlines() if x.startswith("widowx_driver: ")]
+    assert len(ours) == 1, done.stderr[-2000:]
+    assert ours[0].startswith("widowx_driver: the Interbotix xs_sdk did not come up within sdk_wait_s = 1 s"), ours
+    assert "no publisher on /nobody/joint_states" in ours[0] and "/nobody/set_operating_modes not available" in ours[0]
+    assert "Traceback" not in done.stderr
 
 
 def _alive(procs) -> None:

@@ -121,3 +121,28 @@ def test_wxai_driver_moves_echoes_refuses_stale_and_holds_on_estop(wxai_node) ->
     time.sleep(SETTLE_S)
     np.testing.assert_allclose(_xyz(states) - start, [0.0, 0.0, -0.02], atol=TOL_M)
     assert procs.dead() == {}
+
+
+def test_wxai_driver_without_an_address_or_with_a_silent_one_ends_with_one_line(ros_env, tmp_path) -> None:
+    """No address: exit 78 (no respawn) saying how to give one. An address nothing answers at (TEST-NET-1): the vendor's
+    bounded connect, then exit 1 (respawned) with one line naming the address and the bound, no traceback."""
+    import os
+    import subprocess
+
+    from amf_ros.bringup import graph
+    from amf_ros.bringup.lifetime import NO_RESPAWN_EXIT
+    from amf_ros.bringup.processes import NodeProcesses
+
+    spec = next(s for s in graph.plan("wxai", config=str(REPO / "config" / "wxai.yaml"), console=False)
+                if s.name == "widowx_driver")
+    env = {**os.environ, **ros_env}
+    for ip, code, line in (("", NO_RESPAWN_EXIT, "wxai_driver: the WidowX AI's IP address is not set"),
+                           ("192.0.2.1", 1, "wxai_driver: no WidowX AI at 192.0.2.1: gave up after")):
+        spec.overrides.update(wxai_ip=ip, wxai_connect_timeout_s=0.5)
+        cmd = NodeProcesses([spec]).command(spec)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)  # a bound, never a hang
+        assert done.returncode == code, (ip, done.returncode, done.stderr[-2000:])
+        ours = [x for x in done.stderr.splitlines() if x.startswith("wxai_driver:")]
+        assert len(ours) == 1 and ours[0].startswith(line), done.stderr[-2000:]
+        assert "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert not ip or "(wxai_connect_timeout_s = 0.5 s)" in ours[0], ours

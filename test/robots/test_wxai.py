@@ -37,10 +37,24 @@ def arm() -> Iterator[tuple[WXAIArm, TabletopHost]]:
         pose = matrix_to_pose6(state_to_pose([*NEUTRAL_POSE, 0.0, 0.0, 0.0]))
         rt.driver.set_cartesian_positions(pose, ta.InterpolationSpace.joint, 1.0, True)
         rt.driver.set_gripper_position(rt.config.gripper_open_m, 0.5, True)  # the simulator starts it closed
+        # the blocking calls return at their goal time; the real-time physics may still be moving under load (one
+        # CI-like run read the gripper 0.88 open): wait, bounded, until the start pose is reached
+        _wait_until(lambda: rt.observe()[7] > 0.95 and np.allclose(rt.observe()[:3], NEUTRAL_POSE, atol=MOVE_TOL_M),
+                    10.0, "the start pose (gripper open, end effector at NEUTRAL_POSE)")
         yield rt, host
     finally:
         rt.close()
         host.close()
+
+
+def _wait_until(ready, timeout_s: float, what: str) -> None:
+    """Poll ``ready()`` every control period until it holds; fail naming ``what`` after ``timeout_s`` (a bound on a
+    wait, not a timing assertion)."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not reached within {timeout_s} s")
+        time.sleep(PERIOD_S)
 
 
 def _fresh(rt: WXAIArm) -> np.ndarray:
@@ -180,3 +194,17 @@ def test_a_second_simulator_takes_the_next_loopback_address(arm: tuple[WXAIArm, 
     finally:
         other.close()
         second.close()
+
+
+def test_no_address_and_an_address_that_does_not_answer_are_refused_with_one_message() -> None:
+    from amf_ros.robots.wxai import NO_IP_LINE, ConnectError
+
+    with pytest.raises(ValueError, match="IP address is not set") as err:
+        WXAIArm(WXAIConfig()).connect()
+    assert str(err.value) == NO_IP_LINE and "--wxai-ip" in NO_IP_LINE and "wxai_ip:=" in NO_IP_LINE
+    # TEST-NET-1 (RFC 5737): nothing answers there; the vendor's connect is bounded by the timeout given
+    silent = WXAIArm(WXAIConfig(ip="192.0.2.1", connect_timeout_s=0.5))
+    with pytest.raises(ConnectError, match=r"no WidowX AI at 192\.0\.2\.1: gave up after [0-9.]+ s "
+                                           r"\(wxai_connect_timeout_s = 0\.5 s\)"):
+        silent.connect()
+    assert silent.pose is None  # nothing was read

@@ -1,5 +1,6 @@
 """widowx_driver's runtime without rclpy: what is published for joint states, actions and e-stop requests, which
-actions are dropped, when the gripper's PWM is stopped, the motion-profile request, the missing-Interbotix line."""
+actions are dropped, when the gripper's PWM is stopped, the motion-profile request, the missing-Interbotix line, the
+bounded wait for xs_sdk at start."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ import pytest
 from amf_ros.bringup.params import load
 from amf_ros.bringup.params.widowx_driver import WidowxDriverParams
 from amf_ros.robots import widowx, wx250s
-from amf_ros.runtime.widowx_driver import WidowXDriver, missing_interbotix_line
+from amf_ros.runtime.widowx_driver import (
+    WidowXDriver,
+    missing_interbotix_line,
+    sdk_missing_line,
+    wait_for_sdk,
+)
 
 NAMES = ["waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate", "gripper", "left_finger",
          "right_finger"]
@@ -135,3 +141,56 @@ def test_counts_of_applied_and_refused_actions_and_the_estop_for_arm_status():
     assert (rt.counts.applied, rt.counts.estop, rt.counts.estop_engagements) == (2, False, 1)
     assert rt.counts.refused == {"no joint state": 1, "stale": 1, "invalid": 1, "e-stop": 1}
     assert driver(start_stopped=True).counts.estop
+
+
+class FakeClock:
+    """A monotonic clock that moves only when the code under test sleeps."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, dt: float) -> None:
+        assert dt >= 0.0
+        self.sleeps.append(dt)
+        self.t += dt
+
+
+def test_a_driver_started_before_xs_sdk_waits_for_it_and_says_what_it_misses():
+    clock, logs = FakeClock(), []
+    up_at = clock.t + 12.0  # xs_sdk's joint states appear 12 s after the driver looked first, its service 1 s later
+
+    def missing() -> list[str]:
+        return [name for name, t in (("no publisher on /wx250s/joint_states", up_at),
+                                     ("service /wx250s/set_operating_modes not available", up_at + 1.0))
+                if clock.t < t]
+
+    assert wait_for_sdk(missing, 60.0, logs.append, poll_s=0.1, log_every_s=5.0, clock=clock, sleep=clock.sleep) == []
+    assert 13.0 <= clock.t - 100.0 < 13.0 + 0.1 + 1e-9  # stopped at the first poll that saw everything
+    assert max(clock.sleeps) <= 0.1
+    # said at once, then every 5 s, each line naming what was still missing
+    assert len(logs) == 3, logs
+    assert all("waiting for xs_sdk" in line and "sdk_wait_s 60 s" in line for line in logs)
+    assert all("/wx250s/joint_states" in line for line in logs)
+
+
+def test_a_driver_that_never_sees_xs_sdk_gives_up_at_the_bound_with_one_line():
+    clock, logs = FakeClock(), []
+    gone = ["no publisher on /wx250s/joint_states"]
+    assert wait_for_sdk(lambda: list(gone), 7.5, logs.append, poll_s=0.1, log_every_s=5.0, clock=clock,
+                        sleep=clock.sleep) == gone
+    assert 7.5 <= clock.t - 100.0 <= 7.5 + 1e-6  # the last sleep is cut to the bound: never past it
+    assert len(logs) == 2  # at 0 s and 5 s
+    line = sdk_missing_line(gone, 7.5)
+    assert "\n" not in line and "sdk_wait_s = 7.5 s" in line and "/wx250s/joint_states" in line
+    assert "xsarm_control.launch.py" in line
+    # 0 = look once, never sleep
+    clock0 = FakeClock()
+    assert wait_for_sdk(lambda: list(gone), 0.0, logs.append, clock=clock0, sleep=clock0.sleep) == gone
+    assert clock0.sleeps == []
+    with pytest.raises(ValueError, match="bound_s"):
+        wait_for_sdk(lambda: [], -1.0, logs.append)
+    assert load(WidowxDriverParams, {}).sdk_wait_s > 0  # by default a driver does wait

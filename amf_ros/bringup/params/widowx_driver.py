@@ -44,6 +44,14 @@ class WidowxDriverParams:
         "interbotix_xs_msgs/OperatingModes service called at start to set the arm's time-based motion "
         "profile and the gripper's PWM mode (empty = leave both as xs_sdk's mode config set them).",
     )
+    sdk_wait_s: float = param(
+        60.0,
+        "Bound on waiting at start for the Interbotix xs_sdk (a publisher on joint_states_topic and, when set, "
+        "operating_modes_service), s: checked every 0.1 s, what is missing logged every 5 s, so a driver started "
+        "before xs_sdk still connects; after the bound the node ends with one line naming what it missed (exit 1; "
+        "launch and amf up restart it). 0 = look once.",
+        range=(0.0, 600.0),
+    )
     arm_group: str = param("arm", "xs_sdk joint group of the six arm joints.")
     gripper_name: str = param("gripper", "xs_sdk name of the gripper joint.")
     action_topic: str = param("action", "amf_ros/EefDeltaAction commands (policy_server or a teleop).")
@@ -115,9 +123,9 @@ class WidowxDriverParams:
     )
 
     wxai_ip: str = param(
-        "192.168.1.2",
-        "backend wxai: IP address of the WidowX AI's controller (Trossen's factory default; trossen-arm-sim: "
-        "127.0.0.1).",
+        _WXAI.ip,
+        "backend wxai: IPv4 address of the WidowX AI's controller; required, no default here (config/wxai.yaml ships "
+        "Trossen's factory address; launch: wxai_ip:=, amf up: --wxai-ip). An empty one is refused at start.",
     )
     wxai_end_effector: str = param(
         "wxai_v0_follower", "backend wxai: trossen_arm.StandardEndEffector variant (wxai_v0_follower | "
@@ -133,7 +141,10 @@ class WidowxDriverParams:
         range=(0.005, 0.044),
     )
     wxai_connect_timeout_s: float = param(
-        _WXAI.connect_timeout_s, "backend wxai: bound on connecting to the controller, s.", range=(0.5, 120.0)
+        _WXAI.connect_timeout_s,
+        "backend wxai: bound on connecting to the controller, s; an address that does not answer within it ends the "
+        "node with one line naming it (exit 1, restarted by launch / amf up).",
+        range=(0.5, 120.0),
     )
     state_rate_hz: float = param(
         20.0, "backend wxai: rate the arm is read and the proprio published, Hz (the arm publishes no joint states).",

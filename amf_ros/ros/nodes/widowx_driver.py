@@ -5,7 +5,10 @@ A thin adapter around :class:`amf_ros.runtime.widowx_driver.WidowXDriver` (decis
 (``interbotix_xsarm_control``) through its ROS 2 interface: publishes ``interbotix_xs_msgs/JointGroupCommand``
 (arm group, position mode) and ``JointSingleCommand`` (gripper, PWM), reads ``sensor_msgs/JointState``. Each action
 received is applied at once (one BridgeData step; the xs_sdk moves to the target over ``control_period_s`` with a
-time-based profile set once at start, before spinning, together with the gripper's PWM mode). amf_ros/ArmStatus on
+time-based profile set once at start, before spinning, together with the gripper's PWM mode). At start, before the
+node spins, it waits up to ``sdk_wait_s`` for xs_sdk (its joint states' publisher and the operating-modes service),
+logging what it misses every few seconds: started before xs_sdk, it connects once xs_sdk is up; if xs_sdk never
+comes, it ends with one line naming what it missed (exit 1, restarted by launch and `amf up`). amf_ros/ArmStatus on
 ``arm_status_topic`` (latched; at start, after every action and e-stop request) counts the actions applied and
 refused by reason and says whether the e-stop is engaged. Without ``interbotix_xs_msgs`` the process prints one
 line naming the package to install and exits with status 78 (NO_RESPAWN_EXIT: no restart installs a package;
@@ -23,8 +26,8 @@ from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.robots.widowx_arm import ArmCommands
 from amf_ros.ros import qos
 from amf_ros.ros.arm_driver import ArmDriverNode
-from amf_ros.ros.spin import spin
-from amf_ros.runtime.widowx_driver import WidowXDriver, missing_interbotix_line
+from amf_ros.ros.spin import StartupError, spin
+from amf_ros.runtime.widowx_driver import WidowXDriver, missing_interbotix_line, sdk_missing_line, wait_for_sdk
 
 
 def _interbotix_msgs() -> tuple:
@@ -52,31 +55,40 @@ class WidowXDriverNode(ArmDriverNode):
         self._modes = (self.create_client(OperatingModes, self.p.operating_modes_service, qos_profile=qos.SERVICES)
                        if self.p.operating_modes_service else None)
         self.wire()
+
+    def sdk_missing(self) -> list[str]:
+        """What of xs_sdk this node does not see yet (graph queries only: nothing is sent, nothing spins)."""
+        gone = []
+        if self.count_publishers(self.p.joint_states_topic) == 0:
+            gone.append(f"no publisher on {self.p.joint_states_topic}")
+        if self._modes is not None and not self._modes.service_is_ready():
+            gone.append(f"service {self.p.operating_modes_service} not available")
+        return gone
+
+    def connect_sdk(self, timeout_s: float = 5.0) -> None:
+        """Wait up to ``sdk_wait_s`` for xs_sdk (logged; raises StartupError naming what is missing after it), then ask
+        it for a time-based arm profile of ``control_period_s`` and the gripper's PWM mode. Once, at construction,
+        before the node joins spin()'s executor (spinning inside a callback is refused); each answer is awaited at most
+        ``timeout_s``."""
+        if self.executor is not None:
+            raise RuntimeError("connect_sdk() runs before spinning, never from a callback")
+        gone = wait_for_sdk(self.sdk_missing, self.p.sdk_wait_s, self.get_logger().info)
+        if gone:
+            raise StartupError(sdk_missing_line(gone, self.p.sdk_wait_s))
+        self.get_logger().info("xs_sdk is up")
+        requests = [r for r in (self.rt.profile_request(), self.rt.gripper_mode_request()) if r is not None]
+        if self._modes is not None and requests:
+            try:
+                for request in requests:
+                    future = self._modes.call_async(self._modes.srv_type.Request(**request))
+                    rclpy.spin_until_future_complete(self, future, timeout_sec=timeout_s)
+                    if not future.done():
+                        self.get_logger().warning(f"{self.p.operating_modes_service} did not answer in {timeout_s} s; "
+                                                  f"{request['name']} mode may be unchanged")
+            finally:
+                self.executor = None  # leave the global executor: spin() adds the node to its own
         self.get_logger().info(f"ready: {self.p.action_topic} -> {self.p.joint_group_topic}; "
                                f"e-stop {'ENGAGED' if self.rt.stopped else 'released'}")
-
-    def set_profile(self, timeout_s: float = 5.0) -> None:
-        """Ask xs_sdk for a time-based arm profile of ``control_period_s`` and the gripper's PWM mode: once, at
-        construction, before the node joins spin()'s executor (spinning inside a callback is refused); every wait
-        bounded by ``timeout_s``."""
-        requests = [r for r in (self.rt.profile_request(), self.rt.gripper_mode_request()) if r is not None]
-        if self._modes is None or not requests:
-            return
-        if self.executor is not None:
-            raise RuntimeError("set_profile() runs before spinning, never from a callback")
-        if not self._modes.wait_for_service(timeout_sec=timeout_s):
-            self.get_logger().warning(f"{self.p.operating_modes_service} not available; operating modes unchanged "
-                                      "(start xs_sdk before widowx_driver)")
-            return
-        try:
-            for request in requests:
-                future = self._modes.call_async(self._modes.srv_type.Request(**request))
-                rclpy.spin_until_future_complete(self, future, timeout_sec=timeout_s)
-                if not future.done():
-                    self.get_logger().warning(f"{self.p.operating_modes_service} did not answer in {timeout_s} s; "
-                                              f"{request['name']} mode may be unchanged")
-        finally:
-            self.executor = None  # leave the global executor: spin() adds the node to its own
 
     def _on_joints(self, msg: JointState) -> None:
         proprio, out = self.rt.on_joint_state(msg.name, msg.position)
@@ -102,7 +114,7 @@ def main(args: list[str] | None = None) -> None:
         except ImportError:
             raise NoRespawnError(missing_interbotix_line(os.environ.get("ROS_DISTRO"))) from None
         node = WidowXDriverNode(interbotix)
-        node.set_profile()
+        node.connect_sdk()
         return node
 
     spin(make, args, executor="single")

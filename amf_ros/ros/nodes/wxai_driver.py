@@ -6,17 +6,20 @@ indifferent to which WidowX runs: ``action`` in, ``action/applied`` (the echo of
 target), ``observation/state`` (StateVector, published ``state_rate_hz`` times a second from the vendor's forward
 kinematics), ``stop`` (ArmStop), ``widowx/estop`` (SetBool), latched ``arm/status``. What each input does is
 :class:`amf_ros.robots.wxai.WXAIArm` (the vendor's Cartesian command, the shared action gate and bounds); this file
-maps messages to its calls. The driver connects at start (bounded by ``wxai_connect_timeout_s``; a failure exits
-non-zero and the node is restarted). On exit the vendor driver's cleanup sets the joints idle: park the arm first.
-Without ``trossen_arm`` the process prints one line naming the package to install and exits 78 (no respawn).
+maps messages to its calls. The driver connects at start, before the node spins (the vendor's connect is bounded by
+``wxai_connect_timeout_s``): an address that does not answer ends the process with one line naming it and the bound,
+exit 1 (launch and `amf up` restart it: an arm still powering up is found on a later try). An empty ``wxai_ip`` ends
+it with one line saying how to give one, exit 78 (no respawn: no restart sets it). On exit the vendor driver's cleanup
+sets the joints idle: park the arm first. Without ``trossen_arm`` the process prints one line naming the package to
+install and exits 78 (no respawn).
 """
 
 from __future__ import annotations
 
 from amf_ros.bringup.lifetime import NoRespawnError
-from amf_ros.robots.wxai import WXAIArm, require_trossen_arm
+from amf_ros.robots.wxai import NO_IP_LINE, ConnectError, WXAIArm, require_trossen_arm
 from amf_ros.ros.arm_driver import ArmDriverNode
-from amf_ros.ros.spin import spin
+from amf_ros.ros.spin import StartupError, spin
 from amf_ros.runtime.log_lines import ErrorThrottle
 
 
@@ -27,8 +30,15 @@ class WXAIDriverNode(ArmDriverNode):
         super().__init__()
         if self.p.backend != "wxai":
             raise NoRespawnError(f"wxai_driver drives backend 'wxai', got backend={self.p.backend!r}")
+        if not self.p.wxai_ip:
+            raise NoRespawnError(f"wxai_driver: {NO_IP_LINE}")
         self.rt = WXAIArm(self.p.wxai_config(), throttle=ErrorThrottle())
-        self.rt.connect()
+        self.get_logger().info(f"connecting to the WidowX AI at {self.p.wxai_ip} (at most "
+                               f"{self.p.wxai_connect_timeout_s:g} s)")
+        try:
+            self.rt.connect()
+        except ConnectError as exc:
+            raise StartupError(f"wxai_driver: {exc}") from None
         self.create_timer(1.0 / self.p.state_rate_hz, self._on_tick, callback_group=self.group)
         self.wire()
         self.get_logger().info(f"ready: {self.p.action_topic} -> WidowX AI at {self.p.wxai_ip}; "
