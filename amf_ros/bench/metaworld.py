@@ -689,11 +689,13 @@ def plot_demos_to_reach(settings: list[dict[str, Any]], methods: Sequence[str], 
 
 BENCH_DEFAULTS: dict[str, dict[str, Any]] = {
     "metaworld": {},
-    "widowx": {"suite": "widowx", "allocations": ["mismatched"], "methods": ["amf", "uniform+prior", "uniform"],
-               "eval_slots": 10},
+    "widowx": {"suite": "widowx", "allocations": ["mismatched"],
+               "methods": ["amf", "uniform+prior", "uniform", "rebalancing"], "eval_slots": 10,
+               "pretrain_demos": 32, "pretrain_steps": 3000, "success_threshold": 0.8},
 }
 """What `amf bench <suite>` starts from, on top of the MetaworldBenchConfig defaults (then --config, then flags).
-config/bench/<suite>.yaml holds the same values (a test checks). WidowX: one allocation, three methods, 12 rounds;
+config/bench/<suite>.yaml holds the same values (a test checks). WidowX: one allocation (mismatched: 16 successful
+demonstrations each of spoon_on_towel and carrot_on_plate, 3000 steps), four methods, 12 rounds, reach threshold 0.8;
 evaluation (40 environments in one lockstep wave) is about 3/4 of a method run; the whole run fits about 30 min with
 ``--jobs 2`` on 2 cores (docs/results/widowx/README.md)."""
 

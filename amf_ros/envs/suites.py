@@ -119,6 +119,11 @@ class Suite:
     """Fixed action normalisation, normalized = (a - mean) / std: set from the action bounds, never fitted (a std
     fitted on half of the tasks can be ~0 in a dimension, see :func:`amf_ros.training.pretrain.set_normalizers`)."""
     action_std: tuple[float, ...] = ()
+    pretrain_demos: int = 16
+    """Total demonstrations of `amf pretrain` when none are given (the mismatched allocation puts them on the first
+    half of the tasks)."""
+    pretrain_steps: int = 1500
+    """Gradient steps of `amf pretrain` when none are given."""
 
     def backend(self, tasks_file: str | os.PathLike = "") -> SimBackend:
         """The simulator sim_bridge hosts, with the tasks of ``tasks_file`` ("" = the suite's default task set)."""
@@ -201,6 +206,9 @@ def _widowx() -> Suite:
         default_tasks=("spoon_on_towel", "carrot_on_plate", "stack_cube", "eggplant_in_basket"),
         state_dim=wx.STATE_DIM, action_dim=wx.ACTION_DIM, noise_std=wx.NOISE_STD,
         action_mean=wx.ACTION_MEAN, action_std=wx.ACTION_STD, make_env=wx.WidowXTaskEnv,
+        # 16 successful demonstrations per pre-trained task, 3000 steps: pre-trained tasks at 1.0 (10 episodes each),
+        # where 8 per task and 1500 steps gave 0.30 (docs/ros-robot.md, "The main job and the benchmark")
+        pretrain_demos=32, pretrain_steps=3000,
         sources=("amf_ros/envs/widowx_sim", "amf_ros/envs/task_suite.py", "amf_ros/envs/metaworld_rollouts.py",
                  "amf_ros/robots/widowx_arm.py", "amf_ros/robots/action_gate.py", "amf_ros/robots/widowx.py",
                  "amf_ros/robots/wx250s.py", "config/tasks/widowx_sim.yaml"))

@@ -53,18 +53,35 @@ def evaluate(client: AMFClient, tasks: Sequence[str], cfg: Any, max_steps: Mappi
             "mean_period_s": float(np.mean(periods)) if periods else float("nan")}
 
 
-def print_round(row: Mapping[str, Any], tasks: Sequence[str]) -> None:
-    """One table per round: per task the score, demo count and success; then the round's summary line."""
+def split_success(success: Mapping[str, float], pretrain_counts: Mapping[str, int] | None) -> dict[str, float]:
+    """Mean success over the tasks pre-training covered and over the others ("pretrained", "new"); {} when the
+    checkpoint says nothing about its pre-training (a checkpoint not made by `amf pretrain`)."""
+    if not pretrain_counts:
+        return {}
+    out = {}
+    for name, keep in (("pretrained", True), ("new", False)):
+        vals = [v for t, v in success.items() if (pretrain_counts.get(t, 0) > 0) == keep and np.isfinite(v)]
+        out[name] = float(np.mean(vals)) if vals else float("nan")
+    return out
+
+
+def print_round(row: Mapping[str, Any], tasks: Sequence[str],
+                pretrain_counts: Mapping[str, int] | None = None) -> None:
+    """One table per round: per task the score, pre-training and fine-tuning demo counts and success; then the
+    round's summary line (with the pre-trained / new tasks' means when the pre-training counts are known)."""
     ev = row["evaluation"]["success"]
     scores, counts = row.get("scores", {}), row.get("demo_counts", {})
-    rows = [[("-> " if t == row.get("task") else "   ") + t, scores.get(t, float("nan")), counts.get(t, ""),
-             ev.get(t, float("nan"))] for t in tasks]
+    pre = pretrain_counts or {}
+    rows = [[("-> " if t == row.get("task") else "   ") + t, scores.get(t, float("nan")), pre.get(t, ""),
+             counts.get(t, ""), ev.get(t, float("nan"))] for t in tasks]
+    split = split_success(ev, pretrain_counts)
+    tail = (f" (pre-trained tasks {split['pretrained']:.3f}, new tasks {split['new']:.3f})" if split else "")
     head = (f"round {row['round']}: pre-trained policy" if row["round"] == 0 else
             f"round {row['round']}: demonstrate '{row['task']}'"
             f"{' (warm start)' if row.get('warm_start') else ''}, episode {row['episode']['steps']} steps, "
             f"fine-tune loss {row['fine_tune']['final_loss']:.4f}, round {row['round_time_s']:.0f} s")
-    print(f"\n{head}\n" + format_table(["task", "score", "demos before", "success"], rows)
-          + f"\nmean success {np.nanmean(list(ev.values())):.3f}", flush=True)
+    print(f"\n{head}\n" + format_table(["task", "score", "pre-training demos", "demos before", "success"], rows)
+          + f"\nmean success {np.nanmean(list(ev.values())):.3f}{tail}", flush=True)
 
 
 def nan_to_null(obj: Any) -> Any:
@@ -95,6 +112,9 @@ def write_outputs(results: dict, run_dir: Path) -> None:
     results["summary"] = {"mean_success": mean.tolist(),
                           "final_success": dict(zip(tasks, succ[-1].tolist(), strict=True)),
                           "chosen": [r["task"] for r in results["rounds"][1:]]}
+    split = [split_success(r["evaluation"]["success"], results.get("pretrain_counts")) for r in results["rounds"]]
+    if split and split[0]:
+        results["summary"].update({f"{k}_tasks_success": [s[k] for s in split] for k in ("pretrained", "new")})
     atomic_write_json(run_dir / "results.json", nan_to_null(results))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for j, t in enumerate(tasks):

@@ -38,12 +38,21 @@ LOOP_SELECTORS = ("amf", "uniform", "round_robin", "vfd", "action_l2", "gu", "di
 """Selectors `amf run --selector` accepts (amf_ros.core.selectors.SELECTOR_NAMES but rebalancing, as before)."""
 
 
+ARM_DEFAULTS: dict[str, dict[str, int]] = {
+    "metaworld": {"rounds": 10, "eval_episodes": 1, "eval_max_steps": 0},
+    "widowx": {"rounds": 12, "eval_episodes": 3, "eval_max_steps": 40},
+}
+"""The defaults of the fields left None, by arm (others: Metaworld's). WidowX: its four tasks' warm start and 8 more
+rounds, 3 evaluation episodes per task so that a task's success reads in thirds, not 0 or 1."""
+
+
 @dataclass
 class LoopConfig:
     """Settings of `amf run` (every field is a flag; results.json records them)."""
 
-    rounds: int = 10
-    """Selection rounds (the first |tasks| rounds are AMF's warm start: each task once)."""
+    rounds: int | None = None
+    """Selection rounds (the first |tasks| rounds are AMF's warm start: each task once); default: the arm's
+    (ARM_DEFAULTS: Metaworld 10, WidowX 12)."""
     arm: str = "metaworld"
     """The embedded simulation's arm: metaworld (config/sim.yaml) or widowx (config/sim_widowx.yaml)."""
     selector: str = "amf"
@@ -61,10 +70,12 @@ class LoopConfig:
     """Start from this checkpoint instead of the cached pre-trained one."""
     fine_tune_steps: int = FINE_TUNE.steps
     """Gradient steps per /amf/fine_tune (policies.fine_tuning.FineTuneSettings)."""
-    eval_episodes: int = 1
-    """Evaluation episodes per task per round (fixed scenes, the same every round)."""
-    eval_max_steps: int = 0
-    """Step limit of an evaluation episode (0 = policy_server's max_steps)."""
+    eval_episodes: int | None = None
+    """Evaluation episodes per task per round (fixed scenes, the same every round); default: the arm's (Metaworld 1,
+    WidowX 3)."""
+    eval_max_steps: int | None = None
+    """Step limit of an evaluation episode (0 = the task's max_steps); default: the arm's (Metaworld 0, WidowX 40:
+    a solved episode takes 16-25 steps, and a failed one would otherwise run to 60-120)."""
     seed: int = 0
     """Seed of the pre-training and of the nodes."""
     head: str = "diffusion"
@@ -82,6 +93,9 @@ class LoopConfig:
     """TCP port of the console with --console (0 = any free port, printed in the console's log)."""
 
     def __post_init__(self) -> None:
+        for name, value in ARM_DEFAULTS.get(self.arm, ARM_DEFAULTS["metaworld"]).items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds=}")
         if self.selector not in LOOP_SELECTORS:
@@ -104,6 +118,7 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     from amf_ros.data.tasks import checkpoint_tasks
     from amf_ros.loop.report import evaluate, print_round, write_outputs
     from amf_ros.paths import workspace_root
+    from amf_ros.policies.loading import pretrain_counts
     from amf_ros.ros.client import session
 
     t_start = time.monotonic()
@@ -140,9 +155,10 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     if cfg.console:
         log.info("operator console: http://127.0.0.1:%s/ (its log: %s)", cfg.console_port or "<see log>",
                  run_dir / "logs" / "operator_console.log")
+    pre = pretrain_counts(checkpoint)  # the table marks which tasks the generalist was pre-trained on
     results: dict[str, Any] = {"benchmark": "amf-run", "config": dataclasses.asdict(cfg), "metric": "success",
                                "tasks": list(instructions), "pretrained_checkpoint": str(checkpoint),
-                               "run_dir": str(run_dir), "rounds": []}
+                               "pretrain_counts": pre, "run_dir": str(run_dir), "rounds": []}
     extra = node_overrides(run_dir, cfg, tasks=list(instructions))  # the candidates it evaluates
     extra[graph.CONSOLE_NODE] = ["-p", "auto_ask:=false"]  # watching must not ask: asks advance the selector's draws
     procs = NodeProcesses(specs, log_dir=run_dir / "logs", env=env, extra_args=extra)
@@ -151,13 +167,13 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
             checked(procs, lambda: client.wait_ready(timeout=cfg.startup_timeout_s), "bring-up")
             row = {"round": 0, "task": "", "evaluation": evaluate(client, list(instructions), cfg, max_steps)}
             results["rounds"].append(row)
-            print_round(row, list(instructions))
+            print_round(row, list(instructions), pre)
             for r in range(1, cfg.rounds + 1):
                 row = checked(procs, lambda r=r: _one_round(client, r, cfg), f"round {r}")
                 row["evaluation"] = checked(procs, lambda: evaluate(client, list(instructions), cfg, max_steps),
                                             f"evaluation of round {r}")
                 results["rounds"].append(row)
-                print_round(row, list(instructions))
+                print_round(row, list(instructions), pre)
         except BaseException as exc:  # keep every finished round: results.json + plot, then re-raise
             results["error"] = f"{type(exc).__name__}: {exc}"
             results["wall_time_s"] = time.monotonic() - t_start
@@ -211,8 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
         if isinstance(f.default, bool):
             p.add_argument("--" + f.name.replace("_", "-"), action="store_true", help=docs.get(f.name, f.name))
             continue
-        p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
-                       help=docs.get(f.name, f.name))
+        kind = int if f.default is None else type(f.default)  # None = the arm's default (ARM_DEFAULTS): an int
+        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=docs.get(f.name, f.name))
     return p
 
 
@@ -222,6 +238,11 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     cfg = LoopConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LoopConfig)})
     results = run_loop(cfg)
+    summary = results.get("summary", {})
+    if summary.get("new_tasks_success"):
+        pre, new = summary["pretrained_tasks_success"], summary["new_tasks_success"]
+        print(f"\npre-trained tasks {pre[0]:.2f} -> {pre[-1]:.2f}, new tasks {new[0]:.2f} -> {new[-1]:.2f} "
+              f"(round 0 -> round {len(new) - 1}, {cfg.eval_episodes} evaluation episode(s) per task)")
     print(f"\nresults: {results['run_dir']}/results.json  plot: {results['run_dir']}/amf_run.png  "
           f"wall time {results['wall_time_s']:.0f} s")
     return 0

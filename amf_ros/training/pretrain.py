@@ -64,16 +64,17 @@ class PretrainConfig:
     allocation: str = "mismatched"
     """"mismatched" = all demonstrations on the first half of ``tasks``; "uniform" = spread over all tasks; "split" =
     spread over the tasks the task file marks ``split: pretrain`` (:data:`SPLIT_ALLOCATION`)."""
-    demos: int = 16
-    """Total pre-training demonstrations (paper: about 15)."""
+    demos: int | None = None
+    """Total pre-training demonstrations; None = the suite's (:attr:`~amf_ros.envs.suites.Suite.pretrain_demos`:
+    Metaworld 16, as the paper's about 15; WidowX 32)."""
     noise_std: float | None = None
     """Std of Gaussian noise on the executed expert actions; labels stay noise-free. None = the suite's default:
     Metaworld 0.1 on every native component, WidowX 0.002 m on each translation axis."""
     head: str = "diffusion"
     """Action head: "diffusion" (Octo's DiffusionActionHead, what policy_server fine-tunes) or "mlp" (Gaussian MLP,
     the paper's state-based policy)."""
-    steps: int = 1500
-    """Gradient steps of pre-training."""
+    steps: int | None = None
+    """Gradient steps of pre-training; None = the suite's (Metaworld 1500, WidowX 3000)."""
     batch_size: int = 256
     """Batch size of pre-training (paper: 256)."""
     lr: float = 1e-3
@@ -108,6 +109,8 @@ class PretrainConfig:
                           else list(suite.default_tasks))
         self.tasks = list(self.tasks)
         self.noise_std = suite.noise_std if self.noise_std is None else float(self.noise_std)
+        self.demos = suite.pretrain_demos if self.demos is None else int(self.demos)
+        self.steps = suite.pretrain_steps if self.steps is None else int(self.steps)
         schedule, decay = SUITE_SCHEDULES.get(self.suite, ("constant", 0.0))
         self.lr_schedule = schedule if self.lr_schedule is None else str(self.lr_schedule)
         self.ema_decay = decay if self.ema_decay is None else float(self.ema_decay)
@@ -390,7 +393,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--suite", choices=TRAINING_SUITES, default=None, help="default: metaworld")
     parser.add_argument("--allocation", choices=ALL_ALLOCATIONS, default=None, help="default: mismatched")
     parser.add_argument("--seed", type=int, default=None, help="default: 0")
-    parser.add_argument("--steps", type=int, default=None, help="gradient steps (default: 1500)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="gradient steps (default: the suite's, Metaworld 1500, WidowX 3000)")
     parser.add_argument("--head", choices=("diffusion", "mlp"), default=None, help="default: diffusion")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: small networks gain nothing from more on a busy machine)")

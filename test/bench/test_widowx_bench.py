@@ -96,7 +96,9 @@ def test_config_file_matches_the_code_defaults_for_the_suite() -> None:
     assert dataclasses.asdict(bench_config("widowx", path)) == dataclasses.asdict(bench_config("widowx"))
     cfg = bench_config("widowx")
     assert (cfg.suite, cfg.tasks, cfg.allocations) == ("widowx", TASKS, ["mismatched"])
-    assert cfg.methods == ["amf", "uniform+prior", "uniform"] and cfg.seeds == 5 and cfg.noise_std == NOISE_STD
+    assert cfg.methods == ["amf", "uniform+prior", "uniform", "rebalancing"] and cfg.seeds == 5
+    assert cfg.noise_std == NOISE_STD and (cfg.pretrain_demos, cfg.pretrain_steps) == (32, 3000)
+    assert cfg.pretrain_config("mismatched", 0).counts() == dict(zip(TASKS, [16, 16, 0, 0], strict=True))
     assert cfg.pretrain_config("mismatched", 3).suite == "widowx"
     smoke = bench_config("widowx", CONFIGS / "widowx_smoke.yaml", rounds=3)
     assert (smoke.suite, smoke.seeds, smoke.rounds, smoke.task_encoder) == ("widowx", 1, 3, "hash")
@@ -119,7 +121,7 @@ def test_widowx_checkpoints_have_their_own_cache_key() -> None:
     assert "config/tasks/widowx_sim.yaml" in sources and "amf_ros/envs/widowx_sim" in sources
 
 
-def test_smoke_run_writes_results_with_the_three_methods_and_cis(tmp_path: Path) -> None:
+def test_smoke_run_writes_results_with_the_four_methods_and_cis(tmp_path: Path) -> None:
     out = tmp_path / "wx"
     assert widowx_main(["--config", str(CONFIGS / "widowx_smoke.yaml"), "--jobs", "1", "--no-progress",
                         "--out", str(out)]) == 0
@@ -127,12 +129,12 @@ def test_smoke_run_writes_results_with_the_three_methods_and_cis(tmp_path: Path)
     assert doc["benchmark"] == "widowx" and doc["config"]["suite"] == "widowx"
     (setting,) = doc["settings"]
     assert setting["name"] == "mismatched" and setting["pretrain_counts"] == {"carrot_on_plate": 2, "stack_cube": 0}
-    assert set(setting["methods"]) == {"amf", "uniform+prior", "uniform"}
+    assert set(setting["methods"]) == {"amf", "uniform+prior", "uniform", "rebalancing"}
     for name, entry in setting["methods"].items():
         assert entry["rounds"] == [0, 1, 2] and np.shape(entry["per_seed"]) == (1, 3), name
         assert all(lo <= mu <= hi for lo, mu, hi in zip(entry["ci_low"], entry["mean"], entry["ci_high"], strict=True))
     assert set(setting["alpha"]) == {m for m in setting["methods"] if METHODS[m][1]}
     raw = json.loads((out / "raw_runs.json").read_text())
-    assert len(raw["pretrain"]) == 1 and len(raw["runs"]) == 3
+    assert len(raw["pretrain"]) == 1 and len(raw["runs"]) == 4
     for png in ("fig3_success.png", "fig12_per_task_mismatched.png", "fig11_alpha.png"):
         assert (out / png).stat().st_size > 10_000

@@ -103,6 +103,7 @@ def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="arm must be one of"):
         LoopConfig(arm="ur5")
     assert build_parser().parse_args(["--arm", "widowx"]).arm == "widowx"
+
     from amf_ros.bringup.pretrained import pretrain_args, recipe_key
 
     assert recipe_key(pretrain_args(0, suite="widowx"), "widowx") != recipe_key(pretrain_args(0)), \
@@ -127,6 +128,19 @@ def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
     # the run dir is its graph's workspace (its nodes' locks live there, not in an `amf up` graph's workspace)
     assert all(f"workspace:={tmp_path.resolve()}" in over[n] for n in ("policy_server", "task_selector",
                                                                         "demo_recorder"))
+
+
+def test_amf_run_takes_the_arms_defaults_for_what_the_user_left_unset() -> None:
+    from amf_ros.loop.run import ARM_DEFAULTS, LoopConfig, build_parser
+
+    parse = build_parser().parse_args
+    for argv in ([], ["--arm", "widowx"], ["--arm", "wxai"]):
+        args = vars(parse(argv))
+        cfg = LoopConfig(**args)
+        want = ARM_DEFAULTS.get(args["arm"], ARM_DEFAULTS["metaworld"])
+        assert {k: getattr(cfg, k) for k in want} == want, argv
+    cfg = LoopConfig(**vars(parse(["--arm", "widowx", "--rounds", "5", "--eval-episodes", "0"])))
+    assert (cfg.rounds, cfg.eval_episodes, cfg.eval_max_steps) == (5, 0, ARM_DEFAULTS["widowx"]["eval_max_steps"])
 
 
 def test_amf_run_evaluation_retries_a_failed_run_once_and_records_it() -> None:
@@ -174,6 +188,33 @@ def test_amf_run_outputs_without_evaluation_write_null_not_nan(tmp_path: Path) -
     assert doc["summary"]["mean_success"] == [None, None, None]
     assert doc["rounds"][2]["evaluation"]["success"] == {"reach": None, "push": None}
     assert (tmp_path / "amf_run.png").is_file()
+
+
+def test_amf_run_splits_success_into_the_pre_trained_and_the_new_tasks(tmp_path: Path, capsys) -> None:
+    """The table marks the tasks the generalist was pre-trained on and the summary follows both groups (issue 28:
+    the main job shows the new tasks learned while the pre-trained ones are kept)."""
+    import json
+
+    from amf_ros.loop.report import print_round, split_success, write_outputs
+
+    pre = {"spoon": 16, "carrot": 16, "stack": 0, "eggplant": 0}
+    r0 = {"spoon": 1.0, "carrot": 2 / 3, "stack": 0.0, "eggplant": 1 / 3}
+    r1 = {"spoon": 1.0, "carrot": 1.0, "stack": 2 / 3, "eggplant": 1.0}
+    assert split_success(r0, pre) == pytest.approx({"pretrained": 5 / 6, "new": 1 / 6})
+    assert split_success(r0, None) == {}
+    rounds = [{"round": 0, "task": "", "evaluation": {"success": r0}},
+              {"round": 1, "task": "stack", "warm_start": True, "episode": {"steps": 17}, "round_time_s": 3.0,
+               "fine_tune": {"final_loss": 0.05}, "scores": {}, "demo_counts": {"stack": 0},
+               "evaluation": {"success": r1}}]
+    print_round(rounds[1], list(pre), pre)
+    out = capsys.readouterr().out
+    assert "pre-training demos" in out and "(pre-trained tasks 1.000, new tasks 0.833)" in out
+    results = {"tasks": list(pre), "rounds": rounds, "pretrain_counts": pre,
+               "config": {"eval_episodes": 3, "selector": "amf"}}
+    write_outputs(results, tmp_path)
+    summary = json.loads((tmp_path / "results.json").read_text())["summary"]
+    assert summary["new_tasks_success"] == pytest.approx([1 / 6, 5 / 6])
+    assert summary["pretrained_tasks_success"] == pytest.approx([5 / 6, 1.0])
 
 
 def test_supervise_respawns_a_crashed_node_and_leaves_the_others_alone(tmp_path: Path) -> None:
