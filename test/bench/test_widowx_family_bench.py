@@ -36,8 +36,8 @@ def test_split_allocation_pretrains_the_pretrain_split_only() -> None:
     assert all(counts[t] == 3 for t in by_split["pretrain"]) and all(counts[t] == 0 for t in by_split["new"])
     # by split, not by position: the new tasks listed first still get nothing
     reordered = PretrainConfig(suite="widowx", tasks_file=FAMILY, allocation="split", demos=4, task_encoder="hash",
-                               tasks=["carrot_on_towel", "eggplant_in_pot", "carrot_on_plate", "stack_cube"])
-    assert reordered.counts() == {"carrot_on_towel": 0, "eggplant_in_pot": 0, "carrot_on_plate": 2, "stack_cube": 2}
+                               tasks=["stack_cube", "eggplant_in_pot", "carrot_on_plate", "carrot_on_towel"])
+    assert reordered.counts() == {"stack_cube": 0, "eggplant_in_pot": 0, "carrot_on_plate": 2, "carrot_on_towel": 2}
     assert allocation_counts(["a", "b", "c"], "split", 5, pretrain_tasks=["c", "a"]) == {"a": 3, "b": 0, "c": 2}
     with pytest.raises(ValueError, match="pretrain_tasks"):
         allocation_counts(["a", "b"], "split", 4)
@@ -63,7 +63,7 @@ def test_family_smoke_run_reports_new_and_pretrained_tasks(tmp_path: Path) -> No
     doc = json.loads((out / "results.json").read_text())
     (setting,) = doc["settings"]
     assert setting["name"] == "split"
-    assert setting["pretrain_counts"] == {"carrot_on_plate": 1, "stack_cube": 1, "carrot_on_towel": 0,
+    assert setting["pretrain_counts"] == {"carrot_on_plate": 1, "carrot_on_towel": 1, "stack_cube": 0,
                                           "stack_green_on_blue": 0}
     assert set(setting["methods"]) == {"amf", "uniform+prior", "uniform", "rebalancing"}
     for m in setting["methods"]:
@@ -72,7 +72,7 @@ def test_family_smoke_run_reports_new_and_pretrained_tasks(tmp_path: Path) -> No
             assert reach["threshold"] == 0.8 and reach["budget"] == 4.0, m
     # rebalancing (privileged: fewest pre-training + fine-tuning demonstrations) spends the first round on new tasks
     first = setting["selections"]["rebalancing"][0][0]["selected"]
-    assert sorted(first) == ["carrot_on_towel", "stack_green_on_blue"]
+    assert sorted(first) == ["stack_cube", "stack_green_on_blue"]
 
     # a second run on seed 1 only, merged with the first: one result over seeds 0 and 1
     out2, merged = tmp_path / "fam2", tmp_path / "merged"
@@ -101,7 +101,7 @@ def test_camera_trunk_smoke_run(tmp_path: Path) -> None:
     doc = json.loads((out / "results.json").read_text())
     assert doc["config"]["trunk"] == "image_pretrained"
     (setting,) = doc["settings"]
-    assert setting["pretrain_counts"] == {"carrot_on_plate": 2, "carrot_on_towel": 0}
+    assert setting["pretrain_counts"] == {"carrot_on_plate": 2, "eggplant_in_pot": 0}
     raw = json.loads((out / "raw_runs.json").read_text())
     (pre,) = raw["pretrain"]
     assert pre["camera_timing"]["frames"] > 0 and pre["camera_timing"]["eval_frames"] > 0
