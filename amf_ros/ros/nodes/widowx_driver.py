@@ -26,6 +26,7 @@ from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.robots.widowx_arm import ArmCommands
 from amf_ros.ros import qos
 from amf_ros.ros.arm_driver import ArmDriverNode
+from amf_ros.ros.logs import log_fn
 from amf_ros.ros.spin import StartupError, spin
 from amf_ros.runtime.widowx_driver import WidowXDriver, missing_interbotix_line, sdk_missing_line, wait_for_sdk
 
@@ -72,7 +73,7 @@ class WidowXDriverNode(ArmDriverNode):
         ``timeout_s``."""
         if self.executor is not None:
             raise RuntimeError("connect_sdk() runs before spinning, never from a callback")
-        gone = wait_for_sdk(self.sdk_missing, self.p.sdk_wait_s, self.get_logger().info)
+        gone = wait_for_sdk(self.sdk_missing, self.p.sdk_wait_s, log_fn(self, "info"))
         if gone:
             raise StartupError(sdk_missing_line(gone, self.p.sdk_wait_s))
         self.get_logger().info("xs_sdk is up")
