@@ -72,7 +72,52 @@ class LineThrottle(Protocol):
         ...
 
 
-class WidowXArm:
+class GatedArm:
+    """What every arm behind a driver node does before its own mechanics (:class:`WidowXArm`, and
+    :class:`~amf_ros.robots.wxai.WXAIArm`): the action gate, the counts published as amf_ros/ArmStatus, throttled log
+    lines, and the refusals an action meets before it reaches the arm (dropped by the gate, not 7 finite numbers,
+    e-stopped or no state yet), each counted and logged the same way on every arm."""
+
+    THROTTLE_S: dict[str, float] = {"stale": 2.0, "ignored": 2.0, "ik": 2.0, "refused": 0.0}
+    """Least time between two log lines of one kind, s."""
+    LOG_KEY = "arm"
+    """First part of the throttle's key: one arm's lines never suppress another's."""
+
+    def __init__(self, action_timeout_s: float, throttle: LineThrottle | None, stopped: bool) -> None:
+        self._throttle = throttle
+        self.gate = ActionGate(action_timeout_s)
+        self.counts = ActionCounts()
+        """Actions applied and refused by reason, and the e-stop (published as amf_ros/ArmStatus)."""
+        self.counts.set_estop(bool(stopped))
+
+    def _log(self, out: ArmCommands, level: str, kind: str, text: str, now: float | None) -> None:
+        line = text if self._throttle is None else self._throttle.line((self.LOG_KEY, kind), text, now=now,
+                                                                         period_s=self.THROTTLE_S[kind])
+        if line is not None:
+            out.logs.append((level, line))
+
+    def _refuse(self, out: ArmCommands, reason: str, level: str, kind: str, text: str,
+                now: float | None) -> ArmCommands:
+        """Count a refused action under ``reason``, log ``text`` (throttled by ``kind``) and return ``out``."""
+        self.counts.refuse(reason)
+        self._log(out, level, kind, text, now)
+        return out
+
+    def _gate_refusal(self, out: ArmCommands, stamp_ns: int, valid_for_ns: int, now_ns: int,
+                      now: float | None) -> ArmCommands | None:
+        """``out`` with the gate's refusal counted and logged when the action must not be applied (unstamped,
+        stale, from before the last stop: :mod:`amf_ros.robots.action_gate`), else None."""
+        dropped = self.gate.refusal(stamp_ns, valid_for_ns, now_ns)
+        return self._refuse(out, self.gate.last_drop, "warn", "stale", dropped, now) if dropped else None
+
+    def _not_ready(self, out: ArmCommands, stopped: bool, no_state: str, now: float | None) -> ArmCommands:
+        """``out`` with an action ignored because the e-stop is engaged or (``no_state``) no state was read yet."""
+        reason = "e-stop engaged" if stopped else no_state
+        return self._refuse(out, ESTOP if stopped else NO_JOINT_STATE, "warn", "ignored",
+                            f"action ignored: {reason}", now)
+
+
+class WidowXArm(GatedArm):
     """One WidowX's state: the adapter (target pose, limits, e-stop), the action gate and the gripper driving state.
 
     Args:
@@ -80,8 +125,9 @@ class WidowXArm:
         throttle: limits repeated log lines (the node passes one; None = every line is logged).
     """
 
-    THROTTLE_S = {"joints": 5.0, "stale": 2.0, "ignored": 2.0, "ik": 2.0, "refused": 0.0}
+    THROTTLE_S = {**GatedArm.THROTTLE_S, "joints": 5.0}
     """Least time between two log lines of one kind, s."""
+    LOG_KEY = "widowx"
 
     def __init__(self, config: WidowXArmConfig, throttle: LineThrottle | None = None) -> None:
         self.config = config
@@ -89,11 +135,7 @@ class WidowXArm:
         self.adapter.emergency_stop(bool(config.start_stopped))
         self._last_grip: bool | None = None  # direction the gripper was last driven (True = open)
         self._grip_driving = False  # a nonzero PWM is applied and the gripper has not reached its end yet
-        self._throttle = throttle
-        self.gate = ActionGate(config.action_timeout_s)
-        self.counts = ActionCounts()
-        """Actions applied and refused by reason, and the e-stop (published as amf_ros/ArmStatus)."""
-        self.counts.set_estop(bool(config.start_stopped))
+        super().__init__(config.action_timeout_s, throttle, bool(config.start_stopped))
 
     @property
     def stopped(self) -> bool:
@@ -104,12 +146,6 @@ class WidowXArm:
     def gripper_driving(self) -> bool:
         """True while a nonzero gripper PWM is applied (stopped with PWM 0 once the gripper reaches its end)."""
         return self._grip_driving
-
-    def _log(self, out: ArmCommands, level: str, kind: str, text: str, now: float | None) -> None:
-        line = text if self._throttle is None else self._throttle.line(("widowx", kind), text, now=now,
-                                                                         period_s=self.THROTTLE_S[kind])
-        if line is not None:
-            out.logs.append((level, line))
 
     def on_joint_state(self, names: Sequence[str], positions: Sequence[float],
                        now: float | None = None) -> tuple[np.ndarray | None, ArmCommands]:
@@ -133,22 +169,14 @@ class WidowXArm:
         refused ones (not 7 finite numbers), and actions while e-stopped or before the first joint state send
         nothing."""
         out = ArmCommands()
-        dropped = self.gate.refusal(stamp_ns, valid_for_ns, now_ns)
-        if dropped:
-            self.counts.refuse(self.gate.last_drop)
-            self._log(out, "warn", "stale", dropped, now)
-            return out
+        if (refused := self._gate_refusal(out, stamp_ns, valid_for_ns, now_ns, now)) is not None:
+            return refused
         try:
             cmd = self.adapter.apply(np.asarray(a7, dtype=np.float64))
         except ValueError as exc:
-            self.counts.refuse(INVALID)
-            self._log(out, "error", "refused", f"refused action: {exc}", now)
-            return out
+            return self._refuse(out, INVALID, "error", "refused", f"refused action: {exc}", now)
         if cmd is None:
-            self.counts.refuse(ESTOP if self.adapter.stopped else NO_JOINT_STATE)
-            reason = "e-stop engaged" if self.adapter.stopped else "no joint state yet"
-            self._log(out, "warn", "ignored", f"action ignored: {reason}", now)
-            return out
+            return self._not_ready(out, self.adapter.stopped, "no joint state yet", now)
         if not cmd.ik_ok:
             self.counts.refuse(NO_IK)
             self._log(out, "warn", "ik", "no IK solution within joint limits; holding", now)

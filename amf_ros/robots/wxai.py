@@ -33,10 +33,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from amf_ros.policies.postprocess import WorkspaceBounds
-from amf_ros.robots.action_gate import ESTOP, INVALID, NO_IK, NO_JOINT_STATE, ActionCounts, ActionGate
+from amf_ros.robots.action_gate import INVALID, NO_IK
 from amf_ros.robots.kinematics import exp3, log3
 from amf_ros.robots.widowx import delta_transform, proprio
-from amf_ros.robots.widowx_arm import ArmCommands, LineThrottle, WidowXArmConfig
+from amf_ros.robots.widowx_arm import ArmCommands, GatedArm, LineThrottle, WidowXArmConfig
 
 _ARM = WidowXArmConfig()
 MODEL = "wxai_v0"
@@ -133,7 +133,7 @@ def matrix_to_pose6(T: np.ndarray) -> list[float]:
     return [float(v) for v in np.concatenate([T[:3, 3], log3(T[:3, :3])])]
 
 
-class WXAIArm:
+class WXAIArm(GatedArm):
     """One WidowX AI through ``trossen_arm``: the same calls as :class:`~amf_ros.robots.widowx_arm.WidowXArm`
     (``on_action``, ``estop``, ``stop``, ``counts``, ``stopped``) plus :meth:`observe` (the arm is polled, it
     publishes no joint states) and :meth:`connect` / :meth:`close`.
@@ -144,20 +144,15 @@ class WXAIArm:
         driver: a ``trossen_arm.TrossenArmDriver`` (None = made by :meth:`connect`).
     """
 
-    THROTTLE_S = {"stale": 2.0, "ignored": 2.0, "ik": 2.0, "refused": 0.0}
-    """Least time between two log lines of one kind, s."""
+    LOG_KEY = "wxai"
 
     def __init__(self, config: WXAIConfig, throttle: LineThrottle | None = None, driver: Any = None) -> None:
         self.config = config
         self.workspace = config.workspace
         self.driver = driver
         self._ta: Any = None
-        self._throttle = throttle
-        self.gate = ActionGate(config.action_timeout_s)
-        self.counts = ActionCounts()
-        """Actions applied and refused by reason, and the e-stop (published as amf_ros/ArmStatus)."""
+        super().__init__(config.action_timeout_s, throttle, bool(config.start_stopped))
         self._stopped = bool(config.start_stopped)
-        self.counts.set_estop(self._stopped)
         self.pose: np.ndarray | None = None
         """Last measured end-effector pose (4, 4), base frame (the vendor's forward kinematics)."""
         self.gripper = 1.0
@@ -229,12 +224,6 @@ class WXAIArm:
         return None if self._target is None else self._target.copy()
 
     # -- actions ----------------------------------------------------------------------------------------------------
-    def _log(self, out: ArmCommands, level: str, kind: str, text: str, now: float | None) -> None:
-        line = text if self._throttle is None else self._throttle.line(("wxai", kind), text, now=now,
-                                                                         period_s=self.THROTTLE_S[kind])
-        if line is not None:
-            out.logs.append((level, line))
-
     def on_action(self, a7: Sequence[float], stamp_ns: int, now_ns: int, now: float | None = None,
                   valid_for_ns: int = 0) -> ArmCommands:
         """An EefDeltaAction (7,) stamped ``stamp_ns``, valid for ``valid_for_ns``, at node time ``now_ns`` -> one
@@ -244,21 +233,14 @@ class WXAIArm:
         by the vendor's IK: the arm holds its previous target). A driver error other than the IK's (the controller
         lost, in an error state) is raised: the node exits and is restarted, which configures the driver again."""
         out = ArmCommands()
-        dropped = self.gate.refusal(stamp_ns, valid_for_ns, now_ns)
-        if dropped:
-            self.counts.refuse(self.gate.last_drop)
-            self._log(out, "warn", "stale", dropped, now)
-            return out
+        if (refused := self._gate_refusal(out, stamp_ns, valid_for_ns, now_ns, now)) is not None:
+            return refused
         a = np.asarray(a7, dtype=np.float64)
         if a.shape != (7,) or not np.all(np.isfinite(a)):
-            self.counts.refuse(INVALID)
-            self._log(out, "error", "refused", f"refused action: must be 7 finite numbers, got {a!r}", now)
-            return out
+            return self._refuse(out, INVALID, "error", "refused",
+                                f"refused action: must be 7 finite numbers, got {a!r}", now)
         if self._stopped or self._target is None or self.pose is None:
-            self.counts.refuse(ESTOP if self._stopped else NO_JOINT_STATE)
-            reason = "e-stop engaged" if self._stopped else "no state read yet"
-            self._log(out, "warn", "ignored", f"action ignored: {reason}", now)
-            return out
+            return self._not_ready(out, self._stopped, "no state read yet", now)
         a = self.workspace.clip_delta(a)
         target = delta_transform(a, self.pose[:3, 3]) @ self._target
         target[:3, 3] = self.workspace.clip_position(target[:3, 3])
@@ -266,10 +248,8 @@ class WXAIArm:
         try:
             self.driver.set_cartesian_positions(matrix_to_pose6(target), ta.InterpolationSpace.joint, period, False)
         except ta.LogicError as exc:  # the vendor's IK (a lost connection is a trossen_arm.RuntimeError: raised)
-            self.counts.refuse(NO_IK)
-            self._log(out, "warn", "ik", f"the vendor's IK refused the target; holding ({str(exc).splitlines()[0]})",
-                      now)
-            return out
+            return self._refuse(out, NO_IK, "warn", "ik",
+                                f"the vendor's IK refused the target; holding ({str(exc).splitlines()[0]})", now)
         self._target = target
         self.counts.applied += 1
         out.applied = True
