@@ -11,6 +11,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from teleop_doubles import PERIOD_NS
+from teleop_doubles import ManualClock as Clock
+from teleop_doubles import TeleopOut as Out
 
 from amf_ros.runtime.teleop import (
     Controls,
@@ -28,50 +31,8 @@ from amf_ros.runtime.teleop import (
 
 REPO = Path(__file__).resolve().parents[2]
 MAPPINGS = sorted(p.stem for p in (REPO / "config" / "teleop").glob("*.yaml"))
-PERIOD_NS = 200_000_000  # 5 Hz
 # A handful of float64 multiplications and one division per entry: a few ulps of values <= 1.
 TOL = 16 * np.finfo(np.float64).eps
-
-
-class Clock:
-    """Node time on demand (ns)."""
-
-    def __init__(self, t: int = 10**12) -> None:
-        self.t = t
-
-    def __call__(self) -> int:
-        return self.t
-
-    def advance(self, periods: float = 1.0) -> None:
-        self.t += int(periods * PERIOD_NS)
-
-
-class Out:
-    """TeleopOutputs recording everything in one ordered list."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, object, int]] = []
-        self.states: list[dict] = []
-        self._lock = threading.Lock()
-
-    def send_action(self, a7: np.ndarray, stamp_ns: int) -> None:
-        with self._lock:
-            self.events.append(("action", np.array(a7), stamp_ns))
-
-    def send_stop(self, stamp_ns: int, reason: str) -> None:
-        with self._lock:
-            self.events.append(("stop", reason, stamp_ns))
-
-    def send_state(self, state: dict) -> None:
-        self.states.append(dict(state))
-
-    @property
-    def actions(self) -> list[np.ndarray]:
-        return [e[1] for e in self.events if e[0] == "action"]
-
-    @property
-    def stops(self) -> list[tuple[str, int]]:
-        return [(e[1], e[2]) for e in self.events if e[0] == "stop"]
 
 
 def console(x=0.0, y=0.0, z=0.0, roll=0.0, pitch=0.0, yaw=0.0, grip=0.0, deadman=True, fine=False, toggle=False,

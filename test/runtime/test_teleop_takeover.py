@@ -5,48 +5,16 @@ start or end around a person stops that person's actions safely."""
 from __future__ import annotations
 
 import numpy as np
+from teleop_doubles import ManualClock as Clock
+from teleop_doubles import TakeoverOut as Out
 
 from amf_ros.runtime.handover import Handover
 from amf_ros.runtime.teleop import Controls, JoyMapping, Teleop, TeleopConfig
 
-PERIOD_NS = 200_000_000
 ME, ARBITER = "/amf/teleop", "/amf/policy_server"
 MAPPING = JoyMapping.from_dict({"axes": {"x": [{"axis": 0}]}, "buttons": {"deadman": [0]}}, "test")
 HELD = Controls(motion=(1.0, 0, 0, 0, 0, 0), deadman=True)
 FREE = Controls()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 10**12
-
-    def __call__(self) -> int:
-        return self.t
-
-    def advance(self, periods: float = 1.0) -> None:
-        self.t += int(periods * PERIOD_NS)
-
-
-class Out:
-    """Records actions, stops and requests in one ordered list: (kind, value, stamp)."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, object, int]] = []
-
-    def send_action(self, a7: np.ndarray, stamp_ns: int) -> None:
-        self.events.append(("action", np.array(a7), stamp_ns))
-
-    def send_stop(self, stamp_ns: int, reason: str) -> None:
-        self.events.append(("stop", reason, stamp_ns))
-
-    def send_request(self, source: str, stamp_ns: int) -> None:
-        self.events.append(("request", source, stamp_ns))
-
-    def send_state(self, state: dict) -> None:
-        self.state = dict(state)
-
-    def kinds(self, kind: str) -> list[tuple[object, int]]:
-        return [(v, t) for k, v, t in self.events if k == kind]
 
 
 def _teleop() -> tuple[Teleop, Out, Clock]:
