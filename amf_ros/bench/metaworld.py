@@ -17,6 +17,10 @@ evaluate success per task. Methods:
 * ``uniform``: tasks drawn uniformly; no prior (the fine-tuned head alone acts).
 * ``uniform+prior``: tasks drawn uniformly; with the adaptive prior.
 * ``rebalancing``: privileged (App. J): fewest pre-training + fine-tuning demonstrations; with the adaptive prior.
+* ``progress``: a learning-progress rival: warm start, then the task with the largest predicted success gain of one
+  more demonstration, from a per-task Kalman-filter trend over the evaluation history (core/progress.py: the
+  pre-trained policy's evaluation, then every round's, each at the task's demonstration count); with the adaptive
+  prior.
 
 Demonstration scenes are paired across methods: the k-th demonstration of task t uses the same scene and noise in
 every method of a seed; evaluation scenes are the same for every method and round of a seed; uniform and
@@ -70,6 +74,8 @@ METHODS: dict[str, Method] = {
     "uniform": Method("uniform", False),
     "uniform+prior": Method("uniform", True),
     "rebalancing": Method("rebalancing", True),
+    # the learning-progress rival (core/progress.py): reads the per-round evaluations, not the policy
+    "progress": Method("progress", True),
     # the uncertainty ablation (paper Fig. 4): AMF with other kernels
     "amf-last_layer": Method("amf", True, "last_layer"),
     "amf-dropout": Method("amf", True, "dropout"),
@@ -83,7 +89,8 @@ METHODS: dict[str, Method] = {
 }
 """Method name -> :class:`Method`."""
 
-RNG_STREAMS: tuple[str, ...] = ("amf", "rebalancing", "uniform", "action_l2", "diversity", "dropout", "gu", "vfd")
+RNG_STREAMS: tuple[str, ...] = ("amf", "rebalancing", "uniform", "action_l2", "diversity", "dropout", "gu", "vfd",
+                                 "progress")
 """Selection random stream per selector (fixed order: the first three keep the draws of earlier results)."""
 
 
@@ -326,9 +333,14 @@ def load_for_method(ckpt: str, use_prior: bool, cfg: MetaworldBenchConfig) -> An
     return policy
 
 
-def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: str, ckpt: str) -> dict[str, Any]:
-    """Rounds 1..R of one method from the pre-trained checkpoint; per-round success, counts, alpha, selections."""
+def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: str, ckpt: str,
+               pre_success: dict[str, float] | None = None) -> dict[str, Any]:
+    """Rounds 1..R of one method from the pre-trained checkpoint; per-round success, counts, alpha, selections.
+
+    ``pre_success``: the pre-trained policy's success per task (pretrain_job's evaluation, the same scenes), the
+    first point of ``progress``'s evaluation history; None = evaluated here when the method needs it."""
     from amf_ros.core.acquisition import ENSEMBLE_METRICS, PEER_RULES
+    from amf_ros.core.progress import Evaluation, progress_score_fn
     from amf_ros.core.selectors import make_selector
     from amf_ros.runtime.fine_tune_worker import MEMBER_SEED_OFFSET
     from amf_ros.training import pretrain as pt
@@ -349,7 +361,7 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
         # the second head of the disagreement rules: same checkpoint and data, other minibatches and noise (as
         # policy_server's ensemble member 1)
         member.config = dataclasses.replace(member.config, seed=member.config.seed + MEMBER_SEED_OFFSET)
-    scored = spec.selector == "amf" or spec.selector in PEER_RULES
+    scored = spec.selector in ("amf", "progress") or spec.selector in PEER_RULES
     selector = make_selector(spec.selector, tasks=cfg.tasks, **({"warm_start": True} if scored else {}))
     pre_counts = cfg.pretrain_config(allocation, seed).counts()
     replay = pt.pretraining_demos(cfg.pretrain_config(allocation, seed)) if cfg.replay_fraction > 0 else []
@@ -360,6 +372,12 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
     counts = {t: 0 for t in cfg.tasks}
     rows: list[dict[str, Any]] = []
     timing = {"select": 0.0, "finetune": 0.0, "evaluate": 0.0}
+    history: list[Evaluation] = []  # progress: every evaluation so far, each at the task's demonstration count
+    if spec.selector == "progress":
+        t1 = time.perf_counter()
+        first = dict(pre_success) if pre_success is not None else ops.evaluate(policy)
+        timing["evaluate"] += time.perf_counter() - t1
+        history.extend(Evaluation(t, 0, float(first[t]), cfg.eval_episodes) for t in cfg.tasks)
     for rnd in range(1, cfg.rounds + 1):
         picks: list[str] = []
         round_warm, round_scores, round_info = False, {}, {}
@@ -367,7 +385,9 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
             t1 = time.perf_counter()
             unseen = [t for t in cfg.tasks if counts[t] == 0]
             score_fn = None
-            if scored and not unseen:
+            if scored and not unseen and spec.selector == "progress":
+                score_fn = progress_score_fn(history, counts)
+            elif scored and not unseen:
                 score_fn = method_score_fn(spec, policy, selection_copy, member, demos, warm, cfg, seed)
             batch = cfg.demos_per_round - len(picks)
             if scored and unseen:
@@ -399,6 +419,8 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
         t1 = time.perf_counter()
         success = ops.evaluate(policy)
         timing["evaluate"] += time.perf_counter() - t1
+        if spec.selector == "progress":
+            history.extend(Evaluation(t, counts[t], float(success[t]), cfg.eval_episodes) for t in cfg.tasks)
         rows.append({"round": rnd, "selected": picks, "warm_start": round_warm,
                      "scores": {k: float(v) for k, v in round_scores.items()}, "counts": dict(counts),
                      "phi_sq_norm": round_info.get("mean_sq_norm_phi"),
@@ -476,12 +498,15 @@ def run(cfg: MetaworldBenchConfig, jobs: int = 1, work_dir: str | os.PathLike | 
     tmp = Path(tempfile.mkdtemp(prefix=f"amf_{cfg.suite}_", dir=work_dir))
     pre_jobs = [(cfg, a, s, str(tmp / f"pretrained_{a}_{s}")) for a in cfg.allocations
                 for s in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]
-    meth_jobs = [(cfg, a, s, m, ck) for _, a, s, ck in pre_jobs for m in cfg.methods]
-    bar = tqdm(total=len(pre_jobs) + len(meth_jobs), desc=f"{cfg.suite} ({kind})", unit="run",
+    bar = tqdm(total=len(pre_jobs) * (1 + len(cfg.methods)), desc=f"{cfg.suite} ({kind})", unit="run",
                disable=not progress)
     try:
         with Engine(kind, jobs, ray_address) as ex:
             pre = ex.map(pretrain_job, pre_jobs, lambda: bar.update(1))
+            # the pre-trained evaluation of each (allocation, seed) is progress's first point (no second evaluation)
+            first = {(p["allocation"], p["seed"]): p["success"] for p in pre}
+            meth_jobs = [(cfg, a, s, m, ck, first.get((a, s)) if METHODS[m].selector == "progress" else None)
+                         for _, a, s, ck in pre_jobs for m in cfg.methods]
             runs = ex.map(method_job, meth_jobs, lambda: bar.update(1))
     finally:
         bar.close()

@@ -1,5 +1,5 @@
-"""Task selectors behind one interface: amf, uniform, round_robin, rebalancing, and the peer rules vfd, action_l2,
-gu, diversity, dropout.
+"""Task selectors behind one interface: amf, uniform, round_robin, rebalancing, progress, and the peer rules vfd,
+action_l2, gu, diversity, dropout.
 
 Why one interface: the benchmarks, the ROS task_selector node and the NN experiments swap selectors by name
 (``make_selector("amf")``) and log the same :class:`Selection` (chosen tasks plus every candidate's score).
@@ -11,6 +11,10 @@ Why one interface: the benchmarks, the ROS task_selector node and the NN experim
 * ``round_robin`` -- the candidate with the fewest fine-tuning demonstrations, ties in candidate order.
 * ``rebalancing`` -- App. J's privileged baseline: fewest *pre-training + fine-tuning* demonstrations
   (needs ``pretrain_counts``, which AMF never sees).
+* ``progress`` -- a learning-progress rival: warm start, then the greedy argmax of the predicted success gain of one
+  more demonstration, from a per-task Kalman-filter trend of the evaluation history (score function
+  :func:`amf_ros.core.progress.progress_score_fn`, which states the estimator); each pick moves that task along its
+  predicted curve (the batch rule); exact ties (e.g. every task at success 1) broken at random.
 * ``vfd``, ``action_l2``, ``gu`` -- SAVE's ensemble-disagreement rules (learnsyslab/uq_vla), batch rule
   "task-weighted": B i.i.d. draws with P(c) proportional to u(c)^T, u = -score (:class:`UncertaintySelector`).
 * ``dropout`` -- the AMF paper's Dropout baseline: the B candidates of highest prior entropy (top-B).
@@ -130,11 +134,39 @@ class AMFSelector(SelectorBase):
                                 "amf needs a score_fn once the warm start is over")
 
 
+class ProgressSelector(SelectorBase):
+    """Warm start, then the greedy argmin of -(predicted gain of one more demonstration), the score function being
+    :func:`amf_ros.core.progress.progress_score_fn` on the evaluation history (it gets the picks so far).
+
+    Args:
+        tasks: the known task set (candidates outside it raise ValueError); None = accept any key.
+        warm_start: each candidate without a demonstration first (a slope needs a second evaluation point).
+    """
+
+    name = "progress"
+
+    def __init__(self, tasks: Sequence[str] | None = None, warm_start: bool = True) -> None:
+        super().__init__(tasks)
+        self.warm_start = bool(warm_start)
+
+    def select(self, candidates: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
+               batch_size: int = 1, score_fn: ScoreFn | None = None,
+               pretrain_counts: Mapping[str, int] | None = None) -> Selection:
+        """Warm start (if enabled), then the greedy argmin of ``score_fn``; exact ties broken with ``rng``."""
+        cands = check_candidates(candidates, demo_counts, batch_size, self.known)
+        chosen = warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
+        info: dict = {"warm_start_tasks": list(chosen)}
+        return greedy_selection(cands, chosen, bool(chosen), info, demo_counts, batch_size, score_fn,
+                                "progress needs a score_fn once the warm start is over "
+                                "(amf_ros.core.progress.progress_score_fn on the evaluation history)", tie_rng=rng)
+
+
 _SELECTORS: dict[str, type[Selector]] = {
     "amf": AMFSelector,
     "uniform": UniformSelector,
     "round_robin": RoundRobinSelector,
     "rebalancing": RebalancingSelector,
+    "progress": ProgressSelector,
     "vfd": VFDSelector,
     "action_l2": ActionL2Selector,
     "gu": GUSelector,
@@ -149,8 +181,8 @@ SELECTOR_NAMES: tuple[str, ...] = tuple(_SELECTORS)
 def make_selector(name: str, **kwargs) -> Selector:
     """Build a selector by name (:data:`SELECTOR_NAMES`).
 
-    kwargs: ``tasks`` (known task set, all selectors); ``warm_start`` (amf and the peer rules); ``batch_rule`` and
-    ``temperature`` (vfd, action_l2, gu, dropout).
+    kwargs: ``tasks`` (known task set, all selectors); ``warm_start`` (amf, progress and the peer rules);
+    ``batch_rule`` and ``temperature`` (vfd, action_l2, gu, dropout).
     """
     if name not in _SELECTORS:
         raise ValueError(f"unknown selector {name!r}; choose from {list(_SELECTORS)}")

@@ -6,6 +6,9 @@ The AMF-NN score is :func:`amf_ros.core.amf_nn.amf_nn_score_fn`, the same functi
 the first recorded episode of every task (the warm start; ``targets="all"``: every episode), the target tasks are
 the tasks of those episodes, and the embeddings of each (episode, frames) are cached until the policy changes.
 
+Selector ``progress`` (core/progress.py) needs no policy: it reads the evaluation history, which policy_server's
+outcomes topic (every finished run_policy goal) and checkpoint announcements give: :class:`EvaluationHistory`.
+
 Concurrency: a request takes the (policy, embedding cache) pair once, under the lock, and uses only that pair; a
 reload swaps in a new pair (never mutates the one a request is reading), so a reload during a request neither
 mixes two policies' embeddings in one score nor leaves the old policy's embeddings in the new policy's cache.
@@ -35,6 +38,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+PROGRESS_HISTORY = "progress_history.json"
+"""Under ``checkpoint_dir``: selector progress's evaluation history (:class:`EvaluationHistory`), rewritten atomically
+on every new announcement and outcome, so that a restart of task_selector keeps it."""
+
 FROZEN_RECORD = "selection_frozen.json"
 """Under ``checkpoint_dir``: the checkpoint ``selection_policy: frozen`` froze (``{"checkpoint": path}``), so that a
 restart keeps it instead of moving to the newest round (issue 29); written atomically when the first copy loads."""
@@ -59,6 +66,114 @@ class Decision:
     robot: str = ""
     pending: list[tuple[str, str]] = field(default_factory=list)
     """(robot, task) assignments of other robots, not recorded yet, that this decision conditioned on."""
+
+
+class EvaluationHistory:
+    """The evaluation history of the ``progress`` selector, from policy_server's messages (no shared state).
+
+    Every finished run_policy goal (policy_server's outcomes topic: task, success) is one evaluation episode of the
+    policy that was acting then: the newest checkpoint announced at or before the outcome's stamp (policy_server
+    stamps both with its clock, so outcomes and announcements that arrive out of order are still grouped right).
+    Each checkpoint's episodes give one :class:`~amf_ros.core.progress.Evaluation` per task: success rate = the
+    share of successful episodes, at the task's demonstration count in the store when the checkpoint was announced
+    (policy_server fine-tunes on every episode recorded before the fine-tune, so an episode recorded during one is
+    counted one checkpoint early: a known approximation). Outcomes before the first announcement are dropped (their
+    demonstration counts are unknown). Thread-safe.
+
+    Args:
+        path: JSON file that keeps the history across restarts (read at construction, rewritten atomically on every
+            change; an unreadable one is set aside with a note in :attr:`notes`); None = in memory only.
+        max_outcomes: the oldest outcomes beyond this are forgotten (bounds memory and the file).
+    """
+
+    def __init__(self, path: str | Path | None = None, max_outcomes: int = 100_000) -> None:
+        self._lock = threading.Lock()
+        self._checkpoints: list[tuple[float, int, dict[str, int]]] = []  # (stamp, round, demo counts), by stamp
+        self._outcomes: list[tuple[float, str, bool]] = []  # (stamp, task, success)
+        self.max_outcomes = int(max_outcomes)
+        self.dropped = 0
+        self.path = Path(path) if path is not None else None
+        self.notes: list[str] = []
+        if self.path is not None:
+            self._read()
+
+    def _read(self) -> None:
+        """Load the history of an earlier start from :attr:`path` (missing = none)."""
+        import json
+
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            checkpoints = [(float(t), int(r), {str(k): int(v) for k, v in c.items()}) for t, r, c in doc["checkpoints"]]
+            outcomes = [(float(t), str(task), bool(ok)) for t, task, ok in doc["outcomes"]]
+        except FileNotFoundError:
+            return
+        except Exception as exc:  # unreadable: start again, say so (the next write replaces it)
+            self.notes.append(f"progress: cannot read the evaluation history {self.path} ({exc}); starting a new one")
+            return
+        self._checkpoints = sorted(checkpoints, key=lambda c: c[0])
+        self._outcomes = outcomes[-self.max_outcomes:]
+        self.notes.append(f"progress: evaluation history of {len(self._outcomes)} episode(s) over "
+                          f"{len(self._checkpoints)} checkpoint(s) read from {self.path}")
+
+    def _write(self) -> None:
+        """Rewrite :attr:`path` (caller holds the lock); a failure is noted once and the history stays in memory."""
+        from amf_ros.atomic import atomic_write_json
+
+        if self.path is None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.path, {"checkpoints": [[t, r, c] for t, r, c in self._checkpoints],
+                                          "outcomes": [list(o) for o in self._outcomes]}, indent=None)
+        except OSError as exc:
+            note = f"progress: cannot write the evaluation history to {self.path} ({exc}); it is kept in memory"
+            if note not in self.notes:
+                self.notes.append(note)
+
+    def on_checkpoint(self, round_: int, stamp: float, demo_counts: Mapping[str, int]) -> bool:
+        """A checkpoint announcement (round, stamp) with the store's counts now; a round seen before is ignored
+        (the latched topic repeats the newest). Returns True if it was new."""
+        with self._lock:
+            if any(r == int(round_) for _, r, _ in self._checkpoints):
+                return False
+            self._checkpoints.append((float(stamp), int(round_), {k: int(v) for k, v in demo_counts.items()}))
+            self._checkpoints.sort(key=lambda c: c[0])
+            self._write()
+            return True
+
+    def on_outcome(self, task: str, success: bool, stamp: float) -> None:
+        """One finished run_policy goal (an evaluation episode) of ``task``."""
+        with self._lock:
+            self._outcomes.append((float(stamp), str(task), bool(success)))
+            if len(self._outcomes) > self.max_outcomes:
+                del self._outcomes[0]
+            self._write()
+
+    def evaluations(self) -> list[Any]:
+        """``[Evaluation]`` in checkpoint order (core/progress.py's input)."""
+        from bisect import bisect_right
+
+        from amf_ros.core.progress import Evaluation
+
+        with self._lock:
+            checkpoints, outcomes = list(self._checkpoints), list(self._outcomes)
+        stamps = [c[0] for c in checkpoints]
+        groups: dict[int, dict[str, list[bool]]] = {}
+        dropped = 0
+        for stamp, task, success in outcomes:
+            i = bisect_right(stamps, stamp) - 1
+            if i < 0:
+                dropped += 1
+                continue
+            groups.setdefault(i, {}).setdefault(task, []).append(success)
+        self.dropped = dropped
+        return [Evaluation(task, int(checkpoints[i][2].get(task, 0)), float(np.mean(runs)), len(runs))
+                for i in sorted(groups) for task, runs in groups[i].items()]
+
+    def summary(self) -> str:
+        """``"N evaluation episodes over K checkpoints"`` for a decision's message."""
+        with self._lock:
+            return f"{len(self._outcomes)} evaluation episode(s) over {len(self._checkpoints)} checkpoint(s)"
 
 
 class PendingAssignments:
@@ -127,13 +242,15 @@ class TaskSelection:
         action_space: which recorded action labels the embeddings ("metaworld" = native, "eef7" = wire action).
         episode_loader: ``episode ids -> transitions`` (default: the store's states; the Octo backend: cached
             trunk embeddings, see datasets.EpisodeCache).
+        progress: the ``progress`` estimator's settings (core/progress.py; None = its defaults).
     """
 
     def __init__(self, selector: str, instructions: Mapping[str, str], dataset_dir: str | Path, seed: int = 0,
                  form: str = "log_variance", noise_var: float = 1.0, prior_var: float = 1.0,
                  frames_per_episode: int = 16, max_points: int = 0, action_space: str = "metaworld",
                  targets: str = "warm", condition_on_data: bool = True, episode_loader: Any = None,
-                 max_batch_size: int = 16) -> None:
+                 max_batch_size: int = 16, progress: Any = None) -> None:
+        from amf_ros.core.progress import ProgressConfig
         from amf_ros.core.selectors import make_selector
 
         if not instructions:
@@ -158,6 +275,10 @@ class TaskSelection:
         self.cache = datasets.EpisodeCache(dataset_dir, action_space, loader=episode_loader)
         self._lock = threading.Lock()
         self._state = _PolicyState(None, {}, "", None)
+        self.progress = progress if progress is not None else ProgressConfig()
+        self.history = EvaluationHistory()
+        """What ``progress`` scores from (filled by :class:`TaskSelectorRuntime` from policy_server's messages; it
+        gives it a file under checkpoint_dir)."""
         self.no_policy_reason: Callable[[], str] = lambda: ""
         """Why there is no policy yet, for the refusal of a selector that needs one (the node's not-ready reason)."""
 
@@ -227,6 +348,11 @@ class TaskSelection:
             score_fn = base if not pending else (lambda c, chosen: base(c, [*pending, *chosen]))
         elif self.selector_name in PEER_RULES and not unseen:
             score_fn = self._peer_score_fn(state, cands)
+        elif self.selector_name == "progress":  # no policy needed: scores exist from the first request on
+            from amf_ros.core.progress import progress_score_fn
+
+            # other robots' pending tasks count as demonstrations after the last evaluation (predicted, as a pick)
+            score_fn = progress_score_fn(self.history.evaluations(), with_pending, self.progress)
         selection = self.selector.select(cands, with_pending, self.rng, batch_size=batch_size, score_fn=score_fn,
                                          pretrain_counts=state.pretrain_counts)
         ess = selection.info.get("effective_sample_size", {}) if isinstance(selection.info, dict) else {}
@@ -234,6 +360,8 @@ class TaskSelection:
         chosen = list(selection.tasks)
         msg = (f"{self.selector_name}: {'warm start, ' if selection.warm_start else ''}chose {chosen} "
                f"(counts {demo_counts}); policy: {state.checkpoint or 'none'}")
+        if self.selector_name == "progress":
+            msg += f"; history: {self.history.summary()}"
         return Decision(task=chosen[0], instruction=self.instructions[chosen[0]], selected_tasks=chosen,
                         tasks=cands, scores=scores, demo_counts=[demo_counts[c] for c in cands],
                         warm_start=bool(selection.warm_start), selector=self.selector_name,
@@ -289,7 +417,7 @@ class TaskSelection:
         if not why:
             return default
         return (f"{why} (selector {self.selector_name!r} needs a policy after the warm start; the warm start, "
-                "uniform and round_robin answer without one)")
+                "uniform, round_robin and progress answer without one)")
 
     def _amf_score_fn(self, state: _PolicyState) -> Any:
         """ScoreFn of AMF-NN (core/amf_nn.py) on ``state``'s policy, filling ``state``'s embedding cache."""
@@ -376,6 +504,15 @@ class OctoSelection:
         return lambda ids: self.cache.transitions(episode_ids=ids)
 
 
+def progress_config(p: TaskSelectorParams) -> Any:
+    """The ``progress`` estimator's settings (core/progress.py ProgressConfig) from the node's parameters."""
+    from amf_ros.core.progress import ProgressConfig
+
+    return ProgressConfig(slope_prior_sd=p.progress_slope_prior_sd, level_process_var=p.progress_level_process_var,
+                          slope_process_var=p.progress_slope_process_var, obs_var_floor=p.progress_obs_var_floor,
+                          ucb=p.progress_ucb)
+
+
 def camera_episode_loader(dataset_dir: str | Path, checkpoint: str | Path
                           ) -> Callable[[Sequence[str]], dict[str, np.ndarray] | None] | None:
     """``episode ids -> transitions`` for a camera-policy checkpoint (``trunk: image_pretrained``): its frozen
@@ -437,8 +574,11 @@ class TaskSelectorRuntime:
             action_space=p.action_space, targets=p.targets, condition_on_data=p.condition_on_data,
             episode_loader=(self.octo.episode_loader() if self.octo is not None
                             else camera_episode_loader(p.dataset_dir, checkpoint)),
-            max_batch_size=p.max_batch_size)
+            max_batch_size=p.max_batch_size, progress=progress_config(p))
         self.selection.no_policy_reason = self.not_ready
+        if p.selector == "progress":  # its evaluation history survives a restart
+            self.selection.history = EvaluationHistory(Path(p.checkpoint_dir) / PROGRESS_HISTORY)
+            self.notes.extend(self.selection.history.notes)
         if policy is not None:
             self.selection.set_policy(policy, checkpoint, self._pretrain_counts(checkpoint), members)
             self._freeze(checkpoint)
@@ -491,6 +631,15 @@ class TaskSelectorRuntime:
         if self.not_ready():
             decision.message += f"; answered without a policy, task_selector is {self.not_ready()}"
         return decision
+
+    def on_announcement(self, round_: int, stamp: float) -> bool:
+        """policy_server announced checkpoint ``round_`` (its header stamp, seconds): a new group of ``progress``'s
+        evaluation history, at the store's demonstration counts now. Returns True if the round was new."""
+        return self.selection.history.on_checkpoint(round_, stamp, self.selection.cache.demo_counts())
+
+    def on_outcome(self, task: str, success: bool, stamp: float) -> None:
+        """policy_server finished a run_policy goal of ``task`` (its outcomes topic): one evaluation episode."""
+        self.selection.history.on_outcome(task, success, stamp)
 
     def on_episode(self, robot: str, task: str) -> bool:
         """A robot saved an episode of ``task``: its assignment is done (True if it had one)."""

@@ -126,3 +126,27 @@ def test_uniform_without_prior_has_no_alpha(checkpoint: Path) -> None:
     assert not policy.uses_prior
     out = method_job(dataclasses.replace(cfg), "mismatched", 0, "uniform", str(checkpoint))
     assert out["rounds"][0]["alpha"] == {}
+
+
+@pytest.mark.slow
+def test_progress_warm_starts_then_scores_from_its_evaluation_history(checkpoint: Path) -> None:
+    cfg = MetaworldBenchConfig(tasks=TASKS, task_encoder="hash", rounds=5, finetune_steps=20, alpha_steps=10,
+                               eval_episodes=1, eval_slots=1, pretrain_demos=4, methods=["progress"])
+    # the pre-trained evaluation as pretrain_job reports it: the pre-trained tasks solved, the new ones not
+    pre = {"faucet-open": 1.0, "drawer-close": 1.0, "push": 0.0, "drawer-open": 0.0}
+    out = method_job(cfg, "mismatched", 0, "progress", str(checkpoint), pre)
+    rows = out["rounds"]
+    assert sorted(r["selected"][0] for r in rows[:4]) == sorted(TASKS) and all(r["warm_start"] for r in rows[:4])
+    last = rows[4]
+    assert not last["warm_start"] and set(last["scores"]) == set(TASKS)
+    # score = -(predicted gain of one more demonstration), a success difference: in [-1, 0] up to rounding
+    assert all(-1.0 - 1e-9 <= v <= 1e-9 for v in last["scores"].values()), last["scores"]
+    assert last["selected"][0] == min(last["scores"], key=last["scores"].get)
+    # the scores are progress_score_fn's on the history the job must have fed: the pre-trained evaluation at 0
+    # demonstrations, then every round's evaluation at that round's counts
+    from amf_ros.core.progress import Evaluation, progress_score_fn
+
+    history = [Evaluation(t, 0, pre[t], 1) for t in TASKS] + [
+        Evaluation(t, r["counts"][t], r["success"][t], 1) for r in rows[:4] for t in TASKS]
+    expected = progress_score_fn(history, rows[3]["counts"])(TASKS, [])
+    np.testing.assert_allclose([last["scores"][t] for t in TASKS], expected, rtol=0, atol=1e-12)

@@ -22,7 +22,10 @@ class TaskSelectorParams(OctoTrunkParams):
         "diversity (k-center greedy) and dropout (MC-dropout prior entropy) with the loaded policy; vfd, action_l2 "
         "and gu (SAVE's ensemble disagreement) with the loaded checkpoint's ensemble members, which policy_server "
         "writes with ensemble_members >= 2 (a checkpoint without them: ok=false saying so; use selection_policy "
-        "'latest').",
+        "'latest'). progress (a learning-progress rival, amf_ros/core/progress.py) needs no policy: after the warm "
+        "start it picks the task with the largest predicted success gain per demonstration, from the run_policy "
+        "outcomes on outcomes_topic grouped by announced checkpoint (without outcomes every task scores the "
+        "prior's gain and ties are drawn at random).",
         choices=SELECTOR_NAMES,
     )
     tasks: tuple[str, ...] = param(
@@ -122,6 +125,35 @@ class TaskSelectorParams(OctoTrunkParams):
         True,
         "Pass the checkpoint's pre-training demonstration counts (its pretrain.json) to the selector; only the "
         "privileged rebalancing baseline uses them.",
+    )
+    outcomes_topic: str = param(
+        "policy/outcomes",
+        "policy_server's finished run_policy goals (amf_ros/TaskStatus): with the checkpoint announcements, the "
+        "evaluation history of selector 'progress' (each goal is one evaluation episode of the checkpoint acting "
+        "at its stamp; kept in <checkpoint_dir>/progress_history.json, so a restart keeps it).",
+    )
+    progress_ucb: float = param(
+        1.0,
+        "Selector 'progress': the slope it scores is mean + progress_ucb x sd of the Kalman-filtered improvement "
+        "per demonstration (0 = the mean; amf_ros/core/progress.py).",
+        range=(0.0, 100.0),
+    )
+    progress_slope_prior_sd: float = param(
+        0.25, "Selector 'progress': prior sd of a task's improvement in success per demonstration.",
+        range=(1e-06, 10.0),
+    )
+    progress_level_process_var: float = param(
+        0.0025, "Selector 'progress': drift variance of a task's success level per evaluated checkpoint.",
+        range=(0.0, 1.0),
+    )
+    progress_slope_process_var: float = param(
+        0.001, "Selector 'progress': drift variance of a task's slope per demonstration of that task.",
+        range=(0.0, 1.0),
+    )
+    progress_obs_var_floor: float = param(
+        0.001,
+        "Selector 'progress': floor of the observation variance p(1-p)/n of a success rate over n episodes.",
+        range=(1e-09, 1.0),
     )
     torch_threads: int = param(
         1,

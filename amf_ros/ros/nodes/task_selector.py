@@ -1,12 +1,14 @@
 """task_selector: answers /amf/next_task (which task should a human demonstrate next?).
 
 Keeps its own copy of the policy (paper: a separate copy for selection), loaded from the newest checkpoint and
-reloaded on /amf/checkpoint; reads the episode store; runs the configured selector. The logic lives in
+reloaded on /amf/checkpoint; reads the episode store; runs the configured selector (``progress``: on the history of
+policy_server's run_policy outcomes, grouped by the announced checkpoints). The logic lives in
 amf_ros.runtime.task_selector; this node maps messages to calls. Parameters: amf_ros/bringup/params/task_selector.py.
 """
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -16,7 +18,7 @@ from std_msgs.msg import Header
 from amf_ros.bringup.graph_lock import hold_node_lock
 from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.bringup.params.task_selector import TaskSelectorParams
-from amf_ros.msg import CheckpointInfo, EpisodeInfo, TaskDecision
+from amf_ros.msg import CheckpointInfo, EpisodeInfo, TaskDecision, TaskStatus
 from amf_ros.ros import qos
 from amf_ros.ros.params import declare
 from amf_ros.ros.spin import spin
@@ -51,8 +53,12 @@ class TaskSelectorNode(Node):
                             callback_group=MutuallyExclusiveCallbackGroup())
         self.decision_pub = self.create_publisher(TaskDecision, self.p.decision_topic, qos.LATCHED)
         reloads = MutuallyExclusiveCallbackGroup()  # checkpoint loads and readiness checks (seconds)
+        # the history of selector progress: announcements are stamped and counted before the (seconds-long) reload
         self.create_subscription(CheckpointInfo, self.p.checkpoint_topic, self.on_checkpoint, qos.LATCHED,
                                  callback_group=reloads)
+        if self.p.selector == "progress":
+            self.create_subscription(TaskStatus, self.p.outcomes_topic, self.on_outcome, qos.EVENTS,
+                                     callback_group=MutuallyExclusiveCallbackGroup())
         # latched "ready: ..." / "not ready: <reason and what to do>" (backend octo waits for its checkpoint)
         self.status = StatusLine(self)
         readiness, self._ready_timer = self.runtime.readiness, None
@@ -65,7 +71,7 @@ class TaskSelectorNode(Node):
                                      callback_group=MutuallyExclusiveCallbackGroup())
         if self._ready_timer is not None:
             line = (f"{self.runtime.not_ready()}; next_task answers meanwhile where no policy is needed (warm start, "
-                    "uniform, round_robin)")
+                    "uniform, round_robin, progress)")
             self.status.not_ready(line)  # one line; every refused request says it again
         else:
             self._ready()
@@ -87,6 +93,8 @@ class TaskSelectorNode(Node):
 
     def on_checkpoint(self, msg: CheckpointInfo) -> None:
         """Reload the policy copy (in this callback group, so next_task keeps answering with the old copy)."""
+        if self.p.selector == "progress":
+            self.runtime.on_announcement(int(msg.round), _seconds(msg.header.stamp))
         try:
             reloaded, note = self.runtime.on_checkpoint(msg.path)
         except Exception as exc:
@@ -96,6 +104,10 @@ class TaskSelectorNode(Node):
             self.get_logger().info(f"{note} (round {msg.round})")
         elif msg.path != self.runtime.checkpoint:
             self.get_logger().info(note)
+
+    def on_outcome(self, msg: TaskStatus) -> None:
+        """A finished run_policy goal: one evaluation episode in selector progress's history."""
+        self.runtime.on_outcome(msg.task, bool(msg.success), _seconds(msg.header.stamp))
 
     def on_episode(self, robot: str, msg: EpisodeInfo) -> None:
         """A saved episode of ``robot``: its assignment is done; log the assignments that expired unrecorded."""
@@ -126,6 +138,12 @@ class TaskSelectorNode(Node):
         self.decision_pub.publish(decision_msg(response, self.get_clock().now().to_msg()))
         self.get_logger().info(f"next_task -> {d.task} ({d.compute_time * 1e3:.1f} ms): {d.message}")
         return response
+
+
+def _seconds(stamp: object) -> float:
+    """A header stamp in seconds; an unstamped message (0) gets the arrival time."""
+    t = int(stamp.sec) + 1e-9 * int(stamp.nanosec)
+    return t if t > 0 else time.time()
 
 
 def decision_msg(response: NextTask.Response, stamp: object) -> TaskDecision:
