@@ -129,10 +129,11 @@ class MetaworldBenchConfig:
     """Share of every fine-tuning minibatch drawn from the pre-training demonstrations (uq_vla: 0.5); 0 = none."""
     success_threshold: float = 0.9
     """Success rate whose first crossing is reported as "demonstrations to reach" (SAVE's and the paper's form)."""
-    pretrain_demos: int = 16
-    """Total pre-training demonstrations ([8, 8, 0, 0] mismatched, [4, 4, 4, 4] uniform for 4 tasks)."""
-    pretrain_steps: int = 1500
-    """Gradient steps of pre-training."""
+    pretrain_demos: int | None = None
+    """Total pre-training demonstrations (16 = [8, 8, 0, 0] mismatched, [4, 4, 4, 4] uniform for 4 tasks); None = the
+    suite's (:attr:`amf_ros.envs.suites.Suite.pretrain_demos`: Metaworld 16, WidowX 32)."""
+    pretrain_steps: int | None = None
+    """Gradient steps of pre-training; None = the suite's (Metaworld 1500, WidowX 3000)."""
     finetune_steps: int = FINE_TUNE.steps
     """Gradient steps per fine-tuning round (paper: 3000 on GPU)."""
     batch_size: int = FINE_TUNE.batch_size
@@ -193,6 +194,8 @@ class MetaworldBenchConfig:
                           else list(suite.default_tasks))
         self.tasks = list(self.tasks)
         self.noise_std = suite.noise_std if self.noise_std is None else float(self.noise_std)
+        self.pretrain_demos = suite.pretrain_demos if self.pretrain_demos is None else int(self.pretrain_demos)
+        self.pretrain_steps = suite.pretrain_steps if self.pretrain_steps is None else int(self.pretrain_steps)
         self.allocations, self.methods = list(self.allocations), list(self.methods)
         bad = [m for m in self.methods if m not in METHODS]
         if bad or not self.methods:
@@ -716,13 +719,13 @@ BENCH_DEFAULTS: dict[str, dict[str, Any]] = {
     "metaworld": {},
     "widowx": {"suite": "widowx", "allocations": ["mismatched"],
                "methods": ["amf", "uniform+prior", "uniform", "rebalancing"], "eval_slots": 10,
-               "pretrain_demos": 32, "pretrain_steps": 3000, "success_threshold": 0.8},
+               "success_threshold": 0.8},
 }
 """What `amf bench <suite>` starts from, on top of the MetaworldBenchConfig defaults (then --config, then flags).
-config/bench/<suite>.yaml holds the same values (a test checks). WidowX: one allocation (mismatched: 16 successful
-demonstrations each of spoon_on_towel and carrot_on_plate, 3000 steps), four methods, 12 rounds, reach threshold 0.8;
-evaluation (40 environments in one lockstep wave) is about 3/4 of a method run; the whole run fits about 30 min with
-``--jobs 2`` on 2 cores (docs/results/widowx/README.md)."""
+config/bench/<suite>.yaml holds the same values (a test checks). WidowX: one allocation (mismatched, the suite's
+budget: 16 successful demonstrations each of spoon_on_towel and carrot_on_plate, 3000 steps), four methods, 12
+rounds, reach threshold 0.8; evaluation (40 environments in one lockstep wave) is about 3/4 of a method run; the
+whole run fits about 30 min with ``--jobs 2`` on 2 cores (docs/results/widowx/README.md)."""
 
 
 def bench_config(suite: str, path: str | os.PathLike | None = None, **overrides: Any) -> MetaworldBenchConfig:
@@ -805,6 +808,8 @@ def _main(argv: Sequence[str], suite: str) -> int:
     parser.add_argument("--replay-fraction", type=float, default=None,
                         help="share of each fine-tuning minibatch from the pre-training demonstrations (uq_vla: 0.5)")
     parser.add_argument("--tasks", nargs="+", default=None, help="task keys of the suite (default: its four)")
+    parser.add_argument("--noise-var", type=float, default=None,
+                        help="AMF's observation noise variance of the criterion (default: from the config, 1.0)")
     parser.add_argument("--trunk", choices=TRUNKS, default=None,
                         help="what the policy sees: state (default) or image_pretrained (the camera policy on a "
                              "frozen pretrained encoder; WidowX)")
@@ -840,7 +845,8 @@ def _main(argv: Sequence[str], suite: str) -> int:
     cfg = bench_config(suite, args.config, seeds=args.seeds, first_seed=args.first_seed, rounds=args.rounds,
                        methods=args.methods, allocations=args.allocations, eval_episodes=args.eval_episodes,
                        selection_copy=args.selection_copy, demos_per_round=args.demos_per_round,
-                       replay_fraction=args.replay_fraction, tasks=args.tasks, trunk=args.trunk)
+                       replay_fraction=args.replay_fraction, tasks=args.tasks, trunk=args.trunk,
+                       noise_var=args.noise_var)
     jobs = args.jobs or os.cpu_count() or 1
     t0 = time.perf_counter()
     raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress, engine=args.engine or "",
