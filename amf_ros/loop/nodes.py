@@ -26,6 +26,20 @@ DEMO_SEED_OFFSET = 10_000
 robot)."""
 EVAL_SEED_OFFSET = 1_000_000
 """Evaluation scenes: sim_bridge's reset seed is this + the episode (fixed scenes, the same every round)."""
+TRUNKS = ("state", "image_pretrained")
+"""What the policy of `amf run` sees (policy_server's ``trunk``): the state vector, or the primary camera (the camera
+policy, embedded WidowX only)."""
+CAMERA_TOPIC = "camera/image_raw"
+"""The primary camera's topic (relative: under the graph's namespace), as sim_bridge publishes it."""
+CAMERA_KEY = "image_primary"
+"""The recorded camera stream the camera policy is trained on (policies.camera_policy.CameraSpec.image_key)."""
+CAMERA_OVERRIDES: dict[str, list[str]] = {
+    "policy_server": ["-p", "trunk:=image_pretrained", "-p", f"image_topic:={CAMERA_TOPIC}"],
+    "demo_recorder": ["-p", f"image_topics:=[{CAMERA_TOPIC}]", "-p", f"image_keys:=[{CAMERA_KEY}]"],
+    "sim_bridge": ["-p", "render:=true"],
+}
+"""``trunk: image_pretrained``: policy_server acts on the camera, sim_bridge renders it, demo_recorder records it
+(fine-tuning and task_selector read each recorded frame's cached embedding, data/image_embeddings.py)."""
 
 
 class RunSettings(Protocol):
@@ -33,6 +47,7 @@ class RunSettings(Protocol):
 
     selector: str
     seed: int
+    trunk: str
 
 
 def node_overrides(run_dir: Path, cfg: RunSettings, tasks: Sequence[str] = ()) -> dict[str, list[str]]:
@@ -40,7 +55,8 @@ def node_overrides(run_dir: Path, cfg: RunSettings, tasks: Sequence[str] = ()) -
     names); for the ensemble rules also policy_server's ensemble_members and task_selector's selection_policy
     'latest' (the config's 'frozen' would keep the pre-trained checkpoint, which has no members; ``amf bench
     metaworld`` scores the peer rules with the current fine-tuned heads too). ``tasks``: task_selector's
-    candidates (`amf run`: the pre-trained checkpoint's tasks, which it evaluates; empty = the YAML's tasks_file)."""
+    candidates (`amf run`: the pre-trained checkpoint's tasks, which it evaluates; empty = the YAML's tasks_file).
+    ``trunk`` image_pretrained adds :data:`CAMERA_OVERRIDES`."""
     run_dir = run_dir.resolve()
     # the run dir is the graph's workspace: its nodes' locks (bringup/graph_lock.py) live there, so a run never
     # collides with an `amf up` graph of the same namespace on the default workspace (its own DDS domain, own data)
@@ -58,6 +74,11 @@ def node_overrides(run_dir: Path, cfg: RunSettings, tasks: Sequence[str] = ()) -
         out[node] = args
     if tasks:
         out["task_selector"] += ["-p", f"tasks:=[{', '.join(tasks)}]"]
+    if cfg.trunk not in TRUNKS:
+        raise ValueError(f"trunk must be one of {' | '.join(TRUNKS)}, got {cfg.trunk=}")
+    if cfg.trunk == "image_pretrained":
+        for node, args in CAMERA_OVERRIDES.items():
+            out[node] += args
     return out
 
 

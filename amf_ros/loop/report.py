@@ -122,7 +122,9 @@ def write_outputs(results: dict, run_dir: Path) -> None:
     ax1.plot(rounds, mean, color="k", linewidth=2.5, label="mean")
     ax1.set_xlabel("round")
     ax1.set_ylabel(f"success ({results['config']['eval_episodes']} eval episode(s) per task)")
-    ax1.set_title(f"amf run: selector {results['config']['selector']}")
+    trunk = results["config"].get("trunk", "state")
+    ax1.set_title(f"amf run: selector {results['config']['selector']}"
+                  + ("" if trunk == "state" else f", trunk {trunk}"))
     ax1.legend(fontsize=7)
     ax1.grid(alpha=0.3)
     counts = {t: sum(1 for r in results["rounds"][1:] if r["task"] == t) for t in tasks}

@@ -3,9 +3,13 @@
     amf run                                  # defaults: 10 rounds (6 warm start + 4 AMF), about 10 min on 2 cores
     amf run --rounds 12 --selector uniform --out runs/demo
     amf run --arm widowx                     # the embedded WidowX 250s with SIMPLER's four tasks (Bridge actions)
+    amf run --arm widowx --trunk image_pretrained   # the same loop with the camera policy (acts on the camera)
 
 1. A pre-trained policy: `amf pretrain` on a mismatched allocation (scripted demonstrations of half of the tasks:
-   the robot arrives knowing some tasks, not others), made on the first run and cached under ``--cache``.
+   the robot arrives knowing some tasks, not others), made on the first run and cached under ``--cache``. With
+   ``--trunk image_pretrained`` the camera policy (frozen EfficientNet-Lite0 on the primary camera + diffusion head,
+   training/camera.py) on the same split (bringup/pretrained.py ``camera_pretrain_config``), cached likewise, and the
+   nodes switched to it: policy_server acts on the camera, sim_bridge renders it, demo_recorder records it.
 2. The nodes of launch/sim.launch.py (amf_ros.bringup.graph) as processes: policy_server, task_selector,
    demo_recorder, sim_bridge (Metaworld, or with ``--arm widowx`` the WidowX tabletop driven through widowx_driver's
    runtime), scripted_teleop (the scripted expert stands in for the human).
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from amf_ros.bringup import graph
 from amf_ros.bringup.ros_env import isolated_ros_env
-from amf_ros.loop.nodes import DEMO_SEED_OFFSET, checked, node_overrides
+from amf_ros.loop.nodes import DEMO_SEED_OFFSET, TRUNKS, checked, node_overrides
 from amf_ros.policies.fine_tuning import FINE_TUNE
 
 if TYPE_CHECKING:
@@ -34,7 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amf.run")
 
-LOOP_SELECTORS = ("amf", "uniform", "round_robin", "vfd", "action_l2", "gu", "diversity", "dropout")
+LOOP_SELECTORS = ("amf", "uniform", "round_robin", "progress", "vfd", "action_l2", "gu", "diversity",
+                  "dropout")
 """Selectors `amf run --selector` accepts (amf_ros.core.selectors.SELECTOR_NAMES but rebalancing, as before)."""
 
 
@@ -56,9 +61,10 @@ class LoopConfig:
     arm: str = "metaworld"
     """The embedded simulation's arm: metaworld (config/sim.yaml) or widowx (config/sim_widowx.yaml)."""
     selector: str = "amf"
-    """task_selector's selector: amf | uniform | round_robin, or a peer rule (amf_ros/core/peer_selectors.py): vfd |
-    action_l2 | gu (ensemble disagreement: policy_server then fine-tunes a second head every round, about twice the
-    fine-tuning time) | diversity | dropout. Every scored rule starts with a warm start (each task once)."""
+    """task_selector's selector: amf | uniform | round_robin | progress (learning progress from the per-round
+    evaluations: core/progress.py), or a peer rule (amf_ros/core/peer_selectors.py): vfd | action_l2 | gu (ensemble
+    disagreement: policy_server then fine-tunes a second head every round, about twice the fine-tuning time) |
+    diversity | dropout. Every scored rule starts with a warm start (each task once)."""
     config: str = ""
     """Params YAML of the nodes (empty = the arm's: config/sim.yaml or config/sim_widowx.yaml, as sim.launch.py)."""
     out: str = "runs/demo"
@@ -80,6 +86,10 @@ class LoopConfig:
     """Seed of the pre-training and of the nodes."""
     head: str = "diffusion"
     """Action head of the pre-trained policy (diffusion = Octo's head, as amf bench metaworld; or mlp)."""
+    trunk: str = "state"
+    """What the policy sees: state (the state vector) or image_pretrained (--arm widowx only: the camera policy,
+    frozen EfficientNet-Lite0 on the 256x256 primary camera + proprio, its diffusion head fine-tuned on the cached
+    embeddings of the recorded frames; pre-trained 64/64/0/0 on first use, minutes)."""
     startup_timeout_s: float = 180.0
     """How long the nodes may take to come up (torch import, checkpoint load)."""
     robots: int = 0
@@ -104,6 +114,17 @@ class LoopConfig:
             raise ValueError(f"arm must be one of {list(graph.SIM_ARMS)}, got {self.arm=}")
         if self.head not in ("diffusion", "mlp"):
             raise ValueError(f"head must be diffusion | mlp, got {self.head=}")
+        if self.trunk not in TRUNKS:
+            raise ValueError(f"trunk must be one of {' | '.join(TRUNKS)}, got {self.trunk=}")
+        if self.trunk == "image_pretrained":
+            if self.arm != "widowx":
+                raise ValueError(f"trunk image_pretrained is the embedded WidowX's camera policy: it needs --arm "
+                                 f"widowx, got {self.arm=}")
+            if self.head != "diffusion":
+                raise ValueError(f"trunk image_pretrained has a diffusion head only, got {self.head=}")
+            if self.robots:
+                raise ValueError(f"trunk image_pretrained runs on one arm: the fleet mode (--robots) does not "
+                                 f"support it yet, got {self.robots=}")
         if self.robots < 0:
             raise ValueError(f"robots must be >= 0, got {self.robots=}")
         if self.eval_episodes < 0 or self.fine_tune_steps < 1:
@@ -112,7 +133,7 @@ class LoopConfig:
 
 def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     """Run the loop; returns the results dict (also written to ``<run dir>/results.json``)."""
-    from amf_ros.bringup.pretrained import ensure_pretrained
+    from amf_ros.bringup.pretrained import ensure_camera_pretrained_run, ensure_pretrained
     from amf_ros.bringup.processes import NodeProcesses
     from amf_ros.data.task_set import load_task_set
     from amf_ros.data.tasks import checkpoint_tasks
@@ -123,8 +144,14 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
 
     t_start = time.monotonic()
     cache = Path(cfg.cache) if cfg.cache else workspace_root() / "cache"
-    checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else ensure_pretrained(cache, seed=cfg.seed, head=cfg.head,
-                                                                               suite=graph.PRETRAIN_SUITES[cfg.arm])
+    if cfg.checkpoint:
+        checkpoint = Path(cfg.checkpoint)
+        _check_trunk(checkpoint, cfg.trunk)
+    elif cfg.trunk == "image_pretrained":
+        checkpoint = ensure_camera_pretrained_run(cache, seed=cfg.seed)
+    else:
+        checkpoint = ensure_pretrained(cache, seed=cfg.seed, head=cfg.head, suite=graph.PRETRAIN_SUITES[cfg.arm])
+    t_pretrain = time.monotonic() - t_start  # seconds: ~0 when cached
     run_dir = Path(cfg.out) / time.strftime("run_%Y%m%d_%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
     env = isolated_ros_env(keep_discovery_range=True)  # a domain of its own (unless ROS_DOMAIN_ID is set)
@@ -151,14 +178,16 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
         "config/tasks/metaworld.yaml"
     instructions = checkpoint_tasks(checkpoint)  # the tasks the policy knows = the candidates of task_selector
     max_steps = load_task_set(tasks_file).max_steps
-    log.info("run dir %s, ROS_DOMAIN_ID=%s, pre-trained checkpoint %s", run_dir, env["ROS_DOMAIN_ID"], checkpoint)
+    log.info("run dir %s, ROS_DOMAIN_ID=%s, trunk %s, pre-trained checkpoint %s (%.0f s to get it)", run_dir,
+             env["ROS_DOMAIN_ID"], cfg.trunk, checkpoint, t_pretrain)
     if cfg.console:
         log.info("operator console: http://127.0.0.1:%s/ (its log: %s)", cfg.console_port or "<see log>",
                  run_dir / "logs" / "operator_console.log")
     pre = pretrain_counts(checkpoint)  # the table marks which tasks the generalist was pre-trained on
     results: dict[str, Any] = {"benchmark": "amf-run", "config": dataclasses.asdict(cfg), "metric": "success",
-                               "tasks": list(instructions), "pretrained_checkpoint": str(checkpoint),
-                               "pretrain_counts": pre, "run_dir": str(run_dir), "rounds": []}
+                               "trunk": cfg.trunk, "tasks": list(instructions),
+                               "pretrained_checkpoint": str(checkpoint), "pretrain_counts": pre,
+                               "pretrain_wall_s": t_pretrain, "run_dir": str(run_dir), "rounds": []}
     extra = node_overrides(run_dir, cfg, tasks=list(instructions))  # the candidates it evaluates
     extra[graph.CONSOLE_NODE] = ["-p", "auto_ask:=false"]  # watching must not ask: asks advance the selector's draws
     procs = NodeProcesses(specs, log_dir=run_dir / "logs", env=env, extra_args=extra)
@@ -185,6 +214,17 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     results["wall_time_s"] = time.monotonic() - t_start
     write_outputs(results, run_dir)
     return results
+
+
+def _check_trunk(checkpoint: Path, trunk: str) -> None:
+    """A --checkpoint of the kind --trunk serves (a camera policy has policies.camera_policy.MARKER): said before the
+    nodes start, not by a policy_server that ends for good."""
+    from amf_ros.policies.camera_policy import MARKER, read_marker
+
+    camera = read_marker(checkpoint) is not None
+    if camera != (trunk == "image_pretrained"):
+        raise ValueError(f"--checkpoint {checkpoint} is {'a camera' if camera else 'a state'}-policy checkpoint "
+                         f"({MARKER} {'present' if camera else 'absent'}), but --trunk is {trunk}")
 
 
 def _one_round(client: AMFClient, r: int, cfg: LoopConfig) -> dict[str, Any]:
@@ -228,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--" + f.name.replace("_", "-"), action="store_true", help=docs.get(f.name, f.name))
             continue
         kind = int if f.default is None else type(f.default)  # None = the arm's default (ARM_DEFAULTS): an int
-        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=docs.get(f.name, f.name))
+        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=docs.get(f.name, f.name),
+                       choices=TRUNKS if f.name == "trunk" else None)
     return p
 
 

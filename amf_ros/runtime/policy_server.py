@@ -269,12 +269,12 @@ def pretrained_fallback(p: PolicyServerParams, log: Callable[[str], None] = log.
         from amf_ros.paths import workspace_root
 
         cache = workspace_root(p.workspace) / "cache"
-        if p.trunk == "image_pretrained":  # the camera policy on SIMPLER's four tasks (training/camera.py defaults)
-            from amf_ros.training.camera import ensure_camera_pretrained
+        if p.trunk == "image_pretrained":  # the camera policy of `amf run --trunk image_pretrained` (same split)
+            from amf_ros.bringup.pretrained import ensure_camera_pretrained_run
 
             log(f"no checkpoint in {str(p.checkpoint_dir)!r}: using the embedded WidowX's pre-trained camera policy "
                 f"from {cache} (pre-trained now if this is the first start: minutes on 2 cores)")
-            return ensure_camera_pretrained(cache)
+            return ensure_camera_pretrained_run(cache, seed=p.seed)
         log(f"no checkpoint in {str(p.checkpoint_dir)!r}: using the embedded simulation's pre-trained policy from "
             f"{cache} (pre-trained now if this is the first start: about a minute on 2 cores)")
         return ensure_pretrained(cache, seed=p.seed, suite=p.pretrain_suite)
@@ -284,7 +284,8 @@ def pretrained_fallback(p: PolicyServerParams, log: Callable[[str], None] = log.
 
 class CameraServing:
     """policy_server's native backend with ``trunk: image_pretrained`` (a PolicyServerParams): the camera policy
-    (:mod:`amf_ros.policies.camera_policy`) acting on the newest camera frame and the state's proprio, fine-tuned on
+    (:mod:`amf_ros.policies.camera_policy`) acting on each camera frame with the proprio of the state at its stamp
+(:mod:`amf_ros.runtime.frame_pairing`), fine-tuned on
     the per-frame embeddings of :class:`~amf_ros.data.image_embeddings.ImageEmbeddingCache` (each recorded frame
     embedded once, reused by every later fine-tune); each new round gets the same marker and frozen projection.
 
@@ -388,6 +389,7 @@ class PolicyServer:
                  log: Callable[[str], None] = log.info,
                  warn: Callable[[str], None] = log.warning) -> None:
         from amf_ros.runtime.control_loop import Latest
+        from amf_ros.runtime.frame_pairing import FramePairing
 
         limit_threads(p.torch_threads)  # 0 = torch's default
         self.p, self.publish = p, publish
@@ -423,6 +425,8 @@ class PolicyServer:
         self.observations = Latest()
         self.status = Latest() if p.task_status_topic else None
         self._image: np.ndarray | None = None
+        self._pairing = (FramePairing(round(p.camera_pair_tolerance_s * 1e9), self.observations.set)
+                         if self.camera is not None else None)
         self._wrist: np.ndarray | None = None
         self._run_slot = threading.Lock()  # held from goal acceptance to the end of the run
         self._run_stop: threading.Event | None = None
@@ -446,21 +450,29 @@ class PolicyServer:
         return self.readiness.not_ready() if self.readiness is not None else ""
 
     # -- inputs (subscription callbacks: store the newest value, nothing else) ------------------------------------
-    def observe_state(self, values: Sequence[float]) -> None:
-        """The arm's newest state vector (with the newest camera frame); the native policy acts on it."""
+    def observe_state(self, values: Sequence[float], stamp_ns: int = 0) -> None:
+        """The arm's newest state vector measured at ``stamp_ns``; the native policy acts on it (with the newest
+        camera frame), the camera policy on a frame paired with the state of its time (runtime/frame_pairing.py)."""
+        if self._pairing is not None:
+            self._pairing.on_state(values, stamp_ns)
+            return
         obs: dict[str, np.ndarray] = {"state": np.asarray(values, dtype=np.float32)}
         if self._image is not None:
             obs["image"] = self._image
         if not self.octo_backend:
             self.observations.set(obs)
 
-    def observe_image(self, rgb: np.ndarray) -> None:
-        """The newest camera frame; the Octo policy acts on it (with the newest wrist frame)."""
+    def observe_image(self, rgb: np.ndarray, stamp_ns: int = 0) -> None:
+        """The newest camera frame, taken at ``stamp_ns``; the Octo policy acts on it (with the newest wrist frame),
+        the camera policy once it is paired with the state of its time."""
+        if self._pairing is not None:
+            self._pairing.on_frame(rgb, stamp_ns)
+            return
         self._image = rgb
         if self.octo_backend:  # Octo acts on the camera frame (+ the newest wrist frame)
             self.observations.set({"image": rgb} if self._wrist is None else {"image": rgb, "wrist": self._wrist})
 
-    def observe_wrist(self, rgb: np.ndarray) -> None:
+    def observe_wrist(self, rgb: np.ndarray, stamp_ns: int = 0) -> None:
         """The newest wrist frame, sent along with the next camera frame to Octo."""
         self._wrist = rgb
 

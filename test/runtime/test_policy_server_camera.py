@@ -74,17 +74,21 @@ def test_serves_and_fine_tunes_a_camera_policy_on_cached_embeddings(camera_check
     sent: list[np.ndarray] = []
     box: list[PolicyServer] = []
 
-    def publish(action: np.ndarray) -> None:  # the arm: each action applied, then a new state (same camera frame)
+    frame = np.zeros((256, 256, 3), np.uint8)
+
+    def publish(action: np.ndarray) -> None:  # the arm: each action applied, then a new frame and state of one stamp
         sent.append(np.asarray(action))
-        box[0].observe_state(np.full(14, len(sent), np.float32))
+        stamp = (1 + len(sent)) * 10**9
+        box[0].observe_image(frame, stamp)
+        box[0].observe_state(np.full(14, len(sent), np.float32), stamp)
 
     server = PolicyServer(_params(tmp_path, ckpt, dataset), publish)
     box.append(server)
     try:
         assert server.camera is not None and server.camera.spec == read_marker(ckpt)
-        # acting needs the frame: it is sent along with the state (the state's first 8 entries are the proprio)
-        server.observe_image(np.zeros((256, 256, 3), np.uint8))
-        server.observe_state(np.zeros(14, np.float32))
+        # acting needs a frame paired with the state of its stamp (the state's first 8 entries are the proprio)
+        server.observe_state(np.zeros(14, np.float32), 10**9)
+        server.observe_image(frame, 10**9)
         assert server.reserve_run()
         res = server.run(TASK, 3)
         assert res.ok and res.steps == 3, res.message
@@ -99,7 +103,8 @@ def test_serves_and_fine_tunes_a_camera_policy_on_cached_embeddings(camera_check
         second = server.fine_tune(steps=2)
         assert second.round == 2 and cache.computed == 3  # every frame came from the cache
         assert set(second.tasks) == set(TASKS)
-        server.observe_state(np.zeros(14, np.float32))
+        server.observe_image(frame, 100 * 10**9)
+        server.observe_state(np.zeros(14, np.float32), 100 * 10**9)
         assert server.reserve_run()
         again = server.run(TASK, 2)  # acts with the fine-tuned round
         assert again.ok and again.steps == 2, again.message

@@ -91,6 +91,13 @@ class PolicyServerParams(OctoTrunkParams):
         "Camera topic (sensor_msgs/Image) for image-based policies, given to the policy as obs['image'] (RGB "
         "uint8); empty = state only.",
     )
+    camera_pair_tolerance_s: float = param(
+        0.05,
+        "trunk image_pretrained: the largest gap between a camera frame's stamp and the state's stamp it is acted on "
+        "with, s (each frame is paired once with the state nearest its stamp: runtime/frame_pairing.py); a frame "
+        "without a state that close is not acted on.",
+        range=(0.0, 1.0),
+    )
     action_topic: str = param("action", "Topic on which actions (amf_ros/EefDeltaAction) are published.")
     action_space: str = param(
         "metaworld",

@@ -80,7 +80,8 @@ class PolicyServerNode(Node):
         octo = self.server.octo_backend
         inputs = MutuallyExclusiveCallbackGroup()  # cheap callbacks: store the newest value
         if not octo:
-            self.create_subscription(StateVector, p.state_topic, lambda m: self.server.observe_state(m.values),
+            self.create_subscription(StateVector, p.state_topic,
+                                     lambda m: self.server.observe_state(m.values, stamp_ns(m.header.stamp)),
                                      qos.STREAM, callback_group=inputs)
         if p.image_topic:
             self.create_subscription(Image, p.image_topic, lambda m: self._image(m, self.server.observe_image),
@@ -255,7 +256,7 @@ class PolicyServerNode(Node):
 
     def _image(self, msg: Image, store) -> None:
         try:
-            store(image_to_rgb(msg))
+            store(image_to_rgb(msg), stamp_ns(msg.header.stamp))
         except ValueError as exc:  # unsupported encoding: say so, keep running on the last good frame
             self.get_logger().error(f"camera: {exc}", throttle_duration_sec=5.0)
 
