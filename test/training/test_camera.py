@@ -92,3 +92,33 @@ def test_cached_pretrained_camera_policy_is_made_once(tmp_path, monkeypatch):
     assert cam.ensure_camera_pretrained(tmp_path, cfg) == path
     other = cam.CameraPretrainConfig(**{**cfg.__dict__, "steps": 4})
     assert cam.camera_recipe_key(other) != cam.camera_recipe_key(cfg)
+
+
+def test_supervised_projection_checkpoint_round_trip(tmp_path):
+    """A projection with supervised columns (CameraPretrainConfig.supervised_dim) is stored and served as the PCA's:
+    the checkpoint's marker and projection read back, and the loaded actor acts exactly as the trained one."""
+    from amf_ros.policies.camera_policy import (
+        CameraActor,
+        camera_actor,
+        read_marker,
+        read_projection,
+        save_camera_policy,
+    )
+    from amf_ros.training.camera import CameraPretrainConfig, camera_pretrain, demo_targets, fit_projection
+
+    cfg = CameraPretrainConfig(tasks=["carrot_on_plate"], demos_per_task=1, steps=3, batch_size=16,
+                               task_encoder="hash", projection_dim=6, supervised_dim=2)
+    res = camera_pretrain(cfg)
+    assert res.projection.dim == 6 == res.spec.projection_dim
+    # the pre-training fitted fit_projection's supervised columns (deterministic: the same matrix)
+    np.testing.assert_array_equal(res.projection.matrix, fit_projection(res.demos, 6, 2).matrix)
+    ckpt = save_camera_policy(res.policy, tmp_path / "ckpt", res.spec, res.projection)
+    assert read_marker(ckpt) == res.spec
+    np.testing.assert_array_equal(read_projection(ckpt).matrix, res.projection.matrix)
+    frame = np.full((256, 256, 3), 120, np.uint8)
+    state = np.zeros(14, np.float32)
+    a = CameraActor(res.policy, res.spec.load_encoder(), projection=res.projection).act(frame, state,
+                                                                                         "carrot_on_plate", seed=2)
+    np.testing.assert_array_equal(camera_actor(ckpt).act(frame, state, "carrot_on_plate", seed=2), a)
+    demo = res.demos[0]
+    assert demo_targets(demo.actions, demo.proprio).shape[0] == len(demo.actions)
