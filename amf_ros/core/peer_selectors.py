@@ -17,12 +17,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from amf_ros.core.selection import (
+    GreedySelector,
     ScoreFn,
     Selection,
     SelectorBase,
     check_candidates,
     check_scores,
-    greedy_selection,
     warm_start_picks,
 )
 
@@ -177,7 +177,7 @@ class DropoutSelector(UncertaintySelector):
     score_source = "dropout_score_fn"
 
 
-class DiversitySelector(SelectorBase):
+class DiversitySelector(GreedySelector):
     """uq_vla's Diversity baseline: k-center greedy on embeddings, the candidate farthest from the covered set first.
 
     Source (``UQ_VLA``): ``scripts/active_learning/k_greedy.py`` (``k_center_greedy``: the first pick at random,
@@ -195,19 +195,6 @@ class DiversitySelector(SelectorBase):
     """
 
     name = "diversity"
-
-    def __init__(self, tasks: Sequence[str] | None = None, warm_start: bool = False) -> None:
-        super().__init__(tasks)
-        self.warm_start = bool(warm_start)
-
-    def select(self, candidates: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
-               batch_size: int = 1, score_fn: ScoreFn | None = None,
-               pretrain_counts: Mapping[str, int] | None = None) -> Selection:
-        """Warm start (if enabled), then k-center greedy on the coverage score, exact ties broken with ``rng``."""
-        cands = check_candidates(candidates, demo_counts, batch_size, self.known)
-        chosen = warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
-        warm = bool(chosen)
-        info: dict = {"warm_start_tasks": list(chosen)}
-        missing = ("diversity needs a score_fn" + (" once the warm start is over" if self.warm_start else "")
-                   + " (amf_ros.core.acquisition.diversity_score_fn)")
-        return greedy_selection(cands, chosen, warm, info, demo_counts, batch_size, score_fn, missing, tie_rng=rng)
+    default_warm_start = False
+    random_ties = True
+    score_fn_hint = "amf_ros.core.acquisition.diversity_score_fn"

@@ -102,6 +102,37 @@ class SelectorBase:
         self.known = frozenset(tasks) if tasks is not None else None
 
 
+class GreedySelector(SelectorBase):
+    """Warm start (if enabled), then :func:`greedy_selection` on the score function (amf, progress, diversity).
+
+    Args:
+        tasks: the known task set (candidates outside it raise ValueError); None = accept any key.
+        warm_start: each candidate without a demonstration first; None = the rule's :attr:`default_warm_start`.
+    """
+
+    default_warm_start = True
+    random_ties = False
+    """Break exact score ties with the selection's ``rng`` (else: the first candidate)."""
+    score_fn_hint = ""
+    """Where the score function comes from, for the error when it is missing ("" = nothing to add)."""
+
+    def __init__(self, tasks: Sequence[str] | None = None, warm_start: bool | None = None) -> None:
+        super().__init__(tasks)
+        self.warm_start = self.default_warm_start if warm_start is None else bool(warm_start)
+
+    def select(self, candidates: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
+               batch_size: int = 1, score_fn: ScoreFn | None = None,
+               pretrain_counts: Mapping[str, int] | None = None) -> Selection:
+        """Warm start (if enabled), then the greedy argmin of ``score_fn`` conditioned on this batch's picks."""
+        cands = check_candidates(candidates, demo_counts, batch_size, self.known)
+        chosen = warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
+        info: dict = {"warm_start_tasks": list(chosen)}
+        missing = (f"{self.name} needs a score_fn" + (" once the warm start is over" if self.warm_start else "")
+                   + (f" ({self.score_fn_hint})" if self.score_fn_hint else ""))
+        return greedy_selection(cands, chosen, bool(chosen), info, demo_counts, batch_size, score_fn, missing,
+                                tie_rng=rng if self.random_ties else None)
+
+
 
 
 def greedy_selection(cands: list[str], chosen: list[str], warm: bool, info: dict, demo_counts: Mapping[str, int],

@@ -29,7 +29,7 @@ see scores.
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 
@@ -41,13 +41,12 @@ from amf_ros.core.peer_selectors import (
     VFDSelector,
 )
 from amf_ros.core.selection import (
+    GreedySelector,
     ScoreFn,
     Selection,
     Selector,
     SelectorBase,
     check_candidates,
-    greedy_selection,
-    warm_start_picks,
 )
 
 logger = logging.getLogger(__name__)
@@ -107,58 +106,21 @@ class RebalancingSelector(_CountBalancer):
         return np.array([demo_counts.get(c, 0) + pretrain_counts.get(c, 0) for c in cands], dtype=np.int64)
 
 
-class AMFSelector(SelectorBase):
-    """Warm start, then greedy argmin of the AMF criterion.
-
-    Args:
-        tasks: the known task set (candidates outside it raise ValueError); None = accept any key.
-        warm_start: demonstrate every candidate with zero fine-tuning demonstrations first (finite task sets);
-            set False for continuous task spaces with random shooting.
-    """
+class AMFSelector(GreedySelector):
+    """Warm start, then greedy argmin of the AMF criterion (``warm_start`` False: for continuous task spaces with
+    random shooting)."""
 
     name = "amf"
 
-    def __init__(self, tasks: Sequence[str] | None = None, warm_start: bool = True) -> None:
-        super().__init__(tasks)
-        self.warm_start = bool(warm_start)
 
-    def select(self, candidates: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
-               batch_size: int = 1, score_fn: ScoreFn | None = None,
-               pretrain_counts: Mapping[str, int] | None = None) -> Selection:
-        """Warm start (if enabled), then the greedy argmin of ``score_fn`` conditioned on this batch's picks."""
-        cands = check_candidates(candidates, demo_counts, batch_size, self.known)
-        chosen = warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
-        warm = bool(chosen)
-        info: dict = {"warm_start_tasks": list(chosen)}
-        return greedy_selection(cands, chosen, warm, info, demo_counts, batch_size, score_fn,
-                                "amf needs a score_fn once the warm start is over")
-
-
-class ProgressSelector(SelectorBase):
-    """Warm start, then the greedy argmin of -(predicted gain of one more demonstration), the score function being
-    :func:`amf_ros.core.progress.progress_score_fn` on the evaluation history (it gets the picks so far).
-
-    Args:
-        tasks: the known task set (candidates outside it raise ValueError); None = accept any key.
-        warm_start: each candidate without a demonstration first (a slope needs a second evaluation point).
-    """
+class ProgressSelector(GreedySelector):
+    """Warm start (a slope needs a second evaluation point), then the greedy argmin of -(predicted gain of one more
+    demonstration), the score function being :func:`amf_ros.core.progress.progress_score_fn` on the evaluation
+    history (it gets the picks so far); exact ties broken at random."""
 
     name = "progress"
-
-    def __init__(self, tasks: Sequence[str] | None = None, warm_start: bool = True) -> None:
-        super().__init__(tasks)
-        self.warm_start = bool(warm_start)
-
-    def select(self, candidates: list[str], demo_counts: Mapping[str, int], rng: np.random.Generator,
-               batch_size: int = 1, score_fn: ScoreFn | None = None,
-               pretrain_counts: Mapping[str, int] | None = None) -> Selection:
-        """Warm start (if enabled), then the greedy argmin of ``score_fn``; exact ties broken with ``rng``."""
-        cands = check_candidates(candidates, demo_counts, batch_size, self.known)
-        chosen = warm_start_picks(cands, demo_counts, rng, batch_size) if self.warm_start else []
-        info: dict = {"warm_start_tasks": list(chosen)}
-        return greedy_selection(cands, chosen, bool(chosen), info, demo_counts, batch_size, score_fn,
-                                "progress needs a score_fn once the warm start is over "
-                                "(amf_ros.core.progress.progress_score_fn on the evaluation history)", tie_rng=rng)
+    random_ties = True
+    score_fn_hint = "amf_ros.core.progress.progress_score_fn on the evaluation history"
 
 
 _SELECTORS: dict[str, type[Selector]] = {
