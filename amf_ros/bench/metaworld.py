@@ -52,6 +52,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from amf_ros.envs.suites import get_suite
+from amf_ros.policies.camera_policy import TRUNKS
 from amf_ros.policies.fine_tuning import FINE_TUNE
 from amf_ros.threads import limit_threads
 from amf_ros.training.pretrain import ALL_ALLOCATIONS, ALLOCATIONS, PretrainConfig
@@ -95,8 +96,6 @@ RNG_STREAMS: tuple[str, ...] = ("amf", "rebalancing", "uniform", "action_l2", "d
 
 
 
-TRUNKS = ("state", "image_pretrained")
-"""What the benchmark's policy sees (:attr:`MetaworldBenchConfig.trunk`)."""
 
 
 @dataclass

@@ -15,6 +15,7 @@ from amf_ros.bringup import graph
 from amf_ros.bringup.params import schema
 from amf_ros.bringup.processes import NodeProcesses
 from amf_ros.core.acquisition import ENSEMBLE_METRICS
+from amf_ros.policies.camera_policy import TRUNKS
 
 T = TypeVar("T")
 
@@ -26,9 +27,6 @@ DEMO_SEED_OFFSET = 10_000
 robot)."""
 EVAL_SEED_OFFSET = 1_000_000
 """Evaluation scenes: sim_bridge's reset seed is this + the episode (fixed scenes, the same every round)."""
-TRUNKS = ("state", "image_pretrained")
-"""What the policy of `amf run` sees (policy_server's ``trunk``): the state vector, or the primary camera (the camera
-policy, embedded WidowX only)."""
 CAMERA_TOPIC = "camera/image_raw"
 """The primary camera's topic (relative: under the graph's namespace), as sim_bridge publishes it."""
 CAMERA_KEY = "image_primary"

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from amf_ros.bringup import graph
 from amf_ros.bringup.ros_env import isolated_ros_env
-from amf_ros.loop.nodes import DEMO_SEED_OFFSET, TRUNKS, checked, node_overrides
+from amf_ros.loop.nodes import DEMO_SEED_OFFSET, checked, node_overrides
+from amf_ros.policies.camera_policy import TRUNKS
 from amf_ros.policies.fine_tuning import FINE_TUNE
 
 if TYPE_CHECKING:

@@ -56,6 +56,9 @@ MARKER = "camera_encoder.json"
 PROJECTION_FILE = "camera_projection.npz"
 """File in a camera-policy checkpoint directory holding its :class:`CameraProjection` (when it has one)."""
 TRUNK_NAME = "image_pretrained"
+TRUNKS = ("state", TRUNK_NAME)
+"""What a native policy sees (policy_server's ``trunk``, `amf run --trunk`, `amf bench --trunk`): the state vector, or
+the primary camera through this module's frozen encoder (the camera policy, embedded WidowX only)."""
 SUPERVISED_RIDGE = 1e-2
 """Ridge penalty per frame of :meth:`CameraProjection.fit_supervised` on standardised embeddings (1e-3..1e-1 probed
 alike)."""

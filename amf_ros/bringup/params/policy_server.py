@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from amf_ros.bringup.params import action_valid_for_param, param, workspace_param
 from amf_ros.bringup.params._octo_trunk import OctoTrunkParams
+from amf_ros.policies.camera_policy import TRUNKS
 from amf_ros.policies.fine_tuning import FINE_TUNE, FineTuneSettings
 
 
@@ -41,7 +42,7 @@ class PolicyServerParams(OctoTrunkParams):
         "camera_encoder.json), fine-tuning reads each recorded frame's embedding from a cache next to the dataset "
         "(<dataset_dir>_image_embeddings), so the recorder must record the camera (demo_recorder image_topics). "
         "With pretrain_if_missing the first start pre-trains one (python -m amf_ros.training.camera, minutes).",
-        choices=("state", "image_pretrained"),
+        choices=TRUNKS,
     )
     checkpoint_dir: str = param(
         "checkpoints",
