@@ -131,8 +131,8 @@ def filter_task(evaluations: Sequence[Evaluation], config: ProgressConfig = Prog
     """
     if not evaluations:
         raise ValueError("no evaluations to filter")
-    x = np.array([0.5, 0.0])
-    cov = np.diag([0.25, config.slope_prior_sd ** 2])
+    prior = prior_estimate(0, config)
+    x, cov = np.array([prior.level, prior.slope]), prior.cov.copy()
     last = None
     for ev in evaluations:
         n = int(ev.demos)
