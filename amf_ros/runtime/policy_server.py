@@ -285,9 +285,9 @@ def pretrained_fallback(p: PolicyServerParams, log: Callable[[str], None] = log.
 class CameraServing:
     """policy_server's native backend with ``trunk: image_pretrained`` (a PolicyServerParams): the camera policy
     (:mod:`amf_ros.policies.camera_policy`) acting on each camera frame with the proprio of the state at its stamp
-(:mod:`amf_ros.runtime.frame_pairing`), fine-tuned on
-    the per-frame embeddings of :class:`~amf_ros.data.image_embeddings.ImageEmbeddingCache` (each recorded frame
-    embedded once, reused by every later fine-tune); each new round gets the same marker and frozen projection.
+    (:mod:`amf_ros.runtime.frame_pairing`), fine-tuned on the per-frame embeddings of
+    :class:`~amf_ros.data.image_embeddings.ImageEmbeddingCache` (each recorded frame embedded once, reused by every
+    later fine-tune); each new round gets the same marker and frozen projection.
 
     Attributes: ``spec`` (CameraSpec), ``projection``, ``encoder`` (loaded at start: acting embeds every frame),
     ``cache``, ``runtime`` (PolicyRuntime), and :meth:`infer_fn` for one run_policy goal.
