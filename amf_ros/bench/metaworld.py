@@ -68,10 +68,15 @@ class Method(NamedTuple):
     """Acts with the adaptive prior (alpha(c) fitted every round)."""
     embedding: str = "grad"
     """AMF's criterion features (policies/embeddings.py kinds): "grad" (AMF-NN), "last_layer", "dropout" (Fig. 4)."""
+    replay_aware: bool = False
+    """AMF's criterion weighs the data as fine-tuning with replay does (core/amf_nn.py, ``replay_fraction``)."""
 
 
 METHODS: dict[str, Method] = {
     "amf": Method("amf", True),
+    # replay-aware AMF (issue 32): the criterion conditions on the replayed pre-training data at its minibatch share
+    # and weighs new demonstrations by theirs; identical to amf without replay
+    "amf-replay": Method("amf", True, replay_aware=True),
     "uniform": Method("uniform", False),
     "uniform+prior": Method("uniform", True),
     "rebalancing": Method("rebalancing", True),
@@ -367,6 +372,7 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
     selector = make_selector(spec.selector, tasks=cfg.tasks, **({"warm_start": True} if scored else {}))
     pre_counts = cfg.pretrain_config(allocation, seed).counts()
     replay = pt.pretraining_demos(cfg.pretrain_config(allocation, seed)) if cfg.replay_fraction > 0 else []
+    replay_seen = replay if spec.replay_aware else []  # what the criterion conditions on
     # keyed by the selector, not the method: uniform and uniform+prior draw the same task sequence (paired)
     rng = np.random.default_rng([seed, 2, RNG_STREAMS.index(spec.selector)])
     demos: list[Any] = []
@@ -390,7 +396,7 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
             if scored and not unseen and spec.selector == "progress":
                 score_fn = progress_score_fn(history, counts)
             elif scored and not unseen:
-                score_fn = method_score_fn(spec, policy, selection_copy, member, demos, warm, cfg, seed)
+                score_fn = method_score_fn(spec, policy, selection_copy, member, demos, warm, cfg, seed, replay_seen)
             batch = cfg.demos_per_round - len(picks)
             if scored and unseen:
                 batch = min(batch, len(unseen))
@@ -449,22 +455,25 @@ def finetune_data(demos: Sequence[Any], replay: Sequence[Any], fraction: float
 
 
 def method_score_fn(spec: Method, policy: Any, selection_copy: Any, member: Any, demos: Sequence[Any],
-                    warm: Sequence[bool], cfg: MetaworldBenchConfig, seed: int) -> Any:
+                    warm: Sequence[bool], cfg: MetaworldBenchConfig, seed: int, replay: Sequence[Any] = ()) -> Any:
     """The ScoreFn of a scored method once every task has a demonstration: AMF's criterion on its selection copy,
-    or the peer rule on the recorded demonstrations (policies/peer_scores.py: peer_score_fn, as task_selector)."""
+    or the peer rule on the recorded demonstrations (policies/peer_scores.py: peer_score_fn, as task_selector).
+    ``replay``: the replayed pre-training demonstrations replay-aware AMF conditions on (empty = the paper's)."""
     from amf_ros.envs.metaworld_rollouts import demos_to_transitions
     from amf_ros.policies.peer_scores import peer_score_fn
 
     if spec.selector == "amf":
-        return amf_score_fn(policy if cfg.selection_copy == "current" else selection_copy, demos, warm, cfg)
+        return amf_score_fn(policy if cfg.selection_copy == "current" else selection_copy, demos, warm, cfg, replay)
     episodes = [demos_to_transitions([d]) for d in demos]
     return peer_score_fn(spec.selector, policy, episodes, cfg.tasks, frames=cfg.frames_per_demo, seed=seed,
                          members=[policy, member] if member is not None else ())
 
 
-def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: MetaworldBenchConfig) -> Any:
+def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: MetaworldBenchConfig,
+                 replay: Sequence[Any] = ()) -> Any:
     """The criterion's ScoreFn for this benchmark: :func:`amf_ros.core.amf_nn.amf_nn_score_fn` (the same function
-    task_selector uses) on the selection copy ``policy``.
+    task_selector uses) on the selection copy ``policy``; with ``replay`` (replay-aware AMF) it also conditions on
+    those replayed pre-training demonstrations at ``cfg.replay_fraction``.
 
     Validation set: the warm-start demonstrations (``warm``; App. M.3.4), or every demonstration with
     ``criterion_targets="all"``; targets over ``cfg.tasks`` (mu_c uniform; each needs a validation demonstration).
@@ -476,7 +485,8 @@ def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: M
     return amf_nn_score_fn(policy, [demos_to_transitions([d]) for d in demos], val, tasks=cfg.tasks,
                            noise_var=cfg.noise_var, prior_var=cfg.prior_var, form=cfg.criterion_form,
                            condition_on_data=cfg.condition_on_data, frames_per_episode=cfg.frames_per_demo,
-                           max_points=cfg.max_points)
+                           max_points=cfg.max_points, replay=[demos_to_transitions([d]) for d in replay],
+                           replay_fraction=cfg.replay_fraction if replay else 0.0)
 
 
 # ----------------------------------------------------------------------------------------------- experiment

@@ -21,6 +21,15 @@ Given the recorded episodes (one transitions dict per demonstration) and which o
 * candidate c': its validation episode(s) as hallucinated demonstration(s) tau' (App. E's outer sum, omega uniform);
 * data conditioned on: every non-validation episode (``condition_on_data``; else none, and the other episodes enter
   only by fine-tuning the selection copy, Sec. 4.2);
+* replay-aware (issue 32; ``replay_fraction`` r > 0 with the ``replay`` episodes): fine-tuning then minimises
+  (1 - r) x the mean loss over the recorded episodes + r x the mean loss over the replayed pre-training episodes, at
+  a fixed number of steps. Read as a weighted likelihood (each point's noise sigma^2 / w, the weights normalised so
+  that r = 0 is the paper's criterion exactly), a recorded or hallucinated episode's points get w = 1 - r and a
+  replayed episode's points w = r * n / n_replay (n recorded episodes, n_replay replayed; every episode gives the
+  same number of frames). Replay thus conditions the posterior where the pre-training data is (the pre-trained
+  tasks' targets grow certain, so their demonstrations gain less) and halves what a new demonstration teaches at
+  r = 0.5. Implemented exactly by scaling the feature rows by sqrt(w) (the linear-Gaussian posterior depends on
+  the data only through sum w phi phi^T / sigma^2);
 * effective sample size of task c's target weights: with 0/1 importance weights, its number of validation episodes.
 
 Reconciled semantics (issue #11; before, the benchmark and task_selector each had a copy): ``prior_var`` 1.0 (the
@@ -110,7 +119,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
                     max_points: int | None = DEFAULT_MAX_POINTS,
                     cache: MutableMapping[tuple[Hashable, int], np.ndarray] | None = None,
                     keys: Sequence[Hashable] | None = None,
-                    criterion_cache: MutableMapping[str, Any] | None = None) -> ScoreFn:
+                    criterion_cache: MutableMapping[str, Any] | None = None,
+                    replay: Sequence[Transitions] = (), replay_fraction: float = 0.0) -> ScoreFn:
     """The AMF-NN ScoreFn of the selector (see the module docstring for what enters it, with the paper's equations).
 
     Args:
@@ -135,14 +145,24 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
             only conditions on those (a rank-m update) instead of rebuilding the posterior from every data row;
             rebuilt when the validation set, the frames or the model settings change. Scores equal the uncached
             ones up to float round-off.
+        replay: the replayed pre-training episodes fine-tuning mixes in (replay-aware AMF; see the module
+            docstring); embedded on every call (neither cache is used for them, nor ``criterion_cache`` with them).
+        replay_fraction: r, their share of every fine-tuning minibatch, in [0, 1); 0 = the paper's criterion.
     Returns:
         ScoreFn; ``last_info`` holds ``effective_sample_size`` and ``mean_sq_norm_phi`` per target task.
     Raises:
-        ValueError: no episodes, a bad validation index, a target task without a validation episode.
+        ValueError: no episodes, a bad validation index, a target task without a validation episode, a replay
+            fraction outside [0, 1) or without replayed episodes (or with a criterion_cache).
     """
     n = len(episodes)
     if n == 0:
         raise ValueError("the AMF criterion needs recorded episodes; there are none")
+    if not 0.0 <= replay_fraction < 1.0:
+        raise ValueError(f"replay_fraction must be in [0, 1), got {replay_fraction=}")
+    if replay_fraction > 0 and (not replay or criterion_cache is not None):
+        raise ValueError("replay_fraction > 0 needs the replayed episodes (replay) and no criterion_cache, got "
+                         f"{len(replay)} replayed episodes and criterion_cache={criterion_cache is not None}")
+    replay = list(replay) if replay_fraction > 0 else []
     val = [int(i) for i in validation]
     if not val or any(not 0 <= i < n for i in val) or len(set(val)) != len(val):
         raise ValueError(f"validation must be distinct indices in [0, {n}), got {list(validation)}")
@@ -153,7 +173,7 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
     task_of = [str(np.asarray(ep["task"])[0]) for ep in episodes]
     in_val = set(val)
     use = [i for i in range(n) if i in in_val or condition_on_data]
-    frames = frames_under_cap(frames_per_episode, len(use), max_points)
+    frames = frames_under_cap(frames_per_episode, len(use) + len(replay), max_points)
     phi: dict[int, np.ndarray] = {}
     for i in use:
         if cache is None:
@@ -173,7 +193,12 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
     target_phi = np.concatenate([phi[i] for i in targets])
     weights = np.concatenate([np.full(len(phi[i]), 1.0 / (len(target_tasks) * len(per_task[task_of[i]])
                                                             * len(phi[i]))) for i in targets])
-    rest = [phi[i] for i in use if i not in in_val]
+    # Replay-aware: sqrt of each point's likelihood weight on its rows (1 and nothing replayed at r = 0).
+    scale_new = np.sqrt(1.0 - replay_fraction)
+    rest = [phi[i] * scale_new if replay else phi[i] for i in use if i not in in_val]
+    if replay:
+        scale_replay = np.sqrt(replay_fraction * n / len(replay))
+        rest += [episode_features(embed_fn, ep, frames, horizon) * scale_replay for ep in replay]
     data_phi = np.concatenate(rest) if rest else np.zeros((0, target_phi.shape[1]))
 
     def candidate(task: str) -> tuple[list[np.ndarray], np.ndarray]:
@@ -181,11 +206,12 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         if not idx:
             raise ValueError(f"no recorded episode of candidate {task!r} to hallucinate from (warm start "
                              "demonstrates every candidate once first)")
-        return [phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
+        return [phi[i] * scale_new if replay else phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
 
     ess = {t: float(len(idx)) for t, idx in per_task.items()}  # 0/1 importance weights: episodes per task
     norms = {t: float(np.mean([np.square(phi[i]).sum(1).mean() for i in idx])) for t, idx in per_task.items()}
-    info = {"effective_sample_size": ess, "mean_sq_norm_phi": norms, "frames_per_episode": frames}
+    info = {"effective_sample_size": ess, "mean_sq_norm_phi": norms, "frames_per_episode": frames,
+            "replayed_episodes": len(replay)}
     if criterion_cache is not None:
         if keys is None:
             raise ValueError("a criterion_cache needs one key per episode (keys)")
@@ -195,8 +221,7 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         return _cached_criterion(criterion_cache, signature, data_keys, rest, candidate, target_tasks, target_phi,
                                  weights, noise_var, prior_var, form, info)
     return feature_score_fn(data_phi, candidate, target_phi, weights, noise_var=noise_var, prior_var=prior_var,
-                            form=form, info={"effective_sample_size": ess, "mean_sq_norm_phi": norms,
-                                             "frames_per_episode": frames})
+                            form=form, info=info)
 
 
 def _cached_criterion(store: MutableMapping[str, Any], signature: tuple, data_keys: list[Hashable],

@@ -100,6 +100,31 @@ def test_criterion_prefers_a_task_the_pretrained_policy_does_not_know(checkpoint
     assert after["push"] - after["drawer-open"] > scores["push"] - scores["drawer-open"]
 
 
+def test_replay_aware_criterion_asks_later_for_the_replayed_tasks(checkpoint: Path) -> None:
+    """amf-replay conditions on the replayed pre-training demonstrations (faucet-open and drawer-close here): each
+    pre-trained task must fall behind each new task compared with the paper's criterion (scores: lower = first)."""
+    from amf_ros.training.pretrain import pretraining_demos
+
+    cfg = MetaworldBenchConfig(tasks=TASKS, task_encoder="hash", replay_fraction=0.5, pretrain_demos=4)
+    envs = {s.key: MetaworldTaskEnv(s) for s in load_tasks(keys=TASKS)}
+    demos = [collect_demo(envs[t], *_scene_and_noise(i)) for i, t in enumerate(TASKS)]
+    replay = pretraining_demos(cfg.pretrain_config("mismatched", 1))
+    assert {d.task for d in replay} == {"faucet-open", "drawer-close"}
+    policy = load_for_method(str(checkpoint), False, cfg)
+    paper = dict(zip(TASKS, amf_score_fn(policy, demos, [True] * 4, cfg)(TASKS, []), strict=True))
+    fn = amf_score_fn(policy, demos, [True] * 4, cfg, replay)
+    aware = dict(zip(TASKS, fn(TASKS, []), strict=True))
+    assert fn.last_info["replayed_episodes"] == len(replay)
+    for old in ("faucet-open", "drawer-close"):
+        for new in ("push", "drawer-open"):
+            assert aware[old] - aware[new] > paper[old] - paper[new], (paper, aware)
+
+
+def _scene_and_noise(i: int):
+    scene, rng = demo_scene(0, i, 0)
+    return scene, 0.1, rng
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["amf", "rebalancing"])
 def test_a_short_run_warm_starts_counts_and_logs(checkpoint: Path, method: str) -> None:

@@ -191,3 +191,62 @@ def test_criterion_cache_is_exact_and_conditions_only_on_new_episodes(policy_and
     assert both(7, list(range(7))) == "built"  # every episode a target now: another criterion
     with pytest.raises(ValueError, match="keys"):
         amf_nn_score_fn(policy, episodes, val, criterion_cache={})
+
+
+def _blocks(tr):
+    """Task-separated float64 features: a task's rows live in its own block, so tasks share no information."""
+    x = np.tanh(tr["state"][:, :3].astype(np.float64) * np.arange(1, 4))
+    out = np.zeros((len(x), 6))
+    col = 0 if str(tr["task"][0]) == "a" else 3
+    out[:, col:col + 3] = x
+    return out
+
+
+def test_replay_aware_is_the_paper_criterion_with_the_replay_as_data_at_its_weight():
+    """Replay-aware AMF's weights (module docstring): new points 1 - r, replayed points r * n / n_replay. At
+    r = n_replay / (n + n_replay) the two weights are equal (1 - r), so the criterion must equal the paper's with the
+    replayed episodes as recorded (non-validation) data and noise_var / (1 - r). The two compute in float64 in
+    another order (scaled rows vs a scaled noise): rtol 1e-9 of the largest score."""
+    rng = np.random.default_rng(5)
+    eps = [_episode(t, 25, rng) for t in ["a", "b", "a", "b", "a"]]
+    replay = [_episode("a", 25, rng) for _ in range(3)]
+    r = 3 / 8
+    kw = dict(tasks=["a", "b"], frames_per_episode=6, max_points=None)
+    aware = amf_nn_score_fn(_blocks, eps, [0, 1], noise_var=2.0, replay=replay, replay_fraction=r, **kw)
+    paper = amf_nn_score_fn(_blocks, eps + replay, [0, 1], noise_var=2.0 / (1 - r), **kw)
+    for chosen in ([], ["a"], ["b", "b"]):
+        want = paper(["a", "b"], chosen)
+        np.testing.assert_allclose(aware(["a", "b"], chosen), want, rtol=0, atol=1e-9 * np.abs(want).max())
+    assert aware.last_info["replayed_episodes"] == 3
+    # r = 0 is the paper's criterion whatever is passed as replay
+    plain = amf_nn_score_fn(_blocks, eps, [0, 1], noise_var=2.0, **kw)
+    zero = amf_nn_score_fn(_blocks, eps, [0, 1], noise_var=2.0, replay=replay, replay_fraction=0.0, **kw)
+    np.testing.assert_array_equal(zero(["a", "b"], []), plain(["a", "b"], []))
+
+
+def test_replaying_a_task_makes_its_demonstrations_less_informative():
+    """Scores are the targets' posterior uncertainty after the candidate (lower = asked first), so score(a) -
+    score(b) = gain(b) - gain(a). Replayed episodes of task a condition a's targets, so a's demonstration gains
+    less; b shares no features with a, so b's gain changes only through the new points' weight 1 - r, which the
+    paper's criterion reproduces with noise_var / (1 - r)."""
+    rng = np.random.default_rng(6)
+    eps = [_episode(t, 25, rng) for t in ["a", "b", "a", "b"]]
+    replay = [_episode("a", 25, rng) for _ in range(8)]
+    kw = dict(tasks=["a", "b"], frames_per_episode=6, max_points=None)
+    r = 0.5
+    aware = amf_nn_score_fn(_blocks, eps, [0, 1], replay=replay, replay_fraction=r, **kw)(["a", "b"], [])
+    scaled = amf_nn_score_fn(_blocks, eps, [0, 1], noise_var=1.0 / (1 - r), **kw)(["a", "b"], [])
+    gap_aware, gap_scaled = aware[0] - aware[1], scaled[0] - scaled[1]
+    assert gap_aware > gap_scaled + 0.1 * abs(gap_scaled), (aware, scaled)  # a is now asked for later than b
+
+
+def test_replay_errors():
+    rng = np.random.default_rng(7)
+    eps = [_episode("a", 10, rng), _episode("b", 10, rng)]
+    with pytest.raises(ValueError, match="replay_fraction must be in"):
+        amf_nn_score_fn(_blocks, eps, [0, 1], replay=[eps[0]], replay_fraction=1.0)
+    with pytest.raises(ValueError, match="needs the replayed episodes"):
+        amf_nn_score_fn(_blocks, eps, [0, 1], replay_fraction=0.5)
+    with pytest.raises(ValueError, match="no criterion_cache"):
+        amf_nn_score_fn(_blocks, eps, [0, 1], replay=[eps[0]], replay_fraction=0.5, criterion_cache={},
+                        keys=["x", "y"])
