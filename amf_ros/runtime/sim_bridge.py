@@ -64,7 +64,8 @@ class TaskState:
 class Frame:
     """One observation to publish: ``state`` (D,) float64, ``image`` (H, W, 3) uint8 or None, and the status.
 
-    ``render_error`` is non-empty when rendering was asked for and failed (the state still goes out)."""
+    ``render_error`` is non-empty when rendering was asked for and failed (the state still goes out); after the
+    first failure the camera stays off and every later frame repeats that error (see ``SimBridge._publish``)."""
 
     state: np.ndarray
     image: np.ndarray | None
@@ -108,6 +109,7 @@ class SimBridge:
         self.sim = sim
         self._emit = emit
         self._render = render
+        self._render_error = ""  # the first render failure: the camera is off from then on
         self._idle_s = float(idle_publish_period_s)
         self._clock = clock
         self._lock = threading.Lock()
@@ -259,13 +261,17 @@ class SimBridge:
                          done=self._done)
 
     def _publish(self) -> None:
-        """Emit the current observation (lock held)."""
-        image, error = None, ""
-        if self._render is not None:
+        """Emit the current observation (lock held).
+
+        A render that failed once is not tried again: the failure is an OpenGL context that could not be made (no
+        display, no OSMesa), and MuJoCo's second try from another thread never returned, holding this lock, so
+        that the node ignored SIGINT and SIGTERM (found under `ros2 launch` without MUJOCO_GL)."""
+        image = None
+        if self._render is not None and not self._render_error:
             try:
                 image = np.ascontiguousarray(self.sim.render(self._render.width, self._render.height,
                                                              self._render.camera), dtype=np.uint8)
             except Exception as exc:
-                error = f"render failed: {type(exc).__name__}: {exc}"
-        self._emit(Frame(state=self._obs.copy(), image=image, status=self._state(), render_error=error))
+                self._render_error = f"render failed, camera off until restart: {type(exc).__name__}: {exc}"
+        self._emit(Frame(state=self._obs.copy(), image=image, status=self._state(), render_error=self._render_error))
         self._last_emit = self._clock()

@@ -31,6 +31,7 @@ class FakeSim:
         self.done_on_success = done_on_success
         self.x, self.steps, self.seed = 0.0, 0, None
         self.calls: list = []
+        self.render_calls = 0
 
     def instruction(self, task: str) -> str:
         return f"do {task}"
@@ -51,6 +52,7 @@ class FakeSim:
         return np.array([self.x, self.seed]), success, done
 
     def render(self, width: int, height: int, camera: str) -> np.ndarray:
+        self.render_calls += 1
         if self.fail_render:
             raise RuntimeError("no GL")
         return np.full((height, width, 3), self.steps, dtype=np.uint8)
@@ -149,9 +151,13 @@ def test_render_with_every_frame_and_render_errors_do_not_stop_the_state():
     bridge.step(a(0.1))
     assert frames[-1].image.shape == (3, 4, 3) and frames[-1].image.dtype == np.uint8
     assert int(frames[-1].image[0, 0, 0]) == 1 and not frames[-1].render_error
-    bad, _, bad_frames, _ = make(sim=FakeSim(fail_render=True), render=RenderSpec())
+    sim = FakeSim(fail_render=True)
+    bad, _, bad_frames, _ = make(sim=sim, render=RenderSpec())
     assert bad_frames[0].image is None and "no GL" in bad_frames[0].render_error
     assert bad.step(a(0.1)) == "" and bad_frames[-1].status.steps == 1
+    # a failed GL context is not tried again (MuJoCo's retry from another thread hung the node): the camera is off
+    # and every frame says why
+    assert sim.render_calls == 1 and bad_frames[-1].image is None and "camera off" in bad_frames[-1].render_error
 
 
 def test_frames_hold_a_copy_of_the_state():

@@ -24,6 +24,7 @@ from sensor_msgs.msg import Image
 from std_srvs.srv import SetBool
 
 from amf_ros.bringup.params.sim_bridge import SimBridgeParams
+from amf_ros.envs.gl_backend import default_headless_gl
 from amf_ros.envs.suites import get_suite
 from amf_ros.msg import ArmStatus, ArmStop, EefDeltaAction, StateVector, TaskStatus
 from amf_ros.robots.action_gate import ActionCounts, ActionGate
@@ -152,6 +153,7 @@ class SimBridge(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``lib/amf_ros/sim_bridge``."""
+    default_headless_gl()  # before mujoco is imported: it reads MUJOCO_GL once
     spin(SimBridge, args)
 
 
