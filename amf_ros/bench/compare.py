@@ -114,10 +114,15 @@ def plot(doc: dict[str, Any], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # one colour per curve (tab20: grids of 10+ rules), one line style per input label
+    colours = [plt.get_cmap("tab20")(i % 20) for i in range(len(doc["curves"]))]
+    labels = list(dict.fromkeys(e["label"] for e in doc["curves"]))
+    styles = ["-", "--", ":", "-."]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for e in doc["curves"]:
-        line, = ax.plot(e["demos"], e["mean"], marker="o", ms=3, label=name_of(e))
-        ax.fill_between(e["demos"], e["ci_low"], e["ci_high"], alpha=0.15, color=line.get_color())
+    for e, colour in zip(doc["curves"], colours, strict=True):
+        ax.plot(e["demos"], e["mean"], marker="o", ms=3, label=name_of(e), color=colour,
+                ls=styles[labels.index(e["label"]) % len(styles)])
+        ax.fill_between(e["demos"], e["ci_low"], e["ci_high"], alpha=0.10, color=colour)
     ax.axhline(doc["threshold"], color="grey", lw=0.8, ls="--")
     ax.set_xlabel("fine-tuning demonstrations")
     ax.set_ylabel("success rate (all tasks)")
@@ -130,12 +135,12 @@ def plot(doc: dict[str, Any], out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(doc["curves"])), 3.6))
     for i, e in enumerate(doc["curves"]):
         r = e["demos_to_reach"]
-        ax.bar(i, r["mean_curve"] if r["mean_curve"] is not None else r["budget"], color=f"C{i % 10}", alpha=0.5,
+        ax.bar(i, r["mean_curve"] if r["mean_curve"] is not None else r["budget"], color=colours[i], alpha=0.5,
                hatch=None if r["mean_curve"] is not None else "//")
         jitter = np.linspace(-0.2, 0.2, max(2, len(r["per_seed"])))[:len(r["per_seed"])]
         for dx, v in zip(jitter, r["per_seed"], strict=True):
-            ax.plot(i + dx, r["budget"] if v is None else v, "o", color=f"C{i % 10}", ms=4,
-                    mfc="none" if v is None else f"C{i % 10}")
+            ax.plot(i + dx, r["budget"] if v is None else v, "o", color=colours[i], ms=4,
+                    mfc="none" if v is None else colours[i])
     ax.set_xticks(range(len(doc["curves"])), [name_of(e) for e in doc["curves"]], rotation=30, ha="right",
                   fontsize=7)
     ax.set_ylabel(f"demonstrations to success {doc['threshold']:g}")
