@@ -144,6 +144,19 @@ def test_a_short_run_warm_starts_counts_and_logs(checkpoint: Path, method: str) 
         assert set(r["alpha"]) == set(TASKS) and all(0.0 <= a <= 1.0 for a in r["alpha"].values())
 
 
+@pytest.mark.slow
+def test_replay_aware_amf_runs_rounds_with_replay(checkpoint: Path) -> None:
+    """amf-replay through method_job with 50/50 replay: the warm start, then scored picks of the criterion that
+    conditions on the replayed pre-training demonstrations (tested above), fine-tuning with replay every round."""
+    cfg = MetaworldBenchConfig(tasks=TASKS, task_encoder="hash", rounds=5, finetune_steps=20, alpha_steps=10,
+                               eval_episodes=1, eval_slots=1, pretrain_demos=4, replay_fraction=0.5)
+    rows = method_job(cfg, "mismatched", 1, "amf-replay", str(checkpoint))["rounds"]
+    assert sorted(r["selected"][0] for r in rows[:4]) == sorted(TASKS) and all(r["warm_start"] for r in rows[:4])
+    last = rows[4]
+    assert not last["warm_start"] and set(last["scores"]) == set(TASKS) and last["phi_sq_norm"] is not None
+    assert last["selected"][0] == min(last["scores"], key=last["scores"].get)
+
+
 def test_uniform_without_prior_has_no_alpha(checkpoint: Path) -> None:
     cfg = MetaworldBenchConfig(tasks=TASKS, task_encoder="hash", rounds=1, finetune_steps=5, eval_episodes=1,
                                eval_slots=1, pretrain_demos=4)
