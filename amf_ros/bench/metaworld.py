@@ -180,6 +180,9 @@ class MetaworldBenchConfig:
     """Target and candidate demonstrations of the criterion: "warm" (the warm-start validation set) or "all"."""
     condition_on_data: bool = True
     """Also condition the criterion's posterior on the non-validation demonstrations."""
+    hallucinate: str = "validation"
+    """AMF's hallucinated demonstration of a candidate: "validation" (its warm-start episode, the paper's) or
+    "recorded" (every recorded episode of the task; core/amf_nn.py)."""
     frames_per_demo: int = 16
     """States per demonstration used for the criterion (evenly spaced; fewer = faster)."""
     max_points: int = 1024
@@ -223,6 +226,8 @@ class MetaworldBenchConfig:
                              f"head and no replay, got {self.suite=} {self.head=} {self.replay_fraction=}")
         if self.selection_copy not in ("frozen", "holdout", "current"):
             raise ValueError(f"selection_copy must be 'frozen', 'holdout' or 'current', got {self.selection_copy=}")
+        if self.hallucinate not in ("validation", "recorded"):
+            raise ValueError(f"hallucinate must be 'validation' or 'recorded', got {self.hallucinate=}")
         if self.criterion_targets not in ("warm", "all"):
             raise ValueError(f"criterion_targets must be 'warm' or 'all', got {self.criterion_targets=}")
         if self.first_seed < 0:
@@ -486,7 +491,7 @@ def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: M
                            noise_var=cfg.noise_var, prior_var=cfg.prior_var, form=cfg.criterion_form,
                            condition_on_data=cfg.condition_on_data, frames_per_episode=cfg.frames_per_demo,
                            max_points=cfg.max_points, replay=[demos_to_transitions([d]) for d in replay],
-                           replay_fraction=cfg.replay_fraction if replay else 0.0)
+                           replay_fraction=cfg.replay_fraction if replay else 0.0, hallucinate=cfg.hallucinate)
 
 
 # ----------------------------------------------------------------------------------------------- experiment
@@ -819,6 +824,8 @@ def _main(argv: Sequence[str], suite: str) -> int:
     parser.add_argument("--tasks", nargs="+", default=None, help="task keys of the suite (default: its four)")
     parser.add_argument("--noise-var", type=float, default=None,
                         help="AMF's observation noise variance of the criterion (default: from the config, 1.0)")
+    parser.add_argument("--hallucinate", choices=("validation", "recorded"), default=None,
+                        help="AMF's hallucinated demonstration of a candidate (default: from the config, validation)")
     parser.add_argument("--trunk", choices=TRUNKS, default=None,
                         help="what the policy sees: state (default) or image_pretrained (the camera policy on a "
                              "frozen pretrained encoder; WidowX)")
@@ -855,7 +862,7 @@ def _main(argv: Sequence[str], suite: str) -> int:
                        methods=args.methods, allocations=args.allocations, eval_episodes=args.eval_episodes,
                        selection_copy=args.selection_copy, demos_per_round=args.demos_per_round,
                        replay_fraction=args.replay_fraction, tasks=args.tasks, trunk=args.trunk,
-                       noise_var=args.noise_var)
+                       noise_var=args.noise_var, hallucinate=args.hallucinate)
     jobs = args.jobs or os.cpu_count() or 1
     t0 = time.perf_counter()
     raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress, engine=args.engine or "",

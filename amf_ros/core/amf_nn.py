@@ -19,6 +19,9 @@ Given the recorded episodes (one transitions dict per demonstration) and which o
   every other pairing has weight 0 and is dropped. mu_c is uniform over ``tasks``: a target state of episode i of
   task c weighs 1 / (|C| * #validation episodes of c * #frames of i);
 * candidate c': its validation episode(s) as hallucinated demonstration(s) tau' (App. E's outer sum, omega uniform);
+  ``hallucinate="recorded"``: every recorded episode of c the criterion reads (validation and data), so that where a
+  task has demonstrations of other scenes the hallucination is not only its own target states (a diagnostic of why
+  greedy batches divide the new tasks otherwise than one-at-a-time selection; docs/metaworld.md);
 * data conditioned on: every non-validation episode (``condition_on_data``; else none, and the other episodes enter
   only by fine-tuning the selection copy, Sec. 4.2);
 * replay-aware (issue 32; ``replay_fraction`` r > 0 with the ``replay`` episodes): fine-tuning then minimises
@@ -120,7 +123,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
                     cache: MutableMapping[tuple[Hashable, int], np.ndarray] | None = None,
                     keys: Sequence[Hashable] | None = None,
                     criterion_cache: MutableMapping[str, Any] | None = None,
-                    replay: Sequence[Transitions] = (), replay_fraction: float = 0.0) -> ScoreFn:
+                    replay: Sequence[Transitions] = (), replay_fraction: float = 0.0,
+                    hallucinate: str = "validation") -> ScoreFn:
     """The AMF-NN ScoreFn of the selector (see the module docstring for what enters it, with the paper's equations).
 
     Args:
@@ -148,6 +152,9 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         replay: the replayed pre-training episodes fine-tuning mixes in (replay-aware AMF; see the module
             docstring); embedded on every call (neither cache is used for them, nor ``criterion_cache`` with them).
         replay_fraction: r, their share of every fine-tuning minibatch, in [0, 1); 0 = the paper's criterion.
+        hallucinate: a candidate's hallucinated demonstrations: "validation" (its validation episodes, the paper's)
+            or "recorded" (every episode of the task the criterion reads; not with ``criterion_cache``, whose
+            candidates are fixed when it is built).
     Returns:
         ScoreFn; ``last_info`` holds ``effective_sample_size`` and ``mean_sq_norm_phi`` per target task.
     Raises:
@@ -163,6 +170,10 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         raise ValueError("replay_fraction > 0 needs the replayed episodes (replay) and no criterion_cache, got "
                          f"{len(replay)} replayed episodes and criterion_cache={criterion_cache is not None}")
     replay = list(replay) if replay_fraction > 0 else []
+    if hallucinate not in ("validation", "recorded"):
+        raise ValueError(f"hallucinate must be 'validation' or 'recorded', got {hallucinate!r}")
+    if hallucinate == "recorded" and criterion_cache is not None:
+        raise ValueError("hallucinate='recorded' cannot use a criterion_cache (its candidates are fixed when built)")
     val = [int(i) for i in validation]
     if not val or any(not 0 <= i < n for i in val) or len(set(val)) != len(val):
         raise ValueError(f"validation must be distinct indices in [0, {n}), got {list(validation)}")
@@ -206,6 +217,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         if not idx:
             raise ValueError(f"no recorded episode of candidate {task!r} to hallucinate from (warm start "
                              "demonstrates every candidate once first)")
+        if hallucinate == "recorded":
+            idx = [i for i in use if task_of[i] == task]
         return [phi[i] * scale_new if replay else phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
 
     ess = {t: float(len(idx)) for t, idx in per_task.items()}  # 0/1 importance weights: episodes per task

@@ -250,3 +250,26 @@ def test_replay_errors():
     with pytest.raises(ValueError, match="no criterion_cache"):
         amf_nn_score_fn(_blocks, eps, [0, 1], replay=[eps[0]], replay_fraction=0.5, criterion_cache={},
                         keys=["x", "y"])
+
+
+def test_hallucinating_every_recorded_episode():
+    """hallucinate="recorded": a candidate's alternatives are all its recorded episodes the criterion reads, with
+    uniform weights; targets and data unchanged. Checked against feature_score_fn built by hand from the same
+    features (the same float64 operations: rtol 1e-12)."""
+    rng = np.random.default_rng(8)
+    eps = [_episode(t, 25, rng) for t in ["a", "b", "a", "a"]]
+    kw = dict(tasks=["a", "b"], frames_per_episode=6, max_points=None)
+    got = amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="recorded", **kw)
+    phi = [episode_features(_blocks, ep, 6) for ep in eps]
+    target = np.concatenate([phi[0], phi[1]])
+    weights = np.full(12, 1.0 / (2 * 6))
+    alts = {"a": ([phi[0], phi[2], phi[3]], np.full(3, 1 / 3)), "b": ([phi[1]], np.ones(1))}
+    want = feature_score_fn(np.concatenate([phi[2], phi[3]]), alts.__getitem__, target, weights)
+    for chosen in ([], ["a"]):
+        np.testing.assert_allclose(got(["a", "b"], chosen), want(["a", "b"], chosen), rtol=1e-12)
+    paper = amf_nn_score_fn(_blocks, eps, [0, 1], **kw)(["a", "b"], [])
+    assert not np.allclose(paper[0], got(["a", "b"], [])[0])  # a's hallucination now includes other scenes
+    with pytest.raises(ValueError, match="hallucinate must be"):
+        amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="all")
+    with pytest.raises(ValueError, match="criterion_cache"):
+        amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="recorded", criterion_cache={}, keys=list("wxyz"))
