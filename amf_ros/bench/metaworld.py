@@ -51,6 +51,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from amf_ros.core.amf_nn import HALLUCINATE
 from amf_ros.envs.suites import get_suite
 from amf_ros.policies.camera_policy import TRUNKS
 from amf_ros.policies.fine_tuning import FINE_TUNE
@@ -226,8 +227,8 @@ class MetaworldBenchConfig:
                              f"head and no replay, got {self.suite=} {self.head=} {self.replay_fraction=}")
         if self.selection_copy not in ("frozen", "holdout", "current"):
             raise ValueError(f"selection_copy must be 'frozen', 'holdout' or 'current', got {self.selection_copy=}")
-        if self.hallucinate not in ("validation", "recorded"):
-            raise ValueError(f"hallucinate must be 'validation' or 'recorded', got {self.hallucinate=}")
+        if self.hallucinate not in HALLUCINATE:
+            raise ValueError(f"hallucinate must be one of {HALLUCINATE}, got {self.hallucinate=}")
         if self.criterion_targets not in ("warm", "all"):
             raise ValueError(f"criterion_targets must be 'warm' or 'all', got {self.criterion_targets=}")
         if self.first_seed < 0:
@@ -824,7 +825,7 @@ def _main(argv: Sequence[str], suite: str) -> int:
     parser.add_argument("--tasks", nargs="+", default=None, help="task keys of the suite (default: its four)")
     parser.add_argument("--noise-var", type=float, default=None,
                         help="AMF's observation noise variance of the criterion (default: from the config, 1.0)")
-    parser.add_argument("--hallucinate", choices=("validation", "recorded"), default=None,
+    parser.add_argument("--hallucinate", choices=HALLUCINATE, default=None,
                         help="AMF's hallucinated demonstration of a candidate (default: from the config, validation)")
     parser.add_argument("--trunk", choices=TRUNKS, default=None,
                         help="what the policy sees: state (default) or image_pretrained (the camera policy on a "

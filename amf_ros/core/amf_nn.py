@@ -56,6 +56,9 @@ from amf_ros.core.selection import ScoreFn
 Transitions = Mapping[str, np.ndarray]
 EmbedFn = Callable[[Transitions], np.ndarray]
 
+HALLUCINATE: tuple[str, ...] = ("validation", "recorded")
+"""What a candidate's hallucinated demonstrations are (``amf_nn_score_fn``'s ``hallucinate``; the paper's first)."""
+
 DEFAULT_MAX_POINTS = 1024
 """Default cap on the criterion's data points (task_selector's ``max_points``; the benchmark's too)."""
 
@@ -170,8 +173,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         raise ValueError("replay_fraction > 0 needs the replayed episodes (replay) and no criterion_cache, got "
                          f"{len(replay)} replayed episodes and criterion_cache={criterion_cache is not None}")
     replay = list(replay) if replay_fraction > 0 else []
-    if hallucinate not in ("validation", "recorded"):
-        raise ValueError(f"hallucinate must be 'validation' or 'recorded', got {hallucinate!r}")
+    if hallucinate not in HALLUCINATE:
+        raise ValueError(f"hallucinate must be one of {HALLUCINATE}, got {hallucinate!r}")
     if hallucinate == "recorded" and criterion_cache is not None:
         raise ValueError("hallucinate='recorded' cannot use a criterion_cache (its candidates are fixed when built)")
     val = [int(i) for i in validation]
