@@ -58,6 +58,11 @@ def _time(ns: int) -> Time:
 class TeleopNode(Node):
     """Operator input -> EefDeltaAction while the deadman is held; see the module docstring."""
 
+    executor_kind = "single"
+    """Its input callbacks share one mutually exclusive group and only decode: a single-threaded executor runs each
+    input as it arrives, where a pool could hold a deadman release back until its next wake-up (sim_bridge's
+    executor_kind says what that cost there)."""
+
     def __init__(self) -> None:
         super().__init__("teleop")
         p = self.p = declare(self, TeleopParams)
