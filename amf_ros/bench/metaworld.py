@@ -78,6 +78,9 @@ METHODS: dict[str, Method] = {
     # replay-aware AMF (issue 32): the criterion conditions on the replayed pre-training data at its minibatch share
     # and weighs new demonstrations by theirs; identical to amf without replay
     "amf-replay": Method("amf", True, replay_aware=True),
+    # the same without the adaptive prior: with replay on the WidowX family uniform beat uniform+prior (0.979 vs 0.929),
+    # so the prior, not the selection, may be what holds AMF back there (docs/ros-robot.md)
+    "amf-replay-noprior": Method("amf", False, replay_aware=True),
     "uniform": Method("uniform", False),
     "uniform+prior": Method("uniform", True),
     "rebalancing": Method("rebalancing", True),
