@@ -78,14 +78,15 @@ METHODS: dict[str, Method] = {
     # replay-aware AMF (issue 32): the criterion conditions on the replayed pre-training data at its minibatch share
     # and weighs new demonstrations by theirs; identical to amf without replay
     "amf-replay": Method("amf", True, replay_aware=True),
-    # the same without the adaptive prior: with replay on the WidowX family uniform beat uniform+prior (0.979 vs 0.929),
-    # so the prior, not the selection, may be what holds AMF back there (docs/ros-robot.md)
+    # the same without the adaptive prior (so is progress-noprior below): with replay on the WidowX family uniform
+    # beat uniform+prior (0.979 vs 0.929), so the prior, not the selection, held the rules back there (docs/ros-robot.md)
     "amf-replay-noprior": Method("amf", False, replay_aware=True),
     "uniform": Method("uniform", False),
     "uniform+prior": Method("uniform", True),
     "rebalancing": Method("rebalancing", True),
     # the learning-progress rival (core/progress.py): reads the per-round evaluations, not the policy
     "progress": Method("progress", True),
+    "progress-noprior": Method("progress", False),
     # the uncertainty ablation (paper Fig. 4): AMF with other kernels
     "amf-last_layer": Method("amf", True, "last_layer"),
     "amf-dropout": Method("amf", True, "dropout"),
@@ -185,8 +186,9 @@ class MetaworldBenchConfig:
     condition_on_data: bool = True
     """Also condition the criterion's posterior on the non-validation demonstrations."""
     hallucinate: str = "validation"
-    """AMF's hallucinated demonstration of a candidate: "validation" (its warm-start episode, the paper's) or
-    "recorded" (every recorded episode of the task; core/amf_nn.py)."""
+    """AMF's hallucinated demonstration of a candidate: "validation" (its warm-start episode, the paper's),
+    "recorded" (every recorded episode of the task) or "data" (its episodes other than the warm-start one, while it
+    has any; core/amf_nn.py)."""
     frames_per_demo: int = 16
     """States per demonstration used for the criterion (evenly spaced; fewer = faster)."""
     max_points: int = 1024

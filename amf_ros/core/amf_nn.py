@@ -22,6 +22,9 @@ Given the recorded episodes (one transitions dict per demonstration) and which o
   ``hallucinate="recorded"``: every recorded episode of c the criterion reads (validation and data), so that where a
   task has demonstrations of other scenes the hallucination is not only its own target states (a diagnostic of why
   greedy batches divide the new tasks otherwise than one-at-a-time selection; docs/metaworld.md);
+  ``hallucinate="data"``: the task's recorded episodes other than its validation ones (its validation episodes while
+  it has none), so that a hallucinated demonstration is never the target states themselves, as a real one of a new
+  scene is not;
 * data conditioned on: every non-validation episode (``condition_on_data``; else none, and the other episodes enter
   only by fine-tuning the selection copy, Sec. 4.2);
 * replay-aware (issue 32; ``replay_fraction`` r > 0 with the ``replay`` episodes): fine-tuning then minimises
@@ -56,7 +59,7 @@ from amf_ros.core.selection import ScoreFn
 Transitions = Mapping[str, np.ndarray]
 EmbedFn = Callable[[Transitions], np.ndarray]
 
-HALLUCINATE: tuple[str, ...] = ("validation", "recorded")
+HALLUCINATE: tuple[str, ...] = ("validation", "recorded", "data")
 """What a candidate's hallucinated demonstrations are (``amf_nn_score_fn``'s ``hallucinate``; the paper's first)."""
 
 DEFAULT_MAX_POINTS = 1024
@@ -156,8 +159,9 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
             docstring); embedded on every call (neither cache is used for them, nor ``criterion_cache`` with them).
         replay_fraction: r, their share of every fine-tuning minibatch, in [0, 1); 0 = the paper's criterion.
         hallucinate: a candidate's hallucinated demonstrations: "validation" (its validation episodes, the paper's)
-            or "recorded" (every episode of the task the criterion reads; not with ``criterion_cache``, whose
-            candidates are fixed when it is built).
+            "recorded" (every episode of the task the criterion reads) or "data" (the task's non-validation episodes
+            the criterion conditions on, else its validation ones); the last two not with ``criterion_cache``,
+            whose candidates are fixed when it is built.
     Returns:
         ScoreFn; ``last_info`` holds ``effective_sample_size`` and ``mean_sq_norm_phi`` per target task.
     Raises:
@@ -175,8 +179,9 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
     replay = list(replay) if replay_fraction > 0 else []
     if hallucinate not in HALLUCINATE:
         raise ValueError(f"hallucinate must be one of {HALLUCINATE}, got {hallucinate!r}")
-    if hallucinate == "recorded" and criterion_cache is not None:
-        raise ValueError("hallucinate='recorded' cannot use a criterion_cache (its candidates are fixed when built)")
+    if hallucinate != "validation" and criterion_cache is not None:
+        raise ValueError(f"hallucinate={hallucinate!r} cannot use a criterion_cache (its candidates are fixed when "
+                         "built)")
     val = [int(i) for i in validation]
     if not val or any(not 0 <= i < n for i in val) or len(set(val)) != len(val):
         raise ValueError(f"validation must be distinct indices in [0, {n}), got {list(validation)}")
@@ -222,6 +227,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
                              "demonstrates every candidate once first)")
         if hallucinate == "recorded":
             idx = [i for i in use if task_of[i] == task]
+        elif hallucinate == "data":
+            idx = [i for i in use if task_of[i] == task and i not in in_val] or idx
         return [phi[i] * scale_new if replay else phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
 
     ess = {t: float(len(idx)) for t, idx in per_task.items()}  # 0/1 importance weights: episodes per task

@@ -273,3 +273,24 @@ def test_hallucinating_every_recorded_episode():
         amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="all")
     with pytest.raises(ValueError, match="criterion_cache"):
         amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="recorded", criterion_cache={}, keys=list("wxyz"))
+
+
+def test_hallucinating_the_data_episodes_not_the_targets():
+    """hallucinate="data": a candidate's alternatives are its recorded non-validation episodes (never the target
+    states themselves), its validation episode while it has none; checked against feature_score_fn built by hand."""
+    rng = np.random.default_rng(9)
+    eps = [_episode(t, 25, rng) for t in ["a", "b", "a", "a"]]
+    kw = dict(tasks=["a", "b"], frames_per_episode=6, max_points=None)
+    got = amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="data", **kw)
+    phi = [episode_features(_blocks, ep, 6) for ep in eps]
+    target = np.concatenate([phi[0], phi[1]])
+    weights = np.full(12, 1.0 / (2 * 6))
+    alts = {"a": ([phi[2], phi[3]], np.full(2, 1 / 2)), "b": ([phi[1]], np.ones(1))}  # b has no data: its target
+    want = feature_score_fn(np.concatenate([phi[2], phi[3]]), alts.__getitem__, target, weights)
+    for chosen in ([], ["a"], ["a", "b"]):
+        np.testing.assert_allclose(got(["a", "b"], chosen), want(["a", "b"], chosen), rtol=1e-12)
+    recorded = amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="recorded", **kw)(["a", "b"], [])
+    assert not np.allclose(recorded[0], got(["a", "b"], [])[0])  # a's target episode is no longer among them
+    assert np.allclose(recorded[1], got(["a", "b"], [])[1], rtol=1e-12)  # b: the same single validation episode
+    with pytest.raises(ValueError, match="criterion_cache"):
+        amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="data", criterion_cache={}, keys=list("wxyz"))
