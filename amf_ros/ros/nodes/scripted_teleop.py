@@ -35,6 +35,10 @@ from amf_ros.srv import EndEpisode, ResetTask
 class ScriptedTeleop(Node):
     """Drives the simulator with the scripted expert while the recorder records; see the module docstring."""
 
+    executor_kind = "single"
+    """Its inputs and the control tick share one mutually exclusive group and its service calls are asynchronous
+    (ros/calls.py), so a pool adds nothing but a late tick (sim_bridge's executor_kind has the measurement)."""
+
     def __init__(self) -> None:
         super().__init__("scripted_teleop")
         self.p = p = declare(self, ScriptedTeleopParams)
