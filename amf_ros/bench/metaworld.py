@@ -79,7 +79,8 @@ METHODS: dict[str, Method] = {
     # and weighs new demonstrations by theirs; identical to amf without replay
     "amf-replay": Method("amf", True, replay_aware=True),
     # the same without the adaptive prior (so is progress-noprior below): with replay on the WidowX family uniform
-    # beat uniform+prior (0.979 vs 0.929), so the prior, not the selection, held the rules back there (docs/ros-robot.md)
+    # beat uniform+prior (0.979 vs 0.929), so the prior, not the selection, held the rules back there
+    # (docs/ros-robot.md)
     "amf-replay-noprior": Method("amf", False, replay_aware=True),
     "uniform": Method("uniform", False),
     "uniform+prior": Method("uniform", True),

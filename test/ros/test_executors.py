@@ -135,9 +135,9 @@ def test_offload_awaits_a_blocking_call_while_other_callbacks_run(rclpy_context,
 
 @pytest.mark.ros
 def test_nodes_with_one_exclusive_group_spin_single_threaded() -> None:
-    """sim_bridge, teleop and scripted_teleop keep every input in one mutually exclusive group: a pool only delays a message that
-    arrives while another callback runs (sim_bridge's executor_kind has the measurement), so spin() must build them
-    a SingleThreadedExecutor."""
+    """sim_bridge, teleop and scripted_teleop keep every input in one mutually exclusive group: a pool only delays a
+    message that arrives while another callback runs (sim_bridge's executor_kind has the measurement), so spin()
+    must build them a SingleThreadedExecutor."""
     from rclpy.executors import SingleThreadedExecutor
 
     from amf_ros.ros.nodes.scripted_teleop import ScriptedTeleop
