@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -252,22 +254,34 @@ def test_replay_errors():
                         keys=["x", "y"])
 
 
+HALLUCINATION_KW = dict(tasks=["a", "b"], frames_per_episode=6, max_points=None)
+"""The hallucination tests' criterion: both tasks targeted, 6 frames per episode, no cap."""
+
+
+def _hallucination_case(seed: int, hallucinate: str, alternatives: Callable[[list[np.ndarray]], dict]):
+    """Episodes a, b, a, a (validation: the first a and b), the criterion with ``hallucinate``, and the same criterion
+    built by hand with feature_score_fn from the same features (data: the two later a's; targets: the validation
+    episodes, mu uniform), whose candidates are ``alternatives(phi)``: (episodes, amf_nn ScoreFn, hand-built
+    ScoreFn). Both sides run the same float64 operations, so they agree to rtol 1e-12."""
+    rng = np.random.default_rng(seed)
+    eps = [_episode(t, 25, rng) for t in ["a", "b", "a", "a"]]
+    got = amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate=hallucinate, **HALLUCINATION_KW)
+    phi = [episode_features(_blocks, ep, 6) for ep in eps]
+    target = np.concatenate([phi[0], phi[1]])
+    weights = np.full(12, 1.0 / (2 * 6))
+    want = feature_score_fn(np.concatenate([phi[2], phi[3]]), alternatives(phi).__getitem__, target, weights)
+    return eps, got, want
+
+
 def test_hallucinating_every_recorded_episode():
     """hallucinate="recorded": a candidate's alternatives are all its recorded episodes the criterion reads, with
     uniform weights; targets and data unchanged. Checked against feature_score_fn built by hand from the same
     features (the same float64 operations: rtol 1e-12)."""
-    rng = np.random.default_rng(8)
-    eps = [_episode(t, 25, rng) for t in ["a", "b", "a", "a"]]
-    kw = dict(tasks=["a", "b"], frames_per_episode=6, max_points=None)
-    got = amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="recorded", **kw)
-    phi = [episode_features(_blocks, ep, 6) for ep in eps]
-    target = np.concatenate([phi[0], phi[1]])
-    weights = np.full(12, 1.0 / (2 * 6))
-    alts = {"a": ([phi[0], phi[2], phi[3]], np.full(3, 1 / 3)), "b": ([phi[1]], np.ones(1))}
-    want = feature_score_fn(np.concatenate([phi[2], phi[3]]), alts.__getitem__, target, weights)
+    eps, got, want = _hallucination_case(8, "recorded", lambda phi: {
+        "a": ([phi[0], phi[2], phi[3]], np.full(3, 1 / 3)), "b": ([phi[1]], np.ones(1))})
     for chosen in ([], ["a"]):
         np.testing.assert_allclose(got(["a", "b"], chosen), want(["a", "b"], chosen), rtol=1e-12)
-    paper = amf_nn_score_fn(_blocks, eps, [0, 1], **kw)(["a", "b"], [])
+    paper = amf_nn_score_fn(_blocks, eps, [0, 1], **HALLUCINATION_KW)(["a", "b"], [])
     assert not np.allclose(paper[0], got(["a", "b"], [])[0])  # a's hallucination now includes other scenes
     with pytest.raises(ValueError, match="hallucinate must be"):
         amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="all")
@@ -278,18 +292,11 @@ def test_hallucinating_every_recorded_episode():
 def test_hallucinating_the_data_episodes_not_the_targets():
     """hallucinate="data": a candidate's alternatives are its recorded non-validation episodes (never the target
     states themselves), its validation episode while it has none; checked against feature_score_fn built by hand."""
-    rng = np.random.default_rng(9)
-    eps = [_episode(t, 25, rng) for t in ["a", "b", "a", "a"]]
-    kw = dict(tasks=["a", "b"], frames_per_episode=6, max_points=None)
-    got = amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="data", **kw)
-    phi = [episode_features(_blocks, ep, 6) for ep in eps]
-    target = np.concatenate([phi[0], phi[1]])
-    weights = np.full(12, 1.0 / (2 * 6))
-    alts = {"a": ([phi[2], phi[3]], np.full(2, 1 / 2)), "b": ([phi[1]], np.ones(1))}  # b has no data: its target
-    want = feature_score_fn(np.concatenate([phi[2], phi[3]]), alts.__getitem__, target, weights)
+    eps, got, want = _hallucination_case(9, "data", lambda phi: {
+        "a": ([phi[2], phi[3]], np.full(2, 1 / 2)), "b": ([phi[1]], np.ones(1))})  # b has no data: its target
     for chosen in ([], ["a"], ["a", "b"]):
         np.testing.assert_allclose(got(["a", "b"], chosen), want(["a", "b"], chosen), rtol=1e-12)
-    recorded = amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="recorded", **kw)(["a", "b"], [])
+    recorded = amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="recorded", **HALLUCINATION_KW)(["a", "b"], [])
     assert not np.allclose(recorded[0], got(["a", "b"], [])[0])  # a's target episode is no longer among them
     assert np.allclose(recorded[1], got(["a", "b"], [])[1], rtol=1e-12)  # b: the same single validation episode
     with pytest.raises(ValueError, match="criterion_cache"):
