@@ -17,12 +17,19 @@ called (demo_recorder subscribes to policy_server's ``control`` topic), every st
 control at its action's stamp (:func:`actor_at`): policy_server stamps each change so that the previous holder's
 actions are stamped at or before it and the new holder's after it (amf_ros/runtime/handover.py). The changes seen
 during the episode go into its metadata (``extra["control"]``) with the counts (``extra["actors"]``).
+
+A change travels on its own topic, so it may reach the recorder after the first action it precedes (another
+subscription, taken in a later executor wake-up on a busy machine: CI saw a person's first action labelled as the
+policy's). A labelled step is therefore held back until a message stamped ``label_hold_s`` after its action has been
+fed (or until :meth:`EpisodeRecorder.end`), and only then labelled and written; :attr:`EpisodeRecorder.num_steps`
+counts held steps too.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -66,11 +73,15 @@ class EpisodeRecorder:
         robot: written into each episode's metadata.
         min_rate_fraction, rate_window_s: the per-stream rate monitor (:mod:`amf_ros.data.stream_health`); its
             report of each episode goes into the metadata as ``extra["streams"]``.
+        label_hold_s: how long (in message stamps) a labelled step waits for control changes stamped before its
+            action (module docstring).
     """
 
     def __init__(self, store: EpisodeStore, topics: Mapping[str, str] | None = None,
                  sync: SyncConfig | None = None, robot: str = "", min_rate_fraction: float = 0.8,
-                 rate_window_s: float = 2.0) -> None:
+                 rate_window_s: float = 2.0, label_hold_s: float = 0.5) -> None:
+        if not label_hold_s >= 0:
+            raise ValueError(f"label_hold_s must be >= 0, got {label_hold_s!r}")
         self.store = store
         self.topics = dict(topics or DEFAULT_TOPICS)
         self.sync_config = sync or SyncConfig()
@@ -83,6 +94,9 @@ class EpisodeRecorder:
         self._changes: list[tuple[int, str]] = []  # (stamp, source) of control changes, sorted
         self._start_ns = 0
         self._labelled = False  # the open episode's steps carry the actor column
+        self._hold_ns = int(label_hold_s * 1e9)
+        self._held: deque[SyncedStep] = deque()  # decided steps waiting for late control changes, oldest first
+        self._newest_ns = 0  # newest stamp fed during the open episode
         self.label_actors = False
         """True once a control change was seen: steps get the ``actor`` column."""
         self.last_stamp: dict[str, int] = {}  # topic -> stamp of its newest message (for status/topic ages)
@@ -100,8 +114,8 @@ class EpisodeRecorder:
 
     @property
     def num_steps(self) -> int:
-        """Control steps written to the open episode so far (0 when not recording)."""
-        return self._writer.num_steps if self._writer else 0
+        """Control steps recorded in the open episode so far, held ones included (0 when not recording)."""
+        return self._writer.num_steps + len(self._held) if self._writer else 0
 
     @property
     def stats(self) -> dict[str, int]:
@@ -120,6 +134,8 @@ class EpisodeRecorder:
                                                         "aggregate": self.sync_config.aggregate}})
         self._sync.begin(start_ns)
         self._start_ns = int(start_ns or 0)
+        self._held.clear()
+        self._newest_ns = 0
         self.health.begin(start_ns)
         self.last_error = ""
         return self._writer.episode_id
@@ -132,6 +148,7 @@ class EpisodeRecorder:
         if topic in self.topics:
             self.last_stamp[topic] = max(int(stamp_ns), self.last_stamp.get(topic, int(stamp_ns)))
             self.health.feed(self.topics[topic], stamp_ns)
+            self._newest_ns = max(self._newest_ns, int(stamp_ns))
         try:
             steps = self._sync.feed(topic, stamp_ns, msg)
         except ValueError as exc:
@@ -161,7 +178,8 @@ class EpisodeRecorder:
         writer, self._writer = self._writer, None
         try:
             if not discard:
-                self._write(self._sync.flush(), writer)
+                self._write(self._sync.flush(), writer, hold=False)
+            self._held.clear()
             self._sync.pause()
             streams = self.health.end()
             if discard:
@@ -188,17 +206,28 @@ class EpisodeRecorder:
             counts[ACTOR_NAMES[actor]] += 1
         return {"control": [[stamp, source] for stamp, source in self._changes[first:]], "actors": counts}
 
-    def _write(self, steps: list[SyncedStep], writer: EpisodeWriter | None = None) -> None:
+    def _write(self, steps: list[SyncedStep], writer: EpisodeWriter | None = None, hold: bool = True) -> None:
+        """Write the decided ``steps``: unlabelled ones at once, labelled ones through the hold (module docstring);
+        ``hold=False`` (at the end) writes every held step."""
         writer = writer or self._writer
         if writer is None:
             return
         for s in steps:
-            stamps = {ACTION_STREAM: s.stamps[ACTION_STREAM]}
-            stamps.update({k: v for k, v in s.stamps.items() if k != ACTION_STREAM})
-            if writer.num_steps == 0:  # one episode is labelled throughout, or not at all
+            if writer.num_steps + len(self._held) == 0:  # one episode is labelled throughout, or not at all
                 self._labelled = self.label_actors
-            actor = actor_at(self._changes, s.stamps[ACTION_STREAM]) if self._labelled else None
-            writer.add_step(s.observation, s.action, stamp_ns=s.stamp_ns, stamps=stamps, actor=actor)
+            if self._labelled:
+                self._held.append(s)
+            else:
+                self._add(writer, s, None)
+        while self._held and (not hold or self._newest_ns - self._held[0].stamps[ACTION_STREAM] >= self._hold_ns):
+            s = self._held.popleft()
+            self._add(writer, s, actor_at(self._changes, s.stamps[ACTION_STREAM]))
+
+    @staticmethod
+    def _add(writer: EpisodeWriter, s: SyncedStep, actor: int | None) -> None:
+        stamps = {ACTION_STREAM: s.stamps[ACTION_STREAM]}
+        stamps.update({k: v for k, v in s.stamps.items() if k != ACTION_STREAM})
+        writer.add_step(s.observation, s.action, stamp_ns=s.stamp_ns, stamps=stamps, actor=actor)
 
 
 def record_messages(store: EpisodeStore, messages: Iterable[tuple[str, int, Any]], task: str, instruction: str,

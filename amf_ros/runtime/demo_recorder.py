@@ -256,7 +256,8 @@ class DemoRecorder:
         sync = SyncConfig(rate_hz=p.control_rate_hz, mode=p.sync_mode, aggregate=p.aggregate,
                           max_obs_age_s=p.max_obs_age_s, max_delay_s=p.max_delay_s)
         self.rec = EpisodeRecorder(self.store, self.topics, sync, robot=p.robot,
-                                   min_rate_fraction=p.min_rate_fraction, rate_window_s=p.rate_window_s)
+                                   min_rate_fraction=p.min_rate_fraction, rate_window_s=p.rate_window_s,
+                                   label_hold_s=p.label_hold_s)
         self.received: dict[str, float] = {t: -1.0 for t in self.topics}  # topic -> monotonic receive time
         self.last_error = ""
         self.episodes_in_store = len(self.store)

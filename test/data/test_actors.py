@@ -132,6 +132,58 @@ def test_the_recorder_labels_steps_by_the_control_changes(tmp_path: Path) -> Non
     assert ep.meta.extra["control"][0] == [100, ""]  # the change in force at the start, then the episode's
 
 
+def _late_change_episode(store: EpisodeStore, hold_s: float) -> tuple[list[int], list[int]]:
+    """The policy acts, then a person takes over at stamp 1.0 s; the change reaches the recorder only after the
+    person's first action (as it did in CI). Returns (steps counted right after that action, the labels)."""
+    from types import SimpleNamespace
+
+    sync = SyncConfig(rate_hz=10.0, mode="on_action", max_obs_age_s=1e9, max_delay_s=1e9)
+    rec = EpisodeRecorder(store, {"/a": "action", "/s": "state"}, sync, label_hold_s=hold_s)
+    ms = 1_000_000
+    rec.control(0, "policy")
+    rec.start("reach", "reach the goal", start_ns=1)
+    counted = []
+    rec.feed("/s", 50 * ms, SimpleNamespace(values=[0.0] * 3, names=[]))
+    for i, stamp in enumerate(range(100 * ms, 2000 * ms, 100 * ms)):
+        rec.feed("/a", stamp, SimpleNamespace(translation=[float(i), 0, 0], rotation=[0, 0, 0], gripper=1.0))
+        rec.feed("/s", stamp + ms, SimpleNamespace(values=[float(i)] * 3, names=[]))  # decides the step
+        counted.append(rec.num_steps)
+        if stamp == 1100 * ms:
+            rec.control(1000 * ms, "human")  # late: after the action stamped 1.1 s it precedes
+    path = rec.end(True)
+    return counted, actors(store.load(path.name).steps).tolist()
+
+
+def test_a_control_change_taken_after_the_actions_it_precedes_still_labels_them(tmp_path: Path) -> None:
+    counted, labels = _late_change_episode(EpisodeStore(tmp_path / "held"), hold_s=0.5)
+    assert labels == [P] * 10 + [H] * 9
+    assert counted == list(range(1, 20))  # held steps count: a client waiting for num_steps is not kept waiting
+    _, unheld = _late_change_episode(EpisodeStore(tmp_path / "unheld"), hold_s=0.0)
+    assert unheld == [P] * 11 + [H] * 8  # without the hold the person's first action is taken for the policy's
+
+
+def test_held_steps_are_written_once_a_message_stamped_the_hold_later_arrives(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    store = EpisodeStore(tmp_path)
+    sync = SyncConfig(rate_hz=10.0, mode="on_action", max_obs_age_s=1e9, max_delay_s=1e9)
+    rec = EpisodeRecorder(store, {"/a": "action", "/s": "state"}, sync, label_hold_s=0.5)
+    rec.control(0, "policy")
+    rec.start("reach", "reach the goal", start_ns=1)
+    ms = 1_000_000
+    rec.feed("/s", 99 * ms, SimpleNamespace(values=[0.0] * 3, names=[]))
+    rec.feed("/a", 100 * ms, SimpleNamespace(translation=[0, 0, 0], rotation=[0, 0, 0], gripper=1.0))
+    rec.feed("/s", 101 * ms, SimpleNamespace(values=[0.5] * 3, names=[]))  # decides the step
+    assert rec.num_steps == 1 and rec._writer.num_steps == 0  # held
+    rec.feed("/s", 599 * ms, SimpleNamespace(values=[1.0] * 3, names=[]))
+    assert rec._writer.num_steps == 0  # 0.499 s later: still held
+    rec.feed("/s", 600 * ms, SimpleNamespace(values=[2.0] * 3, names=[]))
+    assert rec._writer.num_steps == 1 and rec.num_steps == 1
+    with pytest.raises(ValueError, match="label_hold_s"):
+        EpisodeRecorder(store, {"/a": "action", "/s": "state"}, sync, label_hold_s=-1.0)
+    rec.end(None, discard=True)
+
+
 def test_without_control_changes_the_recorder_writes_no_column(tmp_path: Path) -> None:
     write_synthetic_episodes(tmp_path, ["reach"])
     store = EpisodeStore(tmp_path, create=False)

@@ -348,6 +348,9 @@ def test_drive_the_embedded_widowx_to_success_with_held_keys(drive_graph, browse
     ok, text = _result(page, "reset_sim")
     assert ok, text
     page.wait(lambda: (s := arm.snapshot()[2]) and s[0] == DRIVE_TASK and s[1] == 0 and not s[3], 10, "the new scene")
+    # as a person would: Start once the page says the recorder is ready (it may not have discovered the arm's topics
+    # yet on a loaded machine; CI once pressed Start before it had, and the recorder refused, saying so)
+    page.wait(lambda: page.text("recorder-ready") == "yes", 60, "the recorder to be ready")
     page.d.find_element(page.By.ID, "btn-start").click()
     ok, text = _result(page, "start")
     assert ok and f"({DRIVE_TASK})" in text, text

@@ -162,6 +162,12 @@ class DemoRecorderParams:
         "step gets the 'actor' column (0 = a person, 1 = the policy, by its action's stamp), so a goal recorded while "
         "a person took over keeps both and fine-tuning trains on the person's steps. Empty = no column (all human).",
     )
+    label_hold_s: float = param(
+        0.5,
+        "A step of a labelled episode is written once a message stamped this long after its action has arrived (or "
+        "at EndEpisode), so that a control change taken after the actions it precedes still labels them, s.",
+        range=(0.0, 10.0),
+    )
     episodes_topic: str = param("episodes", "Topic announcing each committed episode (amf_ros/EpisodeInfo).")
     start_service: str = param("recorder/start_episode", "StartEpisode service name.")
     end_service: str = param("recorder/end_episode", "EndEpisode service name.")

@@ -59,6 +59,9 @@ class DemoRecorderNode(Node):
         types = {p.action_topic: ACTION_MSGS[p.action_type], **{t: Image for t in p.image_topics}}
         if p.state_topic:
             types[p.state_topic] = STATE_MSGS[p.state_type]
+        if p.control_topic:  # first: of messages ready in one wake-up, rclpy takes subscriptions in creation order
+            self.create_subscription(ControlSource, p.control_topic, self._on_control, CONTROL_QOS,
+                                     callback_group=messages)
         for topic, msg_type in types.items():
             profile = qos.images(p.image_queue_depth) if msg_type is Image else qos.STREAM
             self.create_subscription(msg_type, topic, partial(self._on_msg, topic), profile,
@@ -71,9 +74,6 @@ class DemoRecorderNode(Node):
                             callback_group=services)
         if p.arm_status_topic:
             self.create_subscription(ArmStatus, p.arm_status_topic, self._on_arm_status, qos.LATCHED,
-                                     callback_group=messages)
-        if p.control_topic:
-            self.create_subscription(ControlSource, p.control_topic, self._on_control, CONTROL_QOS,
                                      callback_group=messages)
         self.create_timer(p.status_period_s, self._publish_status, callback_group=messages)
         if p.recover_sweep_period_s > 0:
