@@ -38,9 +38,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PROGRESS_HISTORY = "progress_history.json"
-"""Under ``checkpoint_dir``: selector progress's evaluation history (:class:`EvaluationHistory`), rewritten atomically
-on every new announcement and outcome, so that a restart of task_selector keeps it."""
+PROGRESS_HISTORY = "progress_history.jsonl"
+"""Under ``checkpoint_dir``: selector progress's evaluation history (:class:`EvaluationHistory`), one JSON line appended
+per announcement and outcome, so that a restart of task_selector keeps it."""
 
 FROZEN_RECORD = "selection_frozen.json"
 """Under ``checkpoint_dir``: the checkpoint ``selection_policy: frozen`` froze (``{"checkpoint": path}``), so that a
@@ -81,8 +81,12 @@ class EvaluationHistory:
     demonstration counts are unknown). Thread-safe.
 
     Args:
-        path: JSON file that keeps the history across restarts (read at construction, rewritten atomically on every
-            change; an unreadable one is set aside with a note in :attr:`notes`); None = in memory only.
+        path: JSON Lines file that keeps the history across restarts: read at construction, then one line appended
+            per announcement or outcome (``{"checkpoint": [stamp, round, counts]}`` / ``{"outcome": [stamp, task,
+            success]}``), rewritten atomically only when it has grown to twice ``max_outcomes`` lines; an unreadable
+            line (a crash mid-append leaves at most the last one) is skipped with a note in :attr:`notes`. A history
+            of the former one-document JSON format (``*.json`` beside it) is read when the journal is missing.
+            None = in memory only.
         max_outcomes: the oldest outcomes beyond this are forgotten (bounds memory and the file).
     """
 
@@ -94,41 +98,93 @@ class EvaluationHistory:
         self.dropped = 0
         self.path = Path(path) if path is not None else None
         self.notes: list[str] = []
+        self._lines = 0  # lines in the journal at path
         if self.path is not None:
             self._read()
 
     def _read(self) -> None:
-        """Load the history of an earlier start from :attr:`path` (missing = none)."""
+        """Load the history of an earlier start from :attr:`path` (missing = none; the former JSON document if only
+        that exists), then compact it into a fresh journal."""
         import json
 
+        legacy = self.path.with_suffix(".json")
+        source = self.path
         try:
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
-            checkpoints = [(float(t), int(r), {str(k): int(v) for k, v in c.items()}) for t, r, c in doc["checkpoints"]]
-            outcomes = [(float(t), str(task), bool(ok)) for t, task, ok in doc["outcomes"]]
+            if not self.path.exists() and legacy.exists():
+                doc = json.loads(legacy.read_text(encoding="utf-8"))
+                events = [{"checkpoint": c} for c in doc["checkpoints"]] + [{"outcome": o} for o in doc["outcomes"]]
+                source = legacy
+            else:
+                events, source = self.path.read_text(encoding="utf-8").splitlines(), self.path
         except FileNotFoundError:
             return
         except Exception as exc:  # unreadable: start again, say so (the next write replaces it)
-            self.notes.append(f"progress: cannot read the evaluation history {self.path} ({exc}); starting a new one")
+            self.notes.append(f"progress: cannot read the evaluation history {source} ({exc}); starting a new one")
             return
-        self._checkpoints = sorted(checkpoints, key=lambda c: c[0])
-        self._outcomes = outcomes[-self.max_outcomes:]
+        bad = 0
+        for event in events:
+            try:
+                self._apply(json.loads(event) if isinstance(event, str) else event)
+            except Exception:
+                bad += 1
+        self._checkpoints.sort(key=lambda c: c[0])
+        if bad:
+            self.notes.append(f"progress: skipped {bad} unreadable line(s) of the evaluation history {source}")
         self.notes.append(f"progress: evaluation history of {len(self._outcomes)} episode(s) over "
-                          f"{len(self._checkpoints)} checkpoint(s) read from {self.path}")
+                          f"{len(self._checkpoints)} checkpoint(s) read from {source}")
+        with self._lock:
+            self._compact()
 
-    def _write(self) -> None:
-        """Rewrite :attr:`path` (caller holds the lock); a failure is noted once and the history stays in memory."""
-        from amf_ros.atomic import atomic_write_json
+    def _apply(self, event: Mapping[str, Any]) -> None:
+        """One journal event into memory (raises on a malformed one)."""
+        if "checkpoint" in event:
+            t, r, c = event["checkpoint"]
+            if not any(r0 == int(r) for _, r0, _ in self._checkpoints):
+                self._checkpoints.append((float(t), int(r), {str(k): int(v) for k, v in c.items()}))
+        else:
+            t, task, ok = event["outcome"]
+            self._outcomes.append((float(t), str(task), bool(ok)))
+            del self._outcomes[:-self.max_outcomes]
+
+    def _append(self, event: Mapping[str, Any]) -> None:
+        """Append one event to :attr:`path` (caller holds the lock); compacts when the journal has grown to twice
+        ``max_outcomes`` lines. A failure is noted once and the history stays in memory."""
+        import json
 
         if self.path is None:
             return
+        if self._lines >= 2 * self.max_outcomes + len(self._checkpoints):
+            self._compact()
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self.path, {"checkpoints": [[t, r, c] for t, r, c in self._checkpoints],
-                                          "outcomes": [list(o) for o in self._outcomes]}, indent=None)
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(event, separators=(",", ":")) + "\n")
+            self._lines += 1
         except OSError as exc:
-            note = f"progress: cannot write the evaluation history to {self.path} ({exc}); it is kept in memory"
-            if note not in self.notes:
-                self.notes.append(note)
+            self._note_write_failure(exc)
+
+    def _compact(self) -> None:
+        """Rewrite :attr:`path` atomically with exactly the history in memory (caller holds the lock)."""
+        import json
+
+        from amf_ros.atomic import atomic_write_text
+
+        if self.path is None:
+            return
+        lines = ([json.dumps({"checkpoint": [t, r, c]}, separators=(",", ":")) for t, r, c in self._checkpoints]
+                 + [json.dumps({"outcome": list(o)}, separators=(",", ":")) for o in self._outcomes])
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path, "".join(line + "\n" for line in lines))
+            self._lines = len(lines)
+        except OSError as exc:
+            self._note_write_failure(exc)
+
+    def _note_write_failure(self, exc: OSError) -> None:
+        note = f"progress: cannot write the evaluation history to {self.path} ({exc}); it is kept in memory"
+        if note not in self.notes:
+            self.notes.append(note)
 
     def on_checkpoint(self, round_: int, stamp: float, demo_counts: Mapping[str, int]) -> bool:
         """A checkpoint announcement (round, stamp) with the store's counts now; a round seen before is ignored
@@ -136,9 +192,10 @@ class EvaluationHistory:
         with self._lock:
             if any(r == int(round_) for _, r, _ in self._checkpoints):
                 return False
-            self._checkpoints.append((float(stamp), int(round_), {k: int(v) for k, v in demo_counts.items()}))
+            counts = {str(k): int(v) for k, v in demo_counts.items()}
+            self._checkpoints.append((float(stamp), int(round_), counts))
             self._checkpoints.sort(key=lambda c: c[0])
-            self._write()
+            self._append({"checkpoint": [float(stamp), int(round_), counts]})
             return True
 
     def on_outcome(self, task: str, success: bool, stamp: float) -> None:
@@ -147,7 +204,7 @@ class EvaluationHistory:
             self._outcomes.append((float(stamp), str(task), bool(success)))
             if len(self._outcomes) > self.max_outcomes:
                 del self._outcomes[0]
-            self._write()
+            self._append({"outcome": [float(stamp), str(task), bool(success)]})
 
     def evaluations(self) -> list[Any]:
         """``[Evaluation]`` in checkpoint order (core/progress.py's input)."""

@@ -103,6 +103,48 @@ def test_the_history_survives_a_restart_and_a_bad_file_is_replaced(tmp_path):
     assert not again.on_announcement(0, 50.0)  # the round was read back: a re-announcement is not a new group
     (tmp_path / "ckpts" / PROGRESS_HISTORY).write_text("{not json")
     fresh = TaskSelectorRuntime(_params(tmp_path))
-    assert fresh.selection.history.evaluations() == [] and any("cannot read" in n for n in fresh.notes)
+    assert fresh.selection.history.evaluations() == [] and any("1 unreadable line" in n for n in fresh.notes)
     fresh.on_announcement(3, 60.0)
     assert TaskSelectorRuntime(_params(tmp_path)).selection.history.summary().endswith("over 1 checkpoint(s)")
+
+
+def test_the_history_is_a_journal_one_line_per_event_a_torn_last_line_loses_only_itself(tmp_path):
+    from amf_ros.runtime.task_selector import EvaluationHistory
+
+    path = tmp_path / "h.jsonl"
+    h = EvaluationHistory(path)
+    h.on_checkpoint(0, 10.0, {"push": 2})
+    for i in range(5):
+        h.on_outcome("push", i % 2 == 0, 11.0 + i)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 6  # appended, not rewritten: one line per event
+    path.write_text("\n".join(lines) + '\n{"outcome": [20.0, "pu')  # a crash mid-append
+    again = EvaluationHistory(path)
+    assert [(e.task, e.demos, e.success, e.episodes) for e in again.evaluations()] == [("push", 2, 0.6, 5)]
+    assert any("skipped 1 unreadable line" in n for n in again.notes), again.notes
+    assert len(path.read_text().splitlines()) == 6  # compacted at start: the torn line is gone
+
+
+def test_the_journal_is_compacted_to_the_newest_outcomes(tmp_path):
+    from amf_ros.runtime.task_selector import EvaluationHistory
+
+    path = tmp_path / "h.jsonl"
+    h = EvaluationHistory(path, max_outcomes=4)
+    h.on_checkpoint(0, 0.0, {"push": 1})
+    for i in range(30):
+        h.on_outcome("push", i >= 26, 1.0 + i)
+        assert len(path.read_text().splitlines()) <= 2 * 4 + 2  # bounded: 2 x max_outcomes + the checkpoints
+    again = EvaluationHistory(path, max_outcomes=4)
+    assert [(e.success, e.episodes) for e in again.evaluations()] == [(1.0, 4)]  # the newest 4 outcomes
+
+
+def test_a_history_of_the_former_json_format_is_read(tmp_path):
+    import json
+
+    from amf_ros.runtime.task_selector import EvaluationHistory
+
+    (tmp_path / "h.json").write_text(json.dumps({"checkpoints": [[10.0, 0, {"push": 3}]],
+                                                 "outcomes": [[11.0, "push", True], [12.0, "push", False]]}))
+    h = EvaluationHistory(tmp_path / "h.jsonl")
+    assert [(e.task, e.demos, e.success, e.episodes) for e in h.evaluations()] == [("push", 3, 0.5, 2)]
+    assert len((tmp_path / "h.jsonl").read_text().splitlines()) == 3

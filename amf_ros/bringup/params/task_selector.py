@@ -130,7 +130,7 @@ class TaskSelectorParams(OctoTrunkParams):
         "policy/outcomes",
         "policy_server's finished run_policy goals (amf_ros/TaskStatus): with the checkpoint announcements, the "
         "evaluation history of selector 'progress' (each goal is one evaluation episode of the checkpoint acting "
-        "at its stamp; kept in <checkpoint_dir>/progress_history.json, so a restart keeps it).",
+        "at its stamp; kept in <checkpoint_dir>/progress_history.jsonl, so a restart keeps it).",
     )
     progress_ucb: float = param(
         1.0,
