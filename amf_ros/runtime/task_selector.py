@@ -127,7 +127,6 @@ class EvaluationHistory:
                 self._apply(json.loads(event) if isinstance(event, str) else event)
             except Exception:
                 bad += 1
-        self._checkpoints.sort(key=lambda c: c[0])
         if bad:
             self.notes.append(f"progress: skipped {bad} unreadable line(s) of the evaluation history {source}")
         self.notes.append(f"progress: evaluation history of {len(self._outcomes)} episode(s) over "
@@ -135,22 +134,32 @@ class EvaluationHistory:
         with self._lock:
             self._compact()
 
-    def _apply(self, event: Mapping[str, Any]) -> None:
-        """One journal event into memory (raises on a malformed one)."""
+    def _apply(self, event: Mapping[str, Any]) -> bool:
+        """One event (a journal line, or a new announcement or outcome) into memory: checkpoints kept by stamp, a
+        round seen before ignored, the oldest outcomes beyond ``max_outcomes`` forgotten. Returns False for an
+        ignored round; raises on a malformed event."""
         if "checkpoint" in event:
             t, r, c = event["checkpoint"]
-            if not any(r0 == int(r) for _, r0, _ in self._checkpoints):
-                self._checkpoints.append((float(t), int(r), {str(k): int(v) for k, v in c.items()}))
+            if any(r0 == int(r) for _, r0, _ in self._checkpoints):
+                return False
+            self._checkpoints.append((float(t), int(r), {str(k): int(v) for k, v in c.items()}))
+            self._checkpoints.sort(key=lambda cp: cp[0])
         else:
             t, task, ok = event["outcome"]
             self._outcomes.append((float(t), str(task), bool(ok)))
             del self._outcomes[:-self.max_outcomes]
+        return True
+
+    @staticmethod
+    def _line(event: Mapping[str, Any]) -> str:
+        """One journal line."""
+        import json
+
+        return json.dumps(event, separators=(",", ":")) + "\n"
 
     def _append(self, event: Mapping[str, Any]) -> None:
         """Append one event to :attr:`path` (caller holds the lock); compacts when the journal has grown to twice
         ``max_outcomes`` lines. A failure is noted once and the history stays in memory."""
-        import json
-
         if self.path is None:
             return
         if self._lines >= 2 * self.max_outcomes + len(self._checkpoints):
@@ -159,24 +168,22 @@ class EvaluationHistory:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(event, separators=(",", ":")) + "\n")
+                f.write(self._line(event))
             self._lines += 1
         except OSError as exc:
             self._note_write_failure(exc)
 
     def _compact(self) -> None:
         """Rewrite :attr:`path` atomically with exactly the history in memory (caller holds the lock)."""
-        import json
-
         from amf_ros.atomic import atomic_write_text
 
         if self.path is None:
             return
-        lines = ([json.dumps({"checkpoint": [t, r, c]}, separators=(",", ":")) for t, r, c in self._checkpoints]
-                 + [json.dumps({"outcome": list(o)}, separators=(",", ":")) for o in self._outcomes])
+        lines = ([self._line({"checkpoint": [t, r, c]}) for t, r, c in self._checkpoints]
+                 + [self._line({"outcome": list(o)}) for o in self._outcomes])
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.path, "".join(line + "\n" for line in lines))
+            atomic_write_text(self.path, "".join(lines))
             self._lines = len(lines)
         except OSError as exc:
             self._note_write_failure(exc)
@@ -189,22 +196,19 @@ class EvaluationHistory:
     def on_checkpoint(self, round_: int, stamp: float, demo_counts: Mapping[str, int]) -> bool:
         """A checkpoint announcement (round, stamp) with the store's counts now; a round seen before is ignored
         (the latched topic repeats the newest). Returns True if it was new."""
+        event = {"checkpoint": [float(stamp), int(round_), {str(k): int(v) for k, v in demo_counts.items()}]}
         with self._lock:
-            if any(r == int(round_) for _, r, _ in self._checkpoints):
+            if not self._apply(event):
                 return False
-            counts = {str(k): int(v) for k, v in demo_counts.items()}
-            self._checkpoints.append((float(stamp), int(round_), counts))
-            self._checkpoints.sort(key=lambda c: c[0])
-            self._append({"checkpoint": [float(stamp), int(round_), counts]})
+            self._append(event)
             return True
 
     def on_outcome(self, task: str, success: bool, stamp: float) -> None:
         """One finished run_policy goal (an evaluation episode) of ``task``."""
+        event = {"outcome": [float(stamp), str(task), bool(success)]}
         with self._lock:
-            self._outcomes.append((float(stamp), str(task), bool(success)))
-            if len(self._outcomes) > self.max_outcomes:
-                del self._outcomes[0]
-            self._append({"outcome": [float(stamp), str(task), bool(success)]})
+            self._apply(event)
+            self._append(event)
 
     def evaluations(self) -> list[Any]:
         """``[Evaluation]`` in checkpoint order (core/progress.py's input)."""
