@@ -5,6 +5,7 @@ changes, validated, absent in older episodes (all a person's), and the training 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -27,6 +28,16 @@ def _episode(store: EpisodeStore, who: list[int] | None, task: str = "reach") ->
                    actor=None if who is None else a)
     w.commit(True)
     return w.episode_id
+
+
+def _state(v: float) -> SimpleNamespace:
+    """A StateVector-like message of value ``v`` (what the recorder's converters read)."""
+    return SimpleNamespace(values=[float(v)] * 3, names=[])
+
+
+def _action(v: float) -> SimpleNamespace:
+    """An EefDeltaAction-like message moving ``v`` along x."""
+    return SimpleNamespace(translation=[float(v), 0, 0], rotation=[0, 0, 0], gripper=1.0)
 
 
 def test_actor_at_takes_the_holder_announced_strictly_before_the_stamp() -> None:
@@ -114,15 +125,10 @@ def test_the_recorder_labels_steps_by_the_control_changes(tmp_path: Path) -> Non
     rec.control(600, "human")  # out of order on purpose: kept sorted
     rec.control(400, "human")
     rec.control(500, "policy")
-    from types import SimpleNamespace
-
-    def action(v: float):
-        return SimpleNamespace(translation=[v, 0, 0], rotation=[0, 0, 0], gripper=1.0)
-
     for i, stamp in enumerate((300, 450, 550, 650, 700)):
-        rec.feed("/s", stamp - 1, SimpleNamespace(values=[float(i)] * 3, names=[]))
-        rec.feed("/a", stamp, action(float(i)))
-    rec.feed("/s", 800, SimpleNamespace(values=[9.0] * 3, names=[]))
+        rec.feed("/s", stamp - 1, _state(i))
+        rec.feed("/a", stamp, _action(i))
+    rec.feed("/s", 800, _state(9))
     path = rec.end(True)
     ep = store.load(path.name)
     assert len(ep) == 5
@@ -135,18 +141,16 @@ def test_the_recorder_labels_steps_by_the_control_changes(tmp_path: Path) -> Non
 def _late_change_episode(store: EpisodeStore, hold_s: float) -> tuple[list[int], list[int]]:
     """The policy acts, then a person takes over at stamp 1.0 s; the change reaches the recorder only after the
     person's first action (as it did in CI). Returns (steps counted right after that action, the labels)."""
-    from types import SimpleNamespace
-
     sync = SyncConfig(rate_hz=10.0, mode="on_action", max_obs_age_s=1e9, max_delay_s=1e9)
     rec = EpisodeRecorder(store, {"/a": "action", "/s": "state"}, sync, label_hold_s=hold_s)
     ms = 1_000_000
     rec.control(0, "policy")
     rec.start("reach", "reach the goal", start_ns=1)
     counted = []
-    rec.feed("/s", 50 * ms, SimpleNamespace(values=[0.0] * 3, names=[]))
+    rec.feed("/s", 50 * ms, _state(0))
     for i, stamp in enumerate(range(100 * ms, 2000 * ms, 100 * ms)):
-        rec.feed("/a", stamp, SimpleNamespace(translation=[float(i), 0, 0], rotation=[0, 0, 0], gripper=1.0))
-        rec.feed("/s", stamp + ms, SimpleNamespace(values=[float(i)] * 3, names=[]))  # decides the step
+        rec.feed("/a", stamp, _action(i))
+        rec.feed("/s", stamp + ms, _state(i))  # decides the step
         counted.append(rec.num_steps)
         if stamp == 1100 * ms:
             rec.control(1000 * ms, "human")  # late: after the action stamped 1.1 s it precedes
@@ -163,21 +167,19 @@ def test_a_control_change_taken_after_the_actions_it_precedes_still_labels_them(
 
 
 def test_held_steps_are_written_once_a_message_stamped_the_hold_later_arrives(tmp_path: Path) -> None:
-    from types import SimpleNamespace
-
     store = EpisodeStore(tmp_path)
     sync = SyncConfig(rate_hz=10.0, mode="on_action", max_obs_age_s=1e9, max_delay_s=1e9)
     rec = EpisodeRecorder(store, {"/a": "action", "/s": "state"}, sync, label_hold_s=0.5)
     rec.control(0, "policy")
     rec.start("reach", "reach the goal", start_ns=1)
     ms = 1_000_000
-    rec.feed("/s", 99 * ms, SimpleNamespace(values=[0.0] * 3, names=[]))
-    rec.feed("/a", 100 * ms, SimpleNamespace(translation=[0, 0, 0], rotation=[0, 0, 0], gripper=1.0))
-    rec.feed("/s", 101 * ms, SimpleNamespace(values=[0.5] * 3, names=[]))  # decides the step
+    rec.feed("/s", 99 * ms, _state(0))
+    rec.feed("/a", 100 * ms, _action(0))
+    rec.feed("/s", 101 * ms, _state(0.5))  # decides the step
     assert rec.num_steps == 1 and rec._writer.num_steps == 0  # held
-    rec.feed("/s", 599 * ms, SimpleNamespace(values=[1.0] * 3, names=[]))
+    rec.feed("/s", 599 * ms, _state(1))
     assert rec._writer.num_steps == 0  # 0.499 s later: still held
-    rec.feed("/s", 600 * ms, SimpleNamespace(values=[2.0] * 3, names=[]))
+    rec.feed("/s", 600 * ms, _state(2))
     assert rec._writer.num_steps == 1 and rec.num_steps == 1
     with pytest.raises(ValueError, match="label_hold_s"):
         EpisodeRecorder(store, {"/a": "action", "/s": "state"}, sync, label_hold_s=-1.0)
