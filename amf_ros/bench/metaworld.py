@@ -455,15 +455,14 @@ def finetune_data(demos: Sequence[Any], replay: Sequence[Any], fraction: float
     """Transitions of a fine-tuning round and their minibatch weights: the replayed pre-training demonstrations
     (first) get ``fraction`` of every minibatch, the fine-tuning demonstrations the rest; no replay = uniform (None).
     """
+    from amf_ros.data.replay import row_weights
     from amf_ros.envs.metaworld_rollouts import demos_to_transitions
 
     if not replay or fraction <= 0:
         return demos_to_transitions(list(demos)), None
     data = demos_to_transitions([*replay, *demos])
     n_replay = len(demos_to_transitions(list(replay))["task"])
-    n_new = len(data["task"]) - n_replay
-    weights = np.concatenate([np.full(n_replay, fraction / n_replay), np.full(n_new, (1.0 - fraction) / n_new)])
-    return data, weights
+    return data, row_weights(np.arange(len(data["task"])) < n_replay, fraction)  # policy_server's rule
 
 
 def method_score_fn(spec: Method, policy: Any, selection_copy: Any, member: Any, demos: Sequence[Any],

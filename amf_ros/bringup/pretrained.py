@@ -103,3 +103,29 @@ def ensure_camera_pretrained_run(cache: Path, seed: int = 0, demos_per_task: int
     from amf_ros.training.camera import ensure_camera_pretrained
 
     return ensure_camera_pretrained(cache, camera_pretrain_config(seed, demos_per_task, tasks, **overrides))
+
+
+def ensure_replay_store(checkpoint: str | Path) -> Path:
+    """The episode store of ``checkpoint``'s own pre-training demonstrations (``<checkpoint>_replay``, beside it),
+    for fine-tuning with replay (`amf run --replay-fraction`, policy_server's replay_dir); written on first use
+    from the config in its ``pretrain.json`` (:func:`amf_ros.training.pretrain.write_replay_store`: the scripted
+    demonstrations are deterministic in the config, seconds to a minute to re-collect).
+
+    Raises:
+        ValueError: ``checkpoint`` has no ``pretrain.json`` with a state-policy config (not made by `amf pretrain`).
+    """
+    from amf_ros.training.pretrain import PretrainConfig, write_replay_store
+
+    checkpoint = Path(checkpoint)
+    out = checkpoint.parent / f"{checkpoint.name}_replay"
+    if out.is_dir():  # written in one rename: present = complete
+        return out
+    try:
+        config = json.loads((checkpoint / "pretrain.json").read_text(encoding="utf-8"))["config"]
+        cfg = PretrainConfig(**config)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{checkpoint} has no pretrain.json with an `amf pretrain` config ({type(exc).__name__}: "
+                         f"{exc}): replay needs the checkpoint's pre-training demonstrations; give policy_server a "
+                         "replay_dir of your own instead") from None
+    log.info("writing the pre-training demonstrations of %s as the replay store %s (first use only)", checkpoint, out)
+    return write_replay_store(cfg, out)

@@ -130,7 +130,7 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
                     keys: Sequence[Hashable] | None = None,
                     criterion_cache: MutableMapping[str, Any] | None = None,
                     replay: Sequence[Transitions] = (), replay_fraction: float = 0.0,
-                    hallucinate: str = "validation") -> ScoreFn:
+                    replay_keys: Sequence[Hashable] | None = None, hallucinate: str = "validation") -> ScoreFn:
     """The AMF-NN ScoreFn of the selector (see the module docstring for what enters it, with the paper's equations).
 
     Args:
@@ -156,8 +156,10 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
             rebuilt when the validation set, the frames or the model settings change. Scores equal the uncached
             ones up to float round-off.
         replay: the replayed pre-training episodes fine-tuning mixes in (replay-aware AMF; see the module
-            docstring); embedded on every call (neither cache is used for them, nor ``criterion_cache`` with them).
+            docstring); not with ``criterion_cache`` (their weight changes with every recorded episode).
         replay_fraction: r, their share of every fine-tuning minibatch, in [0, 1); 0 = the paper's criterion.
+        replay_keys: per replayed episode, its key in ``cache`` (then their embeddings are reused across calls like
+            the recorded ones'; keep them distinct from ``keys``); None = embedded on every call.
         hallucinate: a candidate's hallucinated demonstrations: "validation" (its validation episodes, the paper's)
             "recorded" (every episode of the task the criterion reads) or "data" (the task's non-validation episodes
             the criterion conditions on, else its validation ones); the last two not with ``criterion_cache``,
@@ -177,6 +179,9 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         raise ValueError("replay_fraction > 0 needs the replayed episodes (replay) and no criterion_cache, got "
                          f"{len(replay)} replayed episodes and criterion_cache={criterion_cache is not None}")
     replay = list(replay) if replay_fraction > 0 else []
+    if replay and replay_keys is not None and (cache is None or len(replay_keys) != len(replay)):
+        raise ValueError(f"replay_keys need a cache and one key per replayed episode, got "
+                         f"{len(replay_keys)} keys for {len(replay)} episodes (cache={cache is not None})")
     if hallucinate not in HALLUCINATE:
         raise ValueError(f"hallucinate must be one of {HALLUCINATE}, got {hallucinate!r}")
     if hallucinate != "validation" and criterion_cache is not None:
@@ -217,7 +222,14 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
     rest = [phi[i] * scale_new if replay else phi[i] for i in use if i not in in_val]
     if replay:
         scale_replay = np.sqrt(replay_fraction * n / len(replay))
-        rest += [episode_features(embed_fn, ep, frames, horizon) * scale_replay for ep in replay]
+        for j, ep in enumerate(replay):
+            if replay_keys is None:
+                rest.append(episode_features(embed_fn, ep, frames, horizon) * scale_replay)
+                continue
+            key = (replay_keys[j], frames)
+            if key not in cache:
+                cache[key] = episode_features(embed_fn, ep, frames, horizon)
+            rest.append(cache[key] * scale_replay)
     data_phi = np.concatenate(rest) if rest else np.zeros((0, target_phi.shape[1]))
 
     def candidate(task: str) -> tuple[list[np.ndarray], np.ndarray]:

@@ -102,6 +102,11 @@ class LoopConfig:
     """Also start operator_console: watch the run live at http://127.0.0.1:<console_port>/ (docs/console.md)."""
     console_port: int = 8765
     """TCP port of the console with --console (0 = any free port, printed in the console's log)."""
+    replay_fraction: float = 0.0
+    """Replay of pre-training data: every fine-tune draws this share of its minibatches from the pre-trained
+    checkpoint's own pre-training demonstrations (written beside it on first use, <checkpoint>_replay; uq_vla: 0.5),
+    and AMF's criterion is replay-aware (it weighs the data as the fine-tune does); 0 = no replay. State policy, one
+    arm."""
 
     def __post_init__(self) -> None:
         for name, value in ARM_DEFAULTS.get(self.arm, ARM_DEFAULTS["metaworld"]).items():
@@ -128,13 +133,18 @@ class LoopConfig:
                                  f"support it yet, got {self.robots=}")
         if self.robots < 0:
             raise ValueError(f"robots must be >= 0, got {self.robots=}")
+        if not 0.0 <= self.replay_fraction < 1.0:
+            raise ValueError(f"replay_fraction must be in [0, 1), got {self.replay_fraction=}")
+        if self.replay_fraction > 0 and (self.trunk != "state" or self.robots):
+            raise ValueError(f"--replay-fraction runs the state policy on one arm (the camera policy's cached "
+                             f"embeddings and the fleet do not replay yet), got {self.trunk=} {self.robots=}")
         if self.eval_episodes < 0 or self.fine_tune_steps < 1:
             raise ValueError(f"bad eval_episodes/fine_tune_steps, got {self.eval_episodes=} {self.fine_tune_steps=}")
 
 
 def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     """Run the loop; returns the results dict (also written to ``<run dir>/results.json``)."""
-    from amf_ros.bringup.pretrained import ensure_camera_pretrained_run, ensure_pretrained
+    from amf_ros.bringup.pretrained import ensure_camera_pretrained_run, ensure_pretrained, ensure_replay_store
     from amf_ros.bringup.processes import NodeProcesses
     from amf_ros.data.task_set import load_task_set
     from amf_ros.data.tasks import checkpoint_tasks
@@ -191,6 +201,11 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
                                "pretrain_wall_s": t_pretrain, "run_dir": str(run_dir), "rounds": []}
     extra = node_overrides(run_dir, cfg, tasks=list(instructions))  # the candidates it evaluates
     extra[graph.CONSOLE_NODE] = ["-p", "auto_ask:=false"]  # watching must not ask: asks advance the selector's draws
+    if cfg.replay_fraction > 0:  # both nodes read the same replay: the fine-tune mixes it in, AMF weighs it alike
+        replay = ensure_replay_store(checkpoint)
+        results["replay_dir"] = str(replay)
+        for node in ("policy_server", "task_selector"):
+            extra[node] += ["-p", f"replay_dir:={replay.resolve()}", "-p", f"replay_fraction:={cfg.replay_fraction}"]
     procs = NodeProcesses(specs, log_dir=run_dir / "logs", env=env, extra_args=extra)
     with procs, session("amf_run") as client:
         try:

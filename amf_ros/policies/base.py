@@ -157,9 +157,11 @@ class Policy(Protocol):
         """(N, P) float32 loss-gradient embeddings, one row per transition (deterministic; AMF-NN's phi)."""
 
     def fit(self, transitions: Transitions, steps: int, *, batch_size: int | None = None, lr: float | None = None,
-            seed: int | None = None, callback: StepCallback | None = None) -> FitResult:
+            seed: int | None = None, callback: StepCallback | None = None,
+            row_weights: np.ndarray | None = None) -> FitResult:
         """Fine-tune on ``transitions`` for up to ``steps`` steps (``callback`` False = stop, ``cancelled``);
-        ``batch_size``, ``lr``, ``seed``: None = the policy's configured ones. Returns the loss curve."""
+        ``batch_size``, ``lr``, ``seed``: None = the policy's configured ones; ``row_weights``: (N,) minibatch
+        sampling weights (replay of pre-training data, data/replay.py; None = uniform). Returns the loss curve."""
 
     def fit_alpha(self, transitions: Transitions, steps: int | None = None,
                   seed: int | None = None) -> dict[str, float]:

@@ -250,11 +250,16 @@ class GPTaskPolicy:
                          "(amf_ros.policies.gp.GPScoreFn), not with AMF-NN's embeddings")
 
     def fit(self, transitions: Transitions, steps: int, *, batch_size: int | None = None, lr: float | None = None,
-            seed: int | None = None, callback: StepCallback | None = None) -> FitResult:
+            seed: int | None = None, callback: StepCallback | None = None,
+            row_weights: np.ndarray | None = None) -> FitResult:
         """Condition on every row of ``transitions`` (one exact step; ``steps`` = 0 does nothing). The loss curve
-        has that one step's :meth:`loss` after conditioning; ``callback(0, loss)`` returning False discards it."""
+        has that one step's :meth:`loss` after conditioning; ``callback(0, loss)`` returning False discards it.
+        ``row_weights`` (replay) is refused: exact conditioning has no minibatches to weigh."""
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps=}")
+        if row_weights is not None:
+            raise ValueError("the GP policy conditions on every row exactly: it has no minibatches for row_weights "
+                             "(replay_fraction needs a gradient-trained head: diffusion or mlp)")
         t0 = time.perf_counter()
         states, tasks, actions = self._rows(transitions)
         if steps == 0:

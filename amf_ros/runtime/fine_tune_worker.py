@@ -17,7 +17,8 @@ Cancellation: an Event the child checks after every gradient step (nothing is sa
 The training rule (amf_ros/data/transitions.py): the child trains on the rows a person acted. Transitions built by
 ``load_transitions`` hold only those already; rows marked as the policy's (``actor`` column, from a run_policy goal
 during which a person took over) that another builder passes along are dropped here, so no builder can train the
-policy on its own actions by mistake.
+policy on its own actions by mistake. Replayed pre-training rows (``replayed`` column, policy_server's
+``replay_fraction``) get their fixed share of every minibatch (data/replay.py).
 
 Every wait of the parent is bounded: :meth:`FineTuneWorker.run` polls the queue with a short timeout, checks
 cancellation, the child's liveness, shutdown and the job's deadline; a dead child ends the job with an error and is
@@ -69,6 +70,9 @@ class FineTuneJob:
         new_tasks: ``{task: instruction}`` of tasks in the transitions that ``checkpoint`` does not know; they are
             added to the copy (and the members) before training (policies.loading.learn_tasks), so the new round
             knows them.
+        replay_fraction: share of every minibatch drawn from the transitions' replayed pre-training rows (their
+            ``replayed`` column, data/replay.py); 0 = uniform draws. The adaptive prior is fitted on the recorded
+            rows only.
     """
 
     checkpoint: str
@@ -83,6 +87,7 @@ class FineTuneJob:
     torch_threads: int = 1
     members: tuple[str, ...] = ()
     new_tasks: dict[str, str] = field(default_factory=dict)
+    replay_fraction: float = 0.0
 
 
 def _load(job: FineTuneJob, checkpoint: str, cache: dict[str, Any]) -> Policy:
@@ -99,6 +104,7 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
     import numpy as np
 
     student = _load(job, job.checkpoint, cache)
+    from amf_ros.data.replay import REPLAYED, recorded_rows, row_weights
     from amf_ros.data.schema import ACTOR, ACTOR_HUMAN
     from amf_ros.data.transitions import human_rows
 
@@ -108,6 +114,10 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
         raise ValueError("no step a person acted in the training data (only the policy's own steps): record a "
                          "demonstration, or take over during a run_policy goal, first")
     transitions = human_rows(transitions)
+    replayed = transitions.pop(REPLAYED, None)
+    weights = row_weights(replayed, job.replay_fraction) if replayed is not None else None
+    weighted = {"row_weights": weights} if weights is not None else {}  # backends without replay need no keyword
+    recorded = recorded_rows({**transitions, REPLAYED: replayed}) if replayed is not None else transitions
     every = max(1, min(50, job.steps // 20))  # feedback about 20 times per model, at least every 50 steps
     total = job.steps * (1 + len(job.members))  # feedback counts the members' steps too
 
@@ -124,7 +134,7 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
             return not cancel.is_set()
 
         result = policy.fit(transitions, job.steps, batch_size=job.batch_size, lr=job.lr, seed=seed,
-                            callback=on_step)
+                            callback=on_step, **weighted)
         if diverged:
             step, loss = diverged[0]
             raise FloatingPointError(f"the fine-tune loss{what} became {loss} at step {step} of {job.steps}; nothing "
@@ -138,7 +148,7 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
     t0 = time.monotonic()
     result = fit(student, job.seed, 0, "")
     if job.alpha_steps > 0 and student.prior is not None:
-        student.fit_alpha(transitions, steps=job.alpha_steps, seed=job.seed)
+        student.fit_alpha(recorded, steps=job.alpha_steps, seed=job.seed)
     if cancel.is_set():
         raise FineTuneCancelledError("fine-tune cancelled before saving (nothing saved)")
     alphas = {str(k): float(v) for k, v in student.alphas.items()}

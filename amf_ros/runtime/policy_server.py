@@ -38,6 +38,7 @@ import numpy as np
 
 from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.data import transitions as datasets
+from amf_ros.data.replay import check_fraction, mix, replay_cache, stack_episodes
 from amf_ros.data.tasks import check_task_keys, episode_instructions
 from amf_ros.policies.checkpoint_dirs import member_dir, newest_checkpoint, round_of
 from amf_ros.policies.fine_tuning import FINE_TUNE, FineTuneSettings
@@ -121,6 +122,10 @@ class PolicyRuntime:
             from ``<acting checkpoint>/members/member_k`` (the acting checkpoint itself when it has no such member,
             e.g. round 1), on the same data with another seed, and is saved inside the new round (see
             policies/checkpoint_dirs.py). Fine-tuning takes about ``ensemble_members`` times as long.
+        replay_dir: an episode store of pre-training demonstrations replayed in every fine-tune (data/replay.py;
+            `amf run --replay-fraction` writes the pre-trained checkpoint's own, bringup/pretrained.py).
+        replay_fraction: their share of every minibatch, in [0, 1); 0 = no replay. Read from the store's states
+            (the default transitions only: the camera and Octo backends' cached embeddings do not replay yet).
     """
 
     def __init__(self, policy: Policy, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
@@ -129,9 +134,14 @@ class PolicyRuntime:
                  transitions_fn: Callable[[list[str], Callable[[], bool]], datasets.Transitions | None]
                  | None = None,
                  after_save: Callable[[Path], None] | None = None, torch_threads: int = 1,
-                 worker: FineTuneWorker | None = None, ensemble_members: int = 1, niceness: int = 0) -> None:
+                 worker: FineTuneWorker | None = None, ensemble_members: int = 1, niceness: int = 0,
+                 replay_dir: str | Path = "", replay_fraction: float = 0.0) -> None:
         if ensemble_members < 1:
             raise ValueError(f"ensemble_members must be >= 1 (1 = no ensemble), got {ensemble_members=}")
+        self.replay_fraction = check_fraction(replay_fraction)
+        self.replay_dir = Path(replay_dir) if replay_dir else None
+        self._replay = replay_cache(self.replay_dir, self.replay_fraction, action_space,
+                                    reads_states=transitions_fn is None)
         self.ensemble_members = int(ensemble_members)
         self._policy = policy
         self.loader = loader
@@ -201,11 +211,18 @@ class PolicyRuntime:
             what = f" for tasks {tasks}" if tasks else ""
             raise ValueError(f"no episodes{what} in the dataset {str(self.dataset_dir)!r}: record a "
                              "demonstration first (nothing to fine-tune on)")
+        if self._replay is not None:
+            replayed = self._replay.episodes()
+            if not replayed:
+                raise ValueError(f"replay_fraction is {self.replay_fraction} but replay_dir "
+                                 f"{str(self.replay_dir)!r} holds no episodes (nothing saved)")
+            transitions = mix(transitions, stack_episodes([t for _, t in replayed]))
         acting = self.policy
         unknown = sorted({str(t) for t in transitions["task"]} - set(acting.tasks))
         new_tasks = {}  # tasks the checkpoint lacks: learned from their demonstrations, with their instruction
         if unknown:
-            recorded = episode_instructions(self.dataset_dir)
+            recorded = {**(episode_instructions(self.replay_dir) if self._replay is not None else {}),
+                        **episode_instructions(self.dataset_dir)}
             new_tasks = {t: recorded[t] for t in unknown if t in recorded}
             missing = [t for t in unknown if t not in recorded]
             if missing:
@@ -217,7 +234,8 @@ class PolicyRuntime:
         job = FineTuneJob(checkpoint=str(self.checkpoint), transitions=str(data), out_dir=str(out), steps=steps,
                           batch_size=self.settings.batch_size, lr=self.settings.lr,
                           alpha_steps=self.settings.alpha_steps, seed=self.seed + 1000 * (self.round + 1),
-                          loader=self.loader, members=self.member_starts(), new_tasks=new_tasks)
+                          loader=self.loader, members=self.member_starts(), new_tasks=new_tasks,
+                          replay_fraction=self.replay_fraction if self._replay is not None else 0.0)
         try:
             res = self.worker.run(job, feedback=feedback, cancelled=cancelled,
                                   timeout_s=timeout_s * self.ensemble_members)
@@ -312,7 +330,7 @@ class CameraServing:
             action_space="eef7", loader=LOADERS["image_pretrained"], torch_threads=p.torch_threads,
             transitions_fn=lambda tasks, cancelled: self.cache.transitions(tasks, cancelled=cancelled),
             after_save=lambda d: write_marker(d, spec, projection), ensemble_members=p.ensemble_members,
-            niceness=p.fine_tune_niceness)
+            niceness=p.fine_tune_niceness, replay_dir=p.replay_dir, replay_fraction=p.replay_fraction)
 
     def infer_fn(self, policy: Policy, task: str) -> Callable[[Any], np.ndarray]:
         """``obs ({"state", "image"}) -> (H, A)`` chunk of ``policy`` (the goal's fixed policy) for ``task``."""
@@ -399,6 +417,11 @@ class PolicyServer:
         self.octo_backend = p.backend == "octo"
         self.readiness: Readiness | None = None
         self._closing = threading.Event()
+        if self.octo_backend and p.replay_fraction > 0:  # said at once, not as a not-ready reason forever
+            try:
+                replay_cache(p.replay_dir, p.replay_fraction, "eef7", reads_states=False)
+            except ValueError as exc:
+                raise NoRespawnError(f"policy_server (backend octo): {exc}") from None
         if self.octo_backend:  # Octo: trunk on camera frames, head fine-tuned on cached trunk embeddings
             # without Octo or its checkpoint: not ready (the reason), ready once they appear (runtime/readiness.py)
             self.readiness = Readiness(lambda: octo_inputs(p.checkpoint, p.octo_trunk_factory), self._start_octo)
@@ -418,10 +441,15 @@ class PolicyServer:
                     raise NoRespawnError(f"policy_server (trunk image_pretrained): {exc}") from None
                 self.runtime = self.camera.runtime
             else:
-                self.runtime = PolicyRuntime(policy, path, p.checkpoint_dir, p.dataset_dir,
-                                             settings=p.fine_tune_settings(), seed=p.seed,
-                                             action_space=p.action_space, torch_threads=p.torch_threads,
-                                             ensemble_members=p.ensemble_members, niceness=p.fine_tune_niceness)
+                try:
+                    self.runtime = PolicyRuntime(policy, path, p.checkpoint_dir, p.dataset_dir,
+                                                 settings=p.fine_tune_settings(), seed=p.seed,
+                                                 action_space=p.action_space, torch_threads=p.torch_threads,
+                                                 ensemble_members=p.ensemble_members,
+                                                 niceness=p.fine_tune_niceness, replay_dir=p.replay_dir,
+                                                 replay_fraction=p.replay_fraction)
+                except ValueError as exc:  # the replay settings: a restart finds the same parameters
+                    raise NoRespawnError(f"policy_server: {exc}") from None
         self.observations = Latest()
         self.status = Latest() if p.task_status_topic else None
         self._image: np.ndarray | None = None

@@ -27,6 +27,7 @@ import numpy as np
 
 from amf_ros.core.acquisition import ENSEMBLE_METRICS, PEER_RULES
 from amf_ros.data import transitions as datasets
+from amf_ros.data.replay import replay_cache
 from amf_ros.data.schema import MAX_NAME_CHARS, text_problem
 from amf_ros.data.tasks import check_task_keys
 from amf_ros.runtime.readiness import Readiness, octo_inputs
@@ -304,13 +305,16 @@ class TaskSelection:
         episode_loader: ``episode ids -> transitions`` (default: the store's states; the Octo backend: cached
             trunk embeddings, see datasets.EpisodeCache).
         progress: the ``progress`` estimator's settings (core/progress.py; None = its defaults).
+        replay_dir, replay_fraction: policy_server's replay (data/replay.py); with a fraction > 0 the ``amf``
+            selector is replay-aware (core/amf_nn.py): it conditions on the replayed episodes at that share.
     """
 
     def __init__(self, selector: str, instructions: Mapping[str, str], dataset_dir: str | Path, seed: int = 0,
                  form: str = "log_variance", noise_var: float = 1.0, prior_var: float = 1.0,
                  frames_per_episode: int = 16, max_points: int = 0, action_space: str = "metaworld",
                  targets: str = "warm", condition_on_data: bool = True, episode_loader: Any = None,
-                 max_batch_size: int = 16, progress: Any = None) -> None:
+                 max_batch_size: int = 16, progress: Any = None, replay_dir: str | Path = "",
+                 replay_fraction: float = 0.0) -> None:
         from amf_ros.core.progress import ProgressConfig
         from amf_ros.core.selectors import make_selector
 
@@ -334,6 +338,8 @@ class TaskSelection:
             raise ValueError(f"targets must be 'warm' or 'all', got {targets=}")
         self.targets, self.condition_on_data = targets, bool(condition_on_data)
         self.cache = datasets.EpisodeCache(dataset_dir, action_space, loader=episode_loader)
+        self.replay_fraction = float(replay_fraction)
+        self.replay = replay_cache(replay_dir, replay_fraction, action_space, reads_states=episode_loader is None)
         self._lock = threading.Lock()
         self._state = _PolicyState(None, {}, "", None)
         self.progress = progress if progress is not None else ProgressConfig()
@@ -492,10 +498,29 @@ class TaskSelection:
             raise ValueError(f"selector 'amf' needs recorded episodes; none in {str(self.dataset_dir)!r}")
         task_of = [str(ep["task"][0]) for _, ep in episodes]
         val = list(range(len(episodes))) if self.targets == "all" else warm_start_validation(task_of)
+        replay = self._replayed()
         return amf_nn_score_fn(state.policy, [ep for _, ep in episodes], val, noise_var=self.noise_var,
                                prior_var=self.prior_var, form=self.form, condition_on_data=self.condition_on_data,
                                frames_per_episode=self.frames_per_episode, max_points=self.max_points or None,
-                               cache=state.phi, keys=[eid for eid, _ in episodes], criterion_cache=state.criterion)
+                               cache=state.phi, keys=[eid for eid, _ in episodes],
+                               criterion_cache=None if replay else state.criterion,
+                               replay=[ep for _, ep in replay], replay_fraction=self.replay_fraction if replay else 0.0,
+                               replay_keys=[("replay", eid) for eid, _ in replay])
+
+    def _replayed(self) -> list[tuple[str, datasets.Transitions]]:
+        """The replayed pre-training episodes the criterion conditions on ([] without replay). The incremental
+        criterion is not kept with them (each new recorded episode changes every replayed row's weight, so the
+        posterior is rebuilt per request; their embeddings are cached)."""
+        if self.replay is None:
+            return []
+        if self.cache.loader is not None:
+            raise ValueError("replay-aware AMF needs the state policy: the loaded checkpoint is read through cached "
+                             "embeddings (camera or Octo), which the replay does not read yet; set replay_fraction 0")
+        replayed = self.replay.episodes()
+        if not replayed:
+            raise ValueError(f"replay_fraction is {self.replay_fraction} but replay_dir "
+                             f"{str(self.replay.dataset_dir)!r} holds no episodes")
+        return replayed
 
 
 @dataclass(frozen=True)
@@ -635,7 +660,8 @@ class TaskSelectorRuntime:
             action_space=p.action_space, targets=p.targets, condition_on_data=p.condition_on_data,
             episode_loader=(self.octo.episode_loader() if self.octo is not None
                             else camera_episode_loader(p.dataset_dir, checkpoint)),
-            max_batch_size=p.max_batch_size, progress=progress_config(p))
+            max_batch_size=p.max_batch_size, progress=progress_config(p), replay_dir=p.replay_dir,
+            replay_fraction=p.replay_fraction)
         self.selection.no_policy_reason = self.not_ready
         if p.selector == "progress":  # its evaluation history survives a restart
             self.selection.history = EvaluationHistory(Path(p.checkpoint_dir) / PROGRESS_HISTORY)

@@ -315,6 +315,50 @@ def pretraining_demos(config: PretrainConfig, envs: dict[str, Any] | None = None
     return demos
 
 
+def write_replay_store(config: PretrainConfig, out: str | Path) -> Path:
+    """Write the allocation's pre-training demonstrations (:func:`pretraining_demos`, the very ones a checkpoint of
+    ``config`` was trained on) as an episode store at ``out``, for fine-tuning with replay (data/replay.py).
+
+    Each demonstration is one episode (id ``pretrain_NNNN``, in pre-training order) whose actions are the wire
+    actions of its noise-free expert labels, which pre-training learned from (Metaworld's clipped to the [-1, 1] its
+    arm executes, as every recorded action is); the store appears at ``out`` in one rename, so an interrupted run
+    leaves none. Returns ``out``.
+    """
+    import os
+    import shutil
+    import tempfile
+
+    from amf_ros.atomic import fsync_dir
+    from amf_ros.data.store import EpisodeStore
+    from amf_ros.policies.action_spaces import NATIVE_ACTION_DIM, native_to_eef7
+
+    out = Path(out)
+    suite = get_suite(config.suite)
+    instructions = {s.key: s.instruction for s in config.specs()}
+    demos = pretraining_demos(config)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        store = EpisodeStore(tmp)
+        for i, demo in enumerate(demos):
+            labels = np.asarray(demo.expert_actions, np.float64)
+            wire = (np.stack([native_to_eef7(a) for a in labels]) if suite.action_dim == NATIVE_ACTION_DIM
+                    else labels)
+            steps = [{"observation": {"state": o}, "action": a} for o, a in zip(demo.obs, wire, strict=True)]
+            store.write_episode(demo.task, instructions[demo.task], steps,
+                                success=bool(demo.success), robot=f"{config.suite} (scripted pre-training)",
+                                episode_id=f"pretrain_{i:04d}",
+                                extra={"source": "amf pretrain", "scene_seed": int(demo.seed),
+                                       "action": "noise-free expert label"})
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+        fsync_dir(out.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def pretrain(config: PretrainConfig, specs: Sequence[Any] | None = None, freeze_prior: bool = True
              ) -> PretrainResult:
     """Collect the allocation's scripted demonstrations and pre-train a fresh policy on them (deterministic).

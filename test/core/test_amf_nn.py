@@ -254,6 +254,32 @@ def test_replay_errors():
                         keys=["x", "y"])
 
 
+def test_replayed_embeddings_are_cached_under_their_keys_and_score_the_same():
+    """task_selector keeps the replayed episodes' embeddings between requests (``replay_keys``): the second call
+    embeds no replayed episode, and the scores equal the uncached ones exactly (same rows, same float64 sums)."""
+    rng = np.random.default_rng(8)
+    eps = [_episode(t, 25, rng) for t in ["a", "b", "a"]]
+    replay = [_episode("a", 25, rng) for _ in range(3)]
+    calls = []
+
+    def counting(tr):
+        calls.append(len(tr["state"]))
+        return _blocks(tr)
+
+    kw = dict(tasks=["a", "b"], frames_per_episode=6, max_points=None, replay=replay, replay_fraction=0.5)
+    want = amf_nn_score_fn(_blocks, eps, [0, 1], **kw)(["a", "b"], [])
+    cache: dict = {}
+    keys, replay_keys = ["e0", "e1", "e2"], [("replay", i) for i in range(3)]
+    first = amf_nn_score_fn(counting, eps, [0, 1], cache=cache, keys=keys, replay_keys=replay_keys, **kw)
+    np.testing.assert_array_equal(first(["a", "b"], []), want)
+    assert {k for k, _ in cache} == {*keys, *replay_keys} and len(calls) == 6
+    second = amf_nn_score_fn(counting, eps, [0, 1], cache=cache, keys=keys, replay_keys=replay_keys, **kw)
+    np.testing.assert_array_equal(second(["a", "b"], []), want)
+    assert len(calls) == 6  # nothing embedded again
+    with pytest.raises(ValueError, match="replay_keys need a cache and one key per replayed episode"):
+        amf_nn_score_fn(_blocks, eps, [0, 1], replay_keys=replay_keys[:2], cache={}, keys=keys, **kw)
+
+
 HALLUCINATION_KW = dict(tasks=["a", "b"], frames_per_episode=6, max_points=None)
 """The hallucination tests' criterion: both tasks targeted, 6 frames per episode, no cap."""
 

@@ -349,3 +349,45 @@ def test_frozen_without_a_checkpoint_freezes_the_first_announced(tmp_path):
     assert rt.on_checkpoint(pretrained)[0] and rt.checkpoint == pretrained
     _save(policy, tmp_path / "ckpts" / "round_0001")
     assert TaskSelectorRuntime(params).checkpoint == pretrained
+
+
+def test_replay_aware_selection_is_the_core_criterion_with_the_replayed_episodes(tmp_path):
+    """With policy_server's replay (replay_dir, replay_fraction) the node's amf scores equal core/amf_nn.py's
+    replay-aware criterion on the same episodes, differ from the paper's, and the replayed episodes are embedded once
+    for every request on one policy."""
+    from amf_ros.core.amf_nn import amf_nn_score_fn, warm_start_validation
+    from amf_ros.data.transitions import EpisodeCache
+
+    _write_store(tmp_path / "data", ORDER)
+    _write_store(tmp_path / "replay", ["faucet-open", "drawer-close"] * 3, seed=3)  # the pre-trained tasks
+    policy = _policy(tmp_path / "data")
+    instructions = {t: f"do {t}" for t in TASKS}
+    sel = TaskSelection("amf", instructions, tmp_path / "data", replay_dir=tmp_path / "replay", replay_fraction=0.5)
+    sel.set_policy(policy, "ckpt")
+    decision = sel.next_task()
+    episodes = [ep for _, ep in EpisodeCache(tmp_path / "data", "metaworld").episodes()]
+    replay = [ep for _, ep in EpisodeCache(tmp_path / "replay", "metaworld").episodes()]
+    val = warm_start_validation([str(ep["task"][0]) for ep in episodes])
+    want = amf_nn_score_fn(policy, episodes, val, replay=replay, replay_fraction=0.5, max_points=None)(TASKS, [])
+    # the same float64 criterion on the same float32 embeddings, rows scaled in the same order: round-off only
+    np.testing.assert_allclose(decision.scores, want, rtol=1e-9, atol=0)
+    plain = TaskSelection("amf", instructions, tmp_path / "data")
+    plain.set_policy(policy, "ckpt")
+    assert np.max(np.abs(np.subtract(plain.next_task().scores, decision.scores))) > 1e-3  # the replay counts
+    embedded = sum(1 for key, _ in sel._state.phi if isinstance(key, tuple) and key[0] == "replay")
+    assert embedded == 6
+    calls = []
+    embed = policy.embed
+    policy.embed = lambda tr: (calls.append(1), embed(tr))[1]
+    try:
+        np.testing.assert_allclose(sel.next_task().scores, decision.scores, rtol=1e-12, atol=0)
+    finally:
+        policy.embed = embed
+    assert calls == []  # neither the recorded nor the replayed episodes were embedded again
+
+
+def test_replay_aware_selection_refuses_embeddings_it_cannot_read(tmp_path):
+    _write_store(tmp_path / "replay", ["faucet-open"])
+    with pytest.raises(ValueError, match="needs the state policy"):
+        TaskSelection("amf", {t: f"do {t}" for t in TASKS}, tmp_path / "data", replay_dir=tmp_path / "replay",
+                      replay_fraction=0.5, episode_loader=lambda ids: None)

@@ -82,6 +82,19 @@ class TaskSelectorParams(OctoTrunkParams):
     prior_var: float = param(
         1.0, "Prior variance of the GP view (scales the loss-gradient kernel).", range=(1e-09, 1000000000.0)
     )
+    replay_dir: str = param(
+        "",
+        "selector amf: the episode store of pre-training demonstrations policy_server replays (its replay_dir); "
+        "empty = none.",
+    )
+    replay_fraction: float = param(
+        0.0,
+        "selector amf: policy_server's replay_fraction. > 0 = replay-aware AMF (core/amf_nn.py): the criterion "
+        "conditions on the replayed episodes at their share of the fine-tuning minibatches and weighs the recorded "
+        "ones by the rest, as the fine-tune does; 0 = the paper's criterion. Needs replay_dir and the state "
+        "policy (backend native, trunk state).",
+        range=(0.0, 0.99),
+    )
     frames_per_episode: int = param(
         16,
         "Evenly spaced steps of every recorded episode used as data and target points of the criterion (the "

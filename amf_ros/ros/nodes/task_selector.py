@@ -18,6 +18,7 @@ from std_msgs.msg import Header
 from amf_ros.bringup.graph_lock import hold_node_lock
 from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.bringup.params.task_selector import TaskSelectorParams
+from amf_ros.data.replay import replay_cache
 from amf_ros.msg import CheckpointInfo, EpisodeInfo, TaskDecision, TaskStatus
 from amf_ros.ros import qos
 from amf_ros.ros.params import declare
@@ -43,6 +44,11 @@ class TaskSelectorNode(Node):
         problem = config_problem(self.p.tasks_file, self.p.tasks)
         if problem:
             raise NoRespawnError(f"task_selector: {problem}")
+        try:  # the replay settings, said at once (a restart finds the same parameters)
+            replay_cache(self.p.replay_dir, self.p.replay_fraction, self.p.action_space,
+                         reads_states=self.p.backend != "octo")
+        except ValueError as exc:
+            raise NoRespawnError(f"task_selector: {exc}") from None
         self._place = hold_node_lock(self.p.workspace, self.get_namespace(), self.get_name())  # one graph per ns
         limit_threads(self.p.torch_threads)  # 0 = torch's default
         self.runtime = TaskSelectorRuntime(self.p)
