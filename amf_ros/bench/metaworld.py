@@ -190,6 +190,9 @@ class MetaworldBenchConfig:
     """AMF's hallucinated demonstration of a candidate: "validation" (its warm-start episode, the paper's),
     "recorded" (every recorded episode of the task) or "data" (its episodes other than the warm-start one, while it
     has any; core/amf_nn.py)."""
+    hallucination_weight: float = 1.0
+    """AMF's likelihood weight of a hallucinated demonstration's points, in (0, 1] (core/amf_nn.py; 1 = the
+    paper's)."""
     frames_per_demo: int = 16
     """States per demonstration used for the criterion (evenly spaced; fewer = faster)."""
     max_points: int = 1024
@@ -235,6 +238,8 @@ class MetaworldBenchConfig:
             raise ValueError(f"selection_copy must be 'frozen', 'holdout' or 'current', got {self.selection_copy=}")
         if self.hallucinate not in HALLUCINATE:
             raise ValueError(f"hallucinate must be one of {HALLUCINATE}, got {self.hallucinate=}")
+        if not 0.0 < self.hallucination_weight <= 1.0:
+            raise ValueError(f"hallucination_weight must be in (0, 1], got {self.hallucination_weight=}")
         if self.criterion_targets not in ("warm", "all"):
             raise ValueError(f"criterion_targets must be 'warm' or 'all', got {self.criterion_targets=}")
         if self.first_seed < 0:
@@ -497,7 +502,8 @@ def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: M
                            noise_var=cfg.noise_var, prior_var=cfg.prior_var, form=cfg.criterion_form,
                            condition_on_data=cfg.condition_on_data, frames_per_episode=cfg.frames_per_demo,
                            max_points=cfg.max_points, replay=[demos_to_transitions([d]) for d in replay],
-                           replay_fraction=cfg.replay_fraction if replay else 0.0, hallucinate=cfg.hallucinate)
+                           replay_fraction=cfg.replay_fraction if replay else 0.0, hallucinate=cfg.hallucinate,
+                           hallucination_weight=cfg.hallucination_weight)
 
 
 # ----------------------------------------------------------------------------------------------- experiment
@@ -832,6 +838,9 @@ def _main(argv: Sequence[str], suite: str) -> int:
                         help="AMF's observation noise variance of the criterion (default: from the config, 1.0)")
     parser.add_argument("--hallucinate", choices=HALLUCINATE, default=None,
                         help="AMF's hallucinated demonstration of a candidate (default: from the config, validation)")
+    parser.add_argument("--hallucination-weight", type=float, default=None,
+                        help="AMF's likelihood weight of a hallucinated demonstration, (0, 1] (default: from the "
+                             "config, 1.0 = the paper's)")
     parser.add_argument("--trunk", choices=TRUNKS, default=None,
                         help="what the policy sees: state (default) or image_pretrained (the camera policy on a "
                              "frozen pretrained encoder; WidowX)")
@@ -868,7 +877,8 @@ def _main(argv: Sequence[str], suite: str) -> int:
                        methods=args.methods, allocations=args.allocations, eval_episodes=args.eval_episodes,
                        selection_copy=args.selection_copy, demos_per_round=args.demos_per_round,
                        replay_fraction=args.replay_fraction, tasks=args.tasks, trunk=args.trunk,
-                       noise_var=args.noise_var, hallucinate=args.hallucinate)
+                       noise_var=args.noise_var, hallucinate=args.hallucinate,
+                       hallucination_weight=args.hallucination_weight)
     jobs = args.jobs or os.cpu_count() or 1
     t0 = time.perf_counter()
     raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress, engine=args.engine or "",

@@ -130,7 +130,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
                     keys: Sequence[Hashable] | None = None,
                     criterion_cache: MutableMapping[str, Any] | None = None,
                     replay: Sequence[Transitions] = (), replay_fraction: float = 0.0,
-                    replay_keys: Sequence[Hashable] | None = None, hallucinate: str = "validation") -> ScoreFn:
+                    replay_keys: Sequence[Hashable] | None = None, hallucinate: str = "validation",
+                    hallucination_weight: float = 1.0) -> ScoreFn:
     """The AMF-NN ScoreFn of the selector (see the module docstring for what enters it, with the paper's equations).
 
     Args:
@@ -164,6 +165,10 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
             "recorded" (every episode of the task the criterion reads) or "data" (the task's non-validation episodes
             the criterion conditions on, else its validation ones); the last two not with ``criterion_cache``,
             whose candidates are fixed when it is built.
+        hallucination_weight: w_h, the likelihood weight of a hallucinated demonstration's points (their rows scaled
+            by sqrt(w_h), as replay scales its rows); 1 = the paper's. Below 1 a hallucinated demonstration, which
+            is its task's own target states, settles its task less than it would: a diagnostic of why a greedy batch
+            divides the new tasks otherwise than one-at-a-time selection (docs/metaworld.md).
     Returns:
         ScoreFn; ``last_info`` holds ``effective_sample_size`` and ``mean_sq_norm_phi`` per target task.
     Raises:
@@ -175,6 +180,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         raise ValueError("the AMF criterion needs recorded episodes; there are none")
     if not 0.0 <= replay_fraction < 1.0:
         raise ValueError(f"replay_fraction must be in [0, 1), got {replay_fraction=}")
+    if not 0.0 < hallucination_weight <= 1.0:
+        raise ValueError(f"hallucination_weight must be in (0, 1], got {hallucination_weight=}")
     if replay_fraction > 0 and (not replay or criterion_cache is not None):
         raise ValueError("replay_fraction > 0 needs the replayed episodes (replay) and no criterion_cache, got "
                          f"{len(replay)} replayed episodes and criterion_cache={criterion_cache is not None}")
@@ -241,7 +248,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
             idx = [i for i in use if task_of[i] == task]
         elif hallucinate == "data":
             idx = [i for i in use if task_of[i] == task and i not in in_val] or idx
-        return [phi[i] * scale_new if replay else phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
+        scale = (scale_new if replay else 1.0) * np.sqrt(hallucination_weight)
+        return [phi[i] * scale if scale != 1.0 else phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
 
     ess = {t: float(len(idx)) for t, idx in per_task.items()}  # 0/1 importance weights: episodes per task
     norms = {t: float(np.mean([np.square(phi[i]).sum(1).mean() for i in idx])) for t, idx in per_task.items()}
@@ -251,7 +259,7 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         if keys is None:
             raise ValueError("a criterion_cache needs one key per episode (keys)")
         signature = (frames, tuple(keys[i] for i in targets), tuple(target_tasks), float(noise_var),
-                     float(prior_var), form)
+                     float(prior_var), form, float(hallucination_weight))
         data_keys = [keys[i] for i in use if i not in in_val]
         return _cached_criterion(criterion_cache, signature, data_keys, rest, candidate, target_tasks, target_phi,
                                  weights, noise_var, prior_var, form, info)

@@ -280,6 +280,29 @@ def test_replayed_embeddings_are_cached_under_their_keys_and_score_the_same():
         amf_nn_score_fn(_blocks, eps, [0, 1], replay_keys=replay_keys[:2], cache={}, keys=keys, **kw)
 
 
+def test_a_lighter_hallucination_settles_its_task_less_and_caches_the_same():
+    """hallucination_weight w_h scales a candidate's rows by sqrt(w_h): 1 is the paper's criterion exactly; below 1
+    every candidate leaves more uncertainty (a monotone effect: less information conditioned on); the incremental
+    criterion (criterion_cache) scores it as the direct one does."""
+    rng = np.random.default_rng(9)
+    eps = [_episode(t, 25, rng) for t in ["a", "b", "a", "b", "a"]]
+    kw = dict(tasks=["a", "b"], frames_per_episode=6, max_points=None)
+    paper = amf_nn_score_fn(_blocks, eps, [0, 1], **kw)(["a", "b"], [])
+    np.testing.assert_array_equal(amf_nn_score_fn(_blocks, eps, [0, 1], hallucination_weight=1.0, **kw)(
+        ["a", "b"], []), paper)
+    light = amf_nn_score_fn(_blocks, eps, [0, 1], hallucination_weight=0.1, **kw)
+    assert np.all(light(["a", "b"], []) > paper + 1e-6), (light(["a", "b"], []), paper)
+    keys = [f"e{i}" for i in range(len(eps))]
+    cached = amf_nn_score_fn(_blocks, eps, [0, 1], hallucination_weight=0.1, criterion_cache={}, keys=keys, **kw)
+    for chosen in ([], ["a"], ["a", "b", "a"]):
+        want = light(["a", "b"], chosen)
+        # exact incremental updates vs a direct solve: float64 round-off of a few-term criterion
+        np.testing.assert_allclose(cached(["a", "b"], chosen), want, rtol=0, atol=1e-9 * np.abs(want).max())
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="hallucination_weight must be in"):
+            amf_nn_score_fn(_blocks, eps, [0, 1], hallucination_weight=bad, **kw)
+
+
 HALLUCINATION_KW = dict(tasks=["a", "b"], frames_per_episode=6, max_points=None)
 """The hallucination tests' criterion: both tasks targeted, 6 frames per episode, no cap."""
 
