@@ -78,7 +78,7 @@ def test_the_worker_gets_the_replayed_rows_marked_and_the_fraction(runs):
 
 def test_training_on_the_replay_keeps_its_loss_lower_than_training_without_it(runs):
     """The replayed episodes are trained on: their loss after the replay fine-tune is below the loss after the same
-    fine-tune without them (measured: 0.29x at both AVX-512 and SSE kernels; the test asks only for a clear drop,
+    fine-tune without them (measured: 0.29x with AVX2 and with SSE kernels; the test asks only for a clear drop,
     < 0.9x)."""
     replay = load_transitions(runs["root"] / "replay", action_space="metaworld")
     with_loss = load_native(runs["with_replay"].checkpoint).loss(replay)
