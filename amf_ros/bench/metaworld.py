@@ -466,7 +466,7 @@ def finetune_data(demos: Sequence[Any], replay: Sequence[Any], fraction: float
     if not replay or fraction <= 0:
         return demos_to_transitions(list(demos)), None
     data = demos_to_transitions([*replay, *demos])
-    n_replay = len(demos_to_transitions(list(replay))["task"])
+    n_replay = sum(len(d) for d in replay)  # rows of the replayed demonstrations, first in ``data``
     return data, row_weights(np.arange(len(data["task"])) < n_replay, fraction)  # policy_server's rule
 
 

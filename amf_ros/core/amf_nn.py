@@ -205,15 +205,16 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
     in_val = set(val)
     use = [i for i in range(n) if i in in_val or condition_on_data]
     frames = frames_under_cap(frames_per_episode, len(use) + len(replay), max_points)
-    phi: dict[int, np.ndarray] = {}
-    for i in use:
-        if cache is None:
-            phi[i] = episode_features(embed_fn, episodes[i], frames, horizon)
-            continue
-        key = (keys[i], frames)
-        if key not in cache:
-            cache[key] = episode_features(embed_fn, episodes[i], frames, horizon)
-        phi[i] = cache[key]
+
+    def features(ep: Transitions, key: Hashable | None) -> np.ndarray:
+        """One episode's phi at ``frames``, from ``cache`` under ``key`` when both are given."""
+        if cache is None or key is None:
+            return episode_features(embed_fn, ep, frames, horizon)
+        if (key, frames) not in cache:
+            cache[(key, frames)] = episode_features(embed_fn, ep, frames, horizon)
+        return cache[(key, frames)]
+
+    phi = {i: features(episodes[i], None if keys is None else keys[i]) for i in use}
     target_tasks = list(dict.fromkeys(task_of[i] for i in val)) if tasks is None else list(tasks)
     per_task = {t: [i for i in val if task_of[i] == t] for t in target_tasks}
     missing = [t for t, idx in per_task.items() if not idx]
@@ -229,14 +230,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
     rest = [phi[i] * scale_new if replay else phi[i] for i in use if i not in in_val]
     if replay:
         scale_replay = np.sqrt(replay_fraction * n / len(replay))
-        for j, ep in enumerate(replay):
-            if replay_keys is None:
-                rest.append(episode_features(embed_fn, ep, frames, horizon) * scale_replay)
-                continue
-            key = (replay_keys[j], frames)
-            if key not in cache:
-                cache[key] = episode_features(embed_fn, ep, frames, horizon)
-            rest.append(cache[key] * scale_replay)
+        rest += [features(ep, None if replay_keys is None else replay_keys[j]) * scale_replay
+                 for j, ep in enumerate(replay)]
     data_phi = np.concatenate(rest) if rest else np.zeros((0, target_phi.shape[1]))
 
     def candidate(task: str) -> tuple[list[np.ndarray], np.ndarray]:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from amf_ros.bringup import graph
 from amf_ros.bringup.ros_env import isolated_ros_env
+from amf_ros.data.replay import check_fraction
 from amf_ros.loop.nodes import DEMO_SEED_OFFSET, checked, node_overrides
 from amf_ros.policies.camera_policy import TRUNKS
 from amf_ros.policies.fine_tuning import FINE_TUNE
@@ -133,9 +134,7 @@ class LoopConfig:
                                  f"support it yet, got {self.robots=}")
         if self.robots < 0:
             raise ValueError(f"robots must be >= 0, got {self.robots=}")
-        if not 0.0 <= self.replay_fraction < 1.0:
-            raise ValueError(f"replay_fraction must be in [0, 1), got {self.replay_fraction=}")
-        if self.replay_fraction > 0 and (self.trunk != "state" or self.robots):
+        if check_fraction(self.replay_fraction) > 0 and (self.trunk != "state" or self.robots):
             raise ValueError(f"--replay-fraction runs the state policy on one arm (the camera policy's cached "
                              f"embeddings and the fleet do not replay yet), got {self.trunk=} {self.robots=}")
         if self.eval_episodes < 0 or self.fine_tune_steps < 1:

@@ -114,10 +114,10 @@ def _train(job: FineTuneJob, events: Any, cancel: Any, cache: dict[str, Any]) ->
         raise ValueError("no step a person acted in the training data (only the policy's own steps): record a "
                          "demonstration, or take over during a run_policy goal, first")
     transitions = human_rows(transitions)
+    recorded = recorded_rows(transitions)  # what alpha(c) is fitted on: the replayed rows left out
     replayed = transitions.pop(REPLAYED, None)
     weights = row_weights(replayed, job.replay_fraction) if replayed is not None else None
     weighted = {"row_weights": weights} if weights is not None else {}  # backends without replay need no keyword
-    recorded = recorded_rows({**transitions, REPLAYED: replayed}) if replayed is not None else transitions
     every = max(1, min(50, job.steps // 20))  # feedback about 20 times per model, at least every 50 steps
     total = job.steps * (1 + len(job.members))  # feedback counts the members' steps too
 

@@ -235,7 +235,7 @@ class PolicyRuntime:
                           batch_size=self.settings.batch_size, lr=self.settings.lr,
                           alpha_steps=self.settings.alpha_steps, seed=self.seed + 1000 * (self.round + 1),
                           loader=self.loader, members=self.member_starts(), new_tasks=new_tasks,
-                          replay_fraction=self.replay_fraction if self._replay is not None else 0.0)
+                          replay_fraction=self.replay_fraction)
         try:
             res = self.worker.run(job, feedback=feedback, cancelled=cancelled,
                                   timeout_s=timeout_s * self.ensemble_members)

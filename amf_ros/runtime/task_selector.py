@@ -504,7 +504,7 @@ class TaskSelection:
                                frames_per_episode=self.frames_per_episode, max_points=self.max_points or None,
                                cache=state.phi, keys=[eid for eid, _ in episodes],
                                criterion_cache=None if replay else state.criterion,
-                               replay=[ep for _, ep in replay], replay_fraction=self.replay_fraction if replay else 0.0,
+                               replay=[ep for _, ep in replay], replay_fraction=self.replay_fraction,
                                replay_keys=[("replay", eid) for eid, _ in replay])
 
     def _replayed(self) -> list[tuple[str, datasets.Transitions]]:

@@ -328,7 +328,7 @@ def write_replay_store(config: PretrainConfig, out: str | Path) -> Path:
     import shutil
     import tempfile
 
-    from amf_ros.atomic import fsync_dir
+    from amf_ros.atomic import default_mode, replace_dir
     from amf_ros.data.store import EpisodeStore
     from amf_ros.policies.action_spaces import NATIVE_ACTION_DIM, native_to_eef7
 
@@ -339,6 +339,7 @@ def write_replay_store(config: PretrainConfig, out: str | Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
+        os.chmod(tmp, default_mode(directory=True))  # mkdtemp's 0700 -> the umask's, as a checkpoint directory
         store = EpisodeStore(tmp)
         for i, demo in enumerate(demos):
             labels = np.asarray(demo.expert_actions, np.float64)
@@ -350,10 +351,7 @@ def write_replay_store(config: PretrainConfig, out: str | Path) -> Path:
                                 episode_id=f"pretrain_{i:04d}",
                                 extra={"source": "amf pretrain", "scene_seed": int(demo.seed),
                                        "action": "noise-free expert label"})
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-        fsync_dir(out.parent)
+        replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
