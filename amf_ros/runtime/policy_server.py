@@ -321,22 +321,30 @@ class CameraServing:
                              "(make one with `python -m amf_ros.training.camera --out DIR`, or set trunk: state)")
         if not p.image_topic:
             raise ValueError("trunk 'image_pretrained' acts on the camera: set image_topic (e.g. camera/image_raw)")
+        if spec.wrist and not p.wrist_image_topic:
+            raise ValueError(f"the camera policy {path} also sees the wrist camera: set wrist_image_topic (e.g. "
+                             "camera/wrist/image_raw, sim_bridge wrist_camera_name: wrist)")
         self.spec, self.projection = spec, read_projection(path)
+        self.wrist_projection = read_projection(path, wrist=True)
         self.encoder = spec.load_encoder()
+        self.wrist_encoder = spec.load_wrist_encoder()
         self.cache = ImageEmbeddingCache.for_checkpoint(p.dataset_dir, path)
-        projection = self.projection
+        projection, wrist_projection = self.projection, self.wrist_projection
         self.runtime = PolicyRuntime(
             policy, path, p.checkpoint_dir, p.dataset_dir, settings=p.fine_tune_settings(), seed=p.seed,
             action_space="eef7", loader=LOADERS["image_pretrained"], torch_threads=p.torch_threads,
             transitions_fn=lambda tasks, cancelled: self.cache.transitions(tasks, cancelled=cancelled),
-            after_save=lambda d: write_marker(d, spec, projection), ensemble_members=p.ensemble_members,
+            after_save=lambda d: write_marker(d, spec, projection, wrist_projection),
+            ensemble_members=p.ensemble_members,
             niceness=p.fine_tune_niceness, replay_dir=p.replay_dir, replay_fraction=p.replay_fraction)
 
     def infer_fn(self, policy: Policy, task: str) -> Callable[[Any], np.ndarray]:
-        """``obs ({"state", "image"}) -> (H, A)`` chunk of ``policy`` (the goal's fixed policy) for ``task``."""
+        """``obs ({"state", "image"[, "wrist"]}) -> (H, A)`` chunk of ``policy`` (the goal's fixed policy) for
+        ``task``."""
         from amf_ros.policies.camera_policy import CameraActor
 
-        return CameraActor(policy, self.encoder, self.spec.proprio_dims, self.projection).infer_fn(task)
+        return CameraActor(policy, self.encoder, self.spec.proprio_dims, self.projection, self.wrist_encoder,
+                           self.wrist_projection).infer_fn(task)
 
 
 class OctoServing:
@@ -453,8 +461,8 @@ class PolicyServer:
         self.observations = Latest()
         self.status = Latest() if p.task_status_topic else None
         self._image: np.ndarray | None = None
-        self._pairing = (FramePairing(round(p.camera_pair_tolerance_s * 1e9), self.observations.set)
-                         if self.camera is not None else None)
+        self._pairing = (FramePairing(round(p.camera_pair_tolerance_s * 1e9), self.observations.set,
+                                      wrist=self.camera.spec.wrist) if self.camera is not None else None)
         self._wrist: np.ndarray | None = None
         self._run_slot = threading.Lock()  # held from goal acceptance to the end of the run
         self._run_stop: threading.Event | None = None
@@ -501,7 +509,11 @@ class PolicyServer:
             self.observations.set({"image": rgb} if self._wrist is None else {"image": rgb, "wrist": self._wrist})
 
     def observe_wrist(self, rgb: np.ndarray, stamp_ns: int = 0) -> None:
-        """The newest wrist frame, sent along with the next camera frame to Octo."""
+        """The newest wrist frame, taken at ``stamp_ns``: sent along with the next camera frame to Octo; paired
+        with the camera frame of its time for a camera policy with a wrist camera (ignored by one without)."""
+        if self._pairing is not None:
+            self._pairing.on_wrist(rgb, stamp_ns)
+            return
         self._wrist = rgb
 
     def observe_status(self, value: Any) -> None:

@@ -14,8 +14,8 @@ messages to these calls):
 - :meth:`SimBridge.idle` re-emits the current frame when nothing was emitted for ``idle_publish_period_s``, as a
   real arm keeps publishing its joint states.
 Every emitted frame carries the :class:`TaskState` of the same instant (task, resets, steps, success since the
-reset, done); the node publishes image, state and TaskStatus with one stamp, in that order. What the arm did with
-every action (applied, refused by reason) and its e-stop are counted in an
+reset, done); the node publishes image, wrist image (if any), state and TaskStatus with one stamp, in that order.
+What the arm did with every action (applied, refused by reason) and its e-stop are counted in an
 :class:`~amf_ros.robots.action_gate.ActionCounts`, handed to ``arm_status`` whenever it changes (the node publishes
 amf_ros/ArmStatus). All simulator access holds one lock, so a reset never interleaves with a step whatever thread
 calls.
@@ -62,24 +62,30 @@ class TaskState:
 
 @dataclass(frozen=True)
 class Frame:
-    """One observation to publish: ``state`` (D,) float64, ``image`` (H, W, 3) uint8 or None, and the status.
+    """One observation to publish: ``state`` (D,) float64, ``image`` (H, W, 3) uint8 or None, the status, and
+    ``wrist_image`` (H, W, 3) uint8 from the second camera (None when there is none, see
+    :attr:`RenderSpec.wrist_camera`).
 
     ``render_error`` is non-empty when rendering was asked for and failed (the state still goes out); after the
-    first failure the camera stays off and every later frame repeats that error (see ``SimBridge._publish``)."""
+    first failure of either camera both stay off and every later frame repeats that error (see
+    ``SimBridge._publish``)."""
 
     state: np.ndarray
     image: np.ndarray | None
     status: TaskState
     render_error: str = ""
+    wrist_image: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
 class RenderSpec:
-    """Camera image rendered with every frame."""
+    """Camera image rendered with every frame, and optionally a second camera's (``wrist_camera``, e.g. ``wrist``
+    on the embedded WidowX; "" = none) of the same size."""
 
     width: int = 128
     height: int = 128
     camera: str = "corner"
+    wrist_camera: str = ""
 
 
 class SimBridge:
@@ -265,13 +271,21 @@ class SimBridge:
 
         A render that failed once is not tried again: the failure is an OpenGL context that could not be made (no
         display, no OSMesa), and MuJoCo's second try from another thread never returned, holding this lock, so
-        that the node ignored SIGINT and SIGTERM (found under `ros2 launch` without MUJOCO_GL)."""
-        image = None
-        if self._render is not None and not self._render_error:
+        that the node ignored SIGINT and SIGTERM (found under `ros2 launch` without MUJOCO_GL). A failure of either
+        camera turns both off (the frame carries neither image)."""
+        image = wrist = None
+        spec = self._render
+        if spec is not None and not self._render_error:
+            camera = spec.camera
             try:
-                image = np.ascontiguousarray(self.sim.render(self._render.width, self._render.height,
-                                                             self._render.camera), dtype=np.uint8)
-            except Exception as exc:
-                self._render_error = f"render failed, camera off until restart: {type(exc).__name__}: {exc}"
-        self._emit(Frame(state=self._obs.copy(), image=image, status=self._state(), render_error=self._render_error))
+                primary = np.ascontiguousarray(self.sim.render(spec.width, spec.height, camera), dtype=np.uint8)
+                if spec.wrist_camera:
+                    camera = spec.wrist_camera
+                    wrist = np.ascontiguousarray(self.sim.render(spec.width, spec.height, camera), dtype=np.uint8)
+                image = primary
+            except Exception as exc:  # wrist is still None: its render is the last that can raise
+                self._render_error = (f"render failed, camera off until restart: camera {camera!r}: "
+                                      f"{type(exc).__name__}: {exc}")
+        self._emit(Frame(state=self._obs.copy(), image=image, status=self._state(), render_error=self._render_error,
+                         wrist_image=wrist))
         self._last_emit = self._clock()

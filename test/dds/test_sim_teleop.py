@@ -1,10 +1,11 @@
 """sim_bridge + scripted_teleop over real DDS (each its own process), with the test playing the recorder.
 
 Checks the stepping semantics of sim_bridge (one action = one step, one observation and one TaskStatus of the same
-stamp per step, reset/success services, refusal of NaN actions and of unknown tasks) and that scripted_teleop acts
-like an operator: it starts on the latched recorder status, sends every action from the newest observation (the
-expert's own action for that observation), and ends the episode with the simulator's success; and, with the real
-demo_recorder, that StartEpisode for another task than the simulator's puts the simulator on that task and records.
+stamp per step, reset/success services, refusal of NaN actions and of unknown tasks, the primary and wrist cameras'
+images) and that scripted_teleop acts like an operator: it starts on the latched recorder status, sends every action
+from the newest observation (the expert's own action for that observation), and ends the episode with the
+simulator's success; and, with the real demo_recorder, that StartEpisode for another task than the simulator's puts
+the simulator on that task and records.
 """
 
 from __future__ import annotations
@@ -254,6 +255,45 @@ def test_sim_bridge_hosts_simpler_backend_with_camera(start_nodes, client_node):
     assert after(states, t_reset)[1].values[0] == pytest.approx(s0.values[0] + 0.02, abs=1e-6)
     ok = call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request())
     assert ok.task == "carrot_on_plate" and ok.steps == 1 and not ok.success
+    assert procs.dead() == {}
+
+
+@pytest.mark.skipif(os.environ.get("MUJOCO_GL") != "osmesa", reason="rendering is tested through OSMesa only")
+def test_sim_bridge_publishes_the_wrist_camera_beside_the_primary_one(start_nodes, client_node):
+    """backend widowx with wrist_camera_name: wrist: the primary image on image_topic and the wrist camera's on
+    wrist_image_topic, same size, with the stamp and frame_id of the state of the same step."""
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import Image
+
+    from amf_ros.msg import EefDeltaAction, StateVector
+    from amf_ros.srv import TaskSuccess
+
+    procs = start_nodes({"sim_bridge": {"backend": "widowx", "initial_task": "carrot_on_plate", "render": True,
+                                        "image_width": 64, "image_height": 48, "camera_name": "primary",
+                                        "wrist_camera_name": "wrist", "wrist_image_topic": "camera/wrist/image_raw",
+                                        "idle_publish_period_s": 0.0}}, name="wrist")
+    states, images, wrists = [], [], []
+    qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+    client_node.create_subscription(StateVector, "/amf/observation/state", states.append, qos)
+    client_node.create_subscription(Image, "/amf/camera/image_raw", images.append, qos)
+    client_node.create_subscription(Image, "/amf/camera/wrist/image_raw", wrists.append, qos)
+    pub = client_node.create_publisher(EefDeltaAction, "/amf/action", qos)
+    call(client_node, TaskSuccess, "/amf/sim/success", TaskSuccess.Request(), timeout=30)  # fully constructed
+    wait_action_path(pub, procs)
+    t0 = client_node.get_clock().now().nanoseconds
+    pub.publish(make_action([0.02, 0.0, 0.0, 0, 0, 0, 1.0], t0))
+
+    def stamped(msgs):  # by stamp, those after the action was sent
+        return {stamp_ns(m.header.stamp): m for m in list(msgs) if stamp_ns(m.header.stamp) > t0}
+
+    wait_for(lambda: stamped(states) and set(stamped(states)) <= set(stamped(images)) & set(stamped(wrists)), 10,
+             "state, image and wrist image of the step")
+    (t, state), = stamped(states).items()
+    img, wrist = stamped(images)[t], stamped(wrists)[t]
+    for m in (img, wrist):
+        assert (m.height, m.width, m.encoding, m.step) == (48, 64, "rgb8", 64 * 3) and len(m.data) == 48 * 64 * 3
+        assert m.header.frame_id == state.header.frame_id
+    assert bytes(img.data) != bytes(wrist.data), "the wrist camera sees another view"
     assert procs.dead() == {}
 
 

@@ -42,9 +42,11 @@ def test_trunk_flag_is_checked_and_switches_the_nodes_to_the_camera(tmp_path: Pa
     assert not any(a.startswith(("trunk:=", "image_", "render:=")) for a in sum(state.values(), []))
     assert "trunk:=image_pretrained" in camera["policy_server"]
     assert "image_topic:=camera/image_raw" in camera["policy_server"]
-    assert "image_topics:=[camera/image_raw]" in camera["demo_recorder"]
-    assert "image_keys:=[image_primary]" in camera["demo_recorder"]
-    assert "render:=true" in camera["sim_bridge"]
+    assert "wrist_image_topic:=camera/wrist/image_raw" in camera["policy_server"]
+    assert "image_topics:=[camera/image_raw,camera/wrist/image_raw]" in camera["demo_recorder"]
+    assert "image_keys:=[image_primary,image_wrist]" in camera["demo_recorder"]
+    assert "render:=true" in camera["sim_bridge"] and "wrist_camera_name:=wrist" in camera["sim_bridge"]
+    assert "wrist_image_topic:=camera/wrist/image_raw" in camera["sim_bridge"]
     for node, args in camera.items():  # the camera settings come on top of the state run's
         assert args == state[node] + CAMERA_OVERRIDES.get(node, []), node
     from amf_ros.bringup.params import schema
@@ -94,12 +96,12 @@ def test_two_rounds_of_amf_run_on_the_camera_policy(ros_env, tmp_path: Path) -> 
     from amf_ros.policies.camera_policy import read_marker
 
     tiny = {"demos_per_task": 2, "tasks": TASKS, "steps": 20, "task_encoder": "hash", "projection_dim": 8,
-            "batch_size": 16}
+            "wrist_projection_dim": 4, "batch_size": 16}
     ckpt = ensure_camera_pretrained_run(tmp_path / "cache", **tiny)
     pre = json.loads((ckpt / "pretrain.json").read_text())
     assert pre["pretrain_counts"] == {"spoon_on_towel": 2, "stack_cube": 0}
     assert ensure_camera_pretrained_run(tmp_path / "cache", **tiny) == ckpt  # cached: the same entry, not a new one
-    assert read_marker(ckpt) is not None
+    assert read_marker(ckpt).wrist  # the recipe sees the gripper's wrist camera too
 
     cmd = [sys.executable, "-m", "amf_ros.cli", "run", "--arm", "widowx", "--trunk", "image_pretrained",
            "--rounds", "2", "--eval-episodes", "1", "--eval-max-steps", "6", "--fine-tune-steps", "5",
@@ -126,9 +128,11 @@ def test_two_rounds_of_amf_run_on_the_camera_policy(ros_env, tmp_path: Path) -> 
     for eid in episodes:
         ep = store.load(eid)
         assert ep.steps["observation/image_primary"].shape[1:] == (256, 256, 3), eid  # recorded with the camera
+        assert ep.steps["observation/image_wrist"].shape[1:] == (256, 256, 3), eid  # and the wrist camera
         assert cache.path(eid).is_file(), f"{eid} was never embedded: the fine-tune did not read the camera"
+        assert cache.wrist.path(eid).is_file(), f"{eid}'s wrist frames were never embedded"
     for r in (1, 2):
         rnd = Path(results["rounds"][r]["fine_tune"]["checkpoint"])
         assert rnd.name == f"round_{r:04d}" and read_marker(rnd) == read_marker(ckpt), rnd
     states = cache.transitions()["state"]
-    assert states.shape[1] == 8 + 8  # the projected embedding beside the proprio: what the rounds trained on
+    assert states.shape[1] == 8 + 4 + 8  # the projected embeddings beside the proprio: what the rounds trained on

@@ -187,3 +187,48 @@ def test_projection_travels_with_the_checkpoint(tmp_path):
     assert chunks.shape == (len(ep), 2, 7) and np.isfinite(chunks).all()
     with pytest.raises(ValueError, match="no camera_encoder.json"):
         ImageEmbeddingCache.for_checkpoint(root, policy.save(tmp_path / "plain"))
+
+
+def test_a_wrist_camera_has_its_own_cache_and_projection(tmp_path):
+    """A camera policy that also sees the wrist camera: the checkpoint carries both projections, the cache for it
+    embeds each stream once with its own encoder key and puts the wrist camera's projected embedding between the
+    primary camera's and the proprio; a second cache object reads both from disk without loading an encoder."""
+    root = tmp_path / "dataset"
+    octo_episodes(root, n_eps=3, steps=5, wrist=True)
+    enc, wrist_enc = load_image_encoder(), load_image_encoder(pool="keypoints")
+    assert wrist_enc.key != enc.key
+    emb = ImageEmbeddingCache(root, lambda: enc, enc.key, proprio_dims=0).transitions()["state"]
+    wrist = ImageEmbeddingCache(root, lambda: wrist_enc, wrist_enc.key, image_key="image_wrist",
+                                proprio_dims=0).transitions()["state"]
+    projection, wrist_projection = CameraProjection.fit(emb, 5), CameraProjection.fit(wrist, 3)
+    spec = CameraSpec.of(enc, projection_dim=5, wrist_encoder=wrist_enc, wrist_projection_dim=3)
+    assert spec.wrist and spec.state_dim == 5 + 3 + 8 and spec.wrist_image_key == "image_wrist"
+    store = EpisodeStore(root)
+    proprio = np.concatenate([store.load(e, images=False).steps["observation/state"] for e in store.episode_ids()])
+    expected = np.concatenate([projection(emb), wrist_projection(wrist), proprio[:, :8]], axis=1)
+    data = {**ImageEmbeddingCache(root, lambda: enc, enc.key).transitions(), "state": expected}
+    policy = _policy(spec, data)
+    policy.fit(data, steps=2)
+    with pytest.raises(ValueError, match="wrist_projection_dim=3"):
+        save_camera_policy(policy, tmp_path / "bad", spec, projection)  # the wrist projection is missing
+    ckpt = save_camera_policy(policy, tmp_path / "ckpt", spec, projection, wrist_projection)
+    assert read_marker(ckpt) == spec
+    cache = ImageEmbeddingCache.for_checkpoint(root, ckpt)
+    assert cache.wrist is not None and cache.wrist.root.name == wrist_enc.key
+    got = cache.transitions()["state"]
+    # the cache projects per episode, the test all rows at once: BLAS may sum in another order
+    assert_two_paths_close(got[:, :5], expected[:, :5], enc.feature_dim + 1, what="primary projection")
+    assert_two_paths_close(got[:, 5:8], expected[:, 5:8], wrist_enc.feature_dim + 1, what="wrist projection")
+    np.testing.assert_array_equal(got[:, 8:], expected[:, 8:])
+    again = ImageEmbeddingCache(root, _refuse, enc.key, project=projection,
+                                wrist=ImageEmbeddingCache(root, _refuse, wrist_enc.key, image_key="image_wrist",
+                                                          proprio_dims=0, project=wrist_projection))
+    np.testing.assert_array_equal(again.transitions()["state"], got)  # read back from disk: the same bytes
+    actor = camera_actor(ckpt)
+    ep = store.load(store.episode_ids()[0])
+    chunks = actor.act_batch(ep.steps["observation/image_primary"], ep.steps["observation/state"],
+                             [ep.meta.task] * len(ep), seed=2, wrist_images=ep.steps["observation/image_wrist"])
+    assert chunks.shape == (len(ep), 2, 7) and np.isfinite(chunks).all()
+    octo_episodes(tmp_path / "primary_only", n_eps=1, steps=3)
+    with pytest.raises(ValueError, match="image_wrist"):  # recorded without the wrist camera: said, not guessed
+        ImageEmbeddingCache.for_checkpoint(tmp_path / "primary_only", ckpt).transitions()

@@ -76,3 +76,32 @@ def test_unstamped_inputs_are_stamped_at_arrival() -> None:
 def test_a_negative_tolerance_is_refused() -> None:
     with pytest.raises(ValueError, match="tolerance_ns"):
         FramePairing(-1, lambda obs: None)
+
+
+@pytest.mark.parametrize("order", ["frame state wrist", "wrist frame state", "state wrist frame"])
+def test_a_wrist_camera_s_frame_of_the_same_instant_completes_the_observation(order: str) -> None:
+    """A camera policy with a wrist camera acts on (frame, state, wrist frame) of one instant, in any arrival order,
+    and never on the previous step's wrist frame."""
+    out: list[dict] = []
+    pair = FramePairing(round(50 * MS), out.append, wrist=True)
+    pair.on_state([0.0], 1000 * MS)
+    pair.on_wrist(_frame(100), 1000 * MS)
+    pair.on_frame(_frame(0), 1000 * MS)
+    assert len(out) == 1 and out[0]["wrist"][0, 0, 0] == 100
+    calls = {"frame": lambda: pair.on_frame(_frame(1), 1200 * MS), "state": lambda: pair.on_state([1.0], 1200 * MS),
+             "wrist": lambda: pair.on_wrist(_frame(101), 1200 * MS)}
+    names = order.split()
+    for name in names[:-1]:
+        calls[name]()
+    assert len(out) == 1  # an input of step 1 is still missing: the step-0 wrist frame (200 ms away) does not do
+    calls[names[-1]]()
+    assert len(out) == 2 and out[1]["image"][0, 0, 0] == 1 and out[1]["wrist"][0, 0, 0] == 101
+    assert out[1]["state"][0] == 1.0
+
+
+def test_a_pairing_without_a_wrist_camera_ignores_wrist_frames() -> None:
+    pair, out = _pairing()
+    pair.on_wrist(_frame(7), 1000 * MS)
+    pair.on_state([0.0], 1000 * MS)
+    pair.on_frame(_frame(0), 1000 * MS)
+    assert len(out) == 1 and "wrist" not in out[0]

@@ -148,3 +148,64 @@ def test_task_selector_scores_a_camera_checkpoint_on_the_cached_embeddings(camer
     expected = ImageEmbeddingCache.for_checkpoint(dataset, ckpt).transitions()["state"]
     np.testing.assert_array_equal(np.concatenate(states), expected)
     assert camera_episode_loader(dataset, tmp_path / "no_checkpoint") is None  # any other checkpoint: the states
+
+
+def test_a_camera_policy_with_a_wrist_camera_acts_on_both_frames_of_one_instant(tmp_path):
+    """A checkpoint that also sees the wrist camera: refused without wrist_image_topic (the reason said); with it,
+    a goal acts only on a frame, a wrist frame and a state of one stamp, and a fine-tune embeds both recorded streams
+    and keeps both projections in the new round."""
+    octo_episodes(tmp_path / "dataset", n_eps=2, steps=4, wrist=True)
+    enc, wrist_enc = load_image_encoder(), load_image_encoder(pool="keypoints")
+    store = EpisodeStore(tmp_path / "dataset")
+    eps = [store.load(e) for e in store.episode_ids()]
+    emb = np.concatenate([enc.encode(ep.steps["observation/image_primary"]) for ep in eps])
+    wrist = np.concatenate([wrist_enc.encode(ep.steps["observation/image_wrist"]) for ep in eps])
+    projection, wrist_projection = CameraProjection.fit(emb, 3), CameraProjection.fit(wrist, 2)
+    spec = CameraSpec.of(enc, proprio_dims=8, projection_dim=3, wrist_encoder=wrist_enc, wrist_projection_dim=2)
+    data = {"state": camera_states(emb, np.concatenate([ep.steps["observation/state"][:, :8] for ep in eps]),
+                                   projection, wrist, wrist_projection),
+            "task": np.concatenate([[ep.meta.task] * len(ep) for ep in eps]).astype(str),
+            "action": np.concatenate([ep.steps["action"] for ep in eps]).astype(np.float32),
+            "episode_index": np.concatenate([np.full(len(ep), i) for i, ep in enumerate(eps)]),
+            "step": np.concatenate([np.arange(len(ep)) for ep in eps])}
+    cfg = PolicyConfig(head="diffusion", trunk="state", task_encoder="hash", action_horizon=1, batch_size=8,
+                       diffusion_hidden_dim=32, diffusion_num_blocks=1, diffusion_steps=5)
+    policy = make_camera_policy(spec, TASKS, cfg)
+    set_camera_normalizers(policy, data["state"], *WIDOWX_ACTION)
+    policy.fit(data, steps=2)
+    policy.freeze_prior()
+    ckpt = save_camera_policy(policy, tmp_path / "pretrained", spec, projection, wrist_projection)
+    with pytest.raises(NoRespawnError, match="wrist_image_topic"):
+        PolicyServer(_params(tmp_path, ckpt, tmp_path / "dataset"), lambda a: None)
+
+    frame, wrist_frame = np.zeros((256, 256, 3), np.uint8), np.full((256, 256, 3), 30, np.uint8)
+    sent: list[np.ndarray] = []
+    box: list[PolicyServer] = []
+
+    def publish(action: np.ndarray) -> None:  # the arm: each action applied, then frames and state of one stamp
+        sent.append(np.asarray(action))
+        stamp = (1 + len(sent)) * 10**9
+        box[0].observe_image(frame, stamp)
+        box[0].observe_wrist(wrist_frame, stamp)
+        box[0].observe_state(np.full(14, len(sent), np.float32), stamp)
+
+    server = PolicyServer(_params(tmp_path, ckpt, tmp_path / "dataset", wrist_image_topic="camera/wrist/image_raw",
+                                  observation_timeout_s=2.0), publish)
+    box.append(server)
+    try:
+        server.observe_state(np.zeros(14, np.float32), 10**9)
+        server.observe_image(frame, 10**9)
+        assert server.observations.get()[0] is None  # no wrist frame of that instant yet: no observation
+        server.observe_wrist(wrist_frame, 10**9)
+        assert server.observations.get()[0]["wrist"] is wrist_frame
+        assert server.reserve_run()
+        res = server.run(TASK, 3)
+        assert res.ok and res.steps == 3, res.message
+        assert len(sent) == 3 and all(np.all(np.isfinite(a)) for a in sent)
+        first = server.fine_tune(steps=2)
+        cache = server.camera.cache
+        assert cache.computed == 2 and cache.wrist is not None and cache.wrist.computed == 2
+        assert read_marker(first.checkpoint) == spec
+        np.testing.assert_array_equal(read_projection(first.checkpoint, wrist=True).matrix, wrist_projection.matrix)
+    finally:
+        server.close()

@@ -1,9 +1,10 @@
 """amf_ros.runtime.sim_bridge without rclpy: stepping, refusals, reset seeds, task status and idle re-publish, on a
-small fake backend (Metaworld only in one test of the real backend factory)."""
+small fake backend (Metaworld and the embedded WidowX only in a few tests of the real backend factory)."""
 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 
 import numpy as np
@@ -158,6 +159,52 @@ def test_render_with_every_frame_and_render_errors_do_not_stop_the_state():
     # a failed GL context is not tried again (MuJoCo's retry from another thread hung the node): the camera is off
     # and every frame says why
     assert sim.render_calls == 1 and bad_frames[-1].image is None and "camera off" in bad_frames[-1].render_error
+
+
+class WristFailSim(FakeSim):
+    """Renders the primary camera; the ``wrist`` camera raises (as a camera missing from the model does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cameras: list[str] = []
+
+    def render(self, width: int, height: int, camera: str) -> np.ndarray:
+        self.cameras.append(camera)
+        if camera == "wrist":
+            raise ValueError("no camera named 'wrist'")
+        return super().render(width, height, camera)
+
+
+def test_a_failing_wrist_camera_turns_both_cameras_off():
+    sim = WristFailSim()
+    bridge, _, frames, _ = make(sim=sim, render=RenderSpec(width=4, height=3, camera="corner", wrist_camera="wrist"))
+    assert frames[0].image is None and frames[0].wrist_image is None
+    assert "camera off" in frames[0].render_error and "'wrist'" in frames[0].render_error
+    assert bridge.step(a(0.1)) == "" and frames[-1].status.steps == 1
+    assert frames[-1].image is None and frames[-1].wrist_image is None and frames[-1].render_error
+    assert sim.cameras == ["corner", "wrist"]  # not tried again
+
+
+@pytest.mark.skipif(os.environ.get("MUJOCO_GL") != "osmesa", reason="rendering is tested through OSMesa only")
+def test_embedded_widowx_renders_the_wrist_camera_beside_the_primary_one() -> None:
+    """backend widowx with wrist_camera="wrist": every frame carries both images, same size; without it, none."""
+    pytest.importorskip("mujoco")
+    frames: list[Frame] = []
+    render = RenderSpec(width=32, height=24, camera="primary", wrist_camera="wrist")
+    bridge = SimBridge(get_suite("widowx").backend(), frames.append, initial_task="carrot_on_plate", seed=3,
+                       render=render)
+    assert bridge.step([0.02, 0, 0, 0, 0, 0, 1.0]) == "" and len(frames) == 2
+    for frame in frames:
+        assert not frame.render_error
+        assert frame.image.shape == frame.wrist_image.shape == (24, 32, 3)
+        assert frame.image.dtype == frame.wrist_image.dtype == np.uint8
+        assert np.abs(frame.image.astype(int) - frame.wrist_image.astype(int)).mean() > 10  # another viewpoint
+        assert frame.wrist_image.std() > 0  # not a blank frame
+    primary_only: list[Frame] = []
+    SimBridge(get_suite("widowx").backend(), primary_only.append, initial_task="carrot_on_plate", seed=3,
+              render=RenderSpec(width=32, height=24, camera="primary"))
+    assert primary_only[0].image.shape == (24, 32, 3) and primary_only[0].wrist_image is None
+    assert np.array_equal(primary_only[0].image, frames[0].image)
 
 
 def test_frames_hold_a_copy_of_the_state():

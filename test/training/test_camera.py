@@ -26,29 +26,42 @@ def test_pretrain_save_load_evaluate(tmp_path):
     from amf_ros.training.camera import CameraPretrainConfig, camera_pretrain, evaluate_camera, load_tasks
 
     cfg = CameraPretrainConfig(tasks=["carrot_on_plate", "stack_cube"], demos_per_task={"carrot_on_plate": 1},
-                               steps=5, batch_size=16, task_encoder="hash", projection_dim=4)
+                               steps=5, batch_size=16, task_encoder="hash", projection_dim=4, wrist_projection_dim=3)
+    assert cfg.wrist_pool == "keypoints"  # the recipe sees the wrist camera too
     res = camera_pretrain(cfg)
     assert res.counts == {"carrot_on_plate": 1, "stack_cube": 0}
     assert [d.task for d in res.demos] == ["carrot_on_plate"] and res.demos[0].success
     demo = res.demos[0]
     assert demo.embeddings.shape == (len(demo.actions), res.spec.feature_dim) and demo.proprio.shape[1] == 8
+    assert demo.wrist_embeddings.shape == (len(demo.actions), res.spec.wrist_feature_dim)
+    assert res.spec.wrist and res.spec.wrist_pool == "keypoints" and res.wrist_projection.dim == 3
     assert res.timing["frames"] == len(demo.actions)  # every frame embedded exactly once
     assert res.policy.prior is not None and len(res.loss_curve) == 5
-    assert res.policy.state_dim == 4 + 8 == res.spec.state_dim  # the 4-D projection beside the proprio
+    # the 4-D projection, the wrist camera's 3-D one, the proprio
+    assert res.policy.state_dim == 4 + 3 + 8 == res.spec.state_dim
 
-    ckpt = save_camera_policy(res.policy, tmp_path / "ckpt", res.spec, res.projection)
+    ckpt = save_camera_policy(res.policy, tmp_path / "ckpt", res.spec, res.projection, res.wrist_projection)
     spec = read_marker(ckpt)
     assert spec == res.spec
     np.testing.assert_array_equal(read_projection(ckpt).matrix, res.projection.matrix)
-    enc = spec.load_encoder()
+    np.testing.assert_array_equal(read_projection(ckpt, wrist=True).matrix, res.wrist_projection.matrix)
+    enc, wrist_enc = spec.load_encoder(), spec.load_wrist_encoder()
     frame = np.full((256, 256, 3), 90, np.uint8)
+    wrist_frame = np.full((256, 256, 3), 40, np.uint8)
     state = np.zeros(14, np.float32)
-    a = CameraActor(res.policy, enc, projection=res.projection).act(frame, state, "stack_cube", seed=1)
-    b = camera_actor(ckpt).act(frame, state, "stack_cube", seed=1)
+    actor = CameraActor(res.policy, enc, projection=res.projection, wrist_encoder=wrist_enc,
+                        wrist_projection=res.wrist_projection)
+    a = actor.act(frame, state, "stack_cube", seed=1, wrist_image=wrist_frame)
+    b = camera_actor(ckpt).act(frame, state, "stack_cube", seed=1, wrist_image=wrist_frame)
     np.testing.assert_array_equal(a, b)  # a checkpoint round trip and the same call: exact
+    with pytest.raises(ValueError, match="wrist"):
+        actor.act(frame, state, "stack_cube")  # a policy that sees the wrist camera needs its frame
+    with pytest.raises(ValueError, match="wrist camera"):
+        actor.infer_fn("stack_cube")({"state": state, "image": frame})
 
     specs = load_tasks(None, ["carrot_on_plate"])
-    success, timing = evaluate_camera(res.policy, enc, specs, episodes_per_task=1, slots=1, projection=res.projection)
+    success, timing = evaluate_camera(res.policy, enc, specs, episodes_per_task=1, slots=1, projection=res.projection,
+                                      wrist_encoder=wrist_enc, wrist_projection=res.wrist_projection)
     assert set(success) == {"carrot_on_plate"}
     # one frame per step: a failed episode runs to max_steps (60), a successful one ends earlier
     assert (timing["frames"] == 60) == (success["carrot_on_plate"] == 0.0)
@@ -73,16 +86,27 @@ def test_camera_demo_is_the_state_demo_seen_through_the_camera():
     projection = CameraProjection.fit(raw.obs[:, :-8], 3)
     projected = camera_demo(CameraTaskEnv(spec), 11, 0.004, np.random.default_rng(3), enc, projection)
     assert projected.obs.shape == (len(state), 3 + 8)
+    # with the wrist camera: its embedding between the primary's and the proprio, the rest unchanged
+    wrist_enc = load_image_encoder(pool="keypoints")
+    both = camera_demo(CameraTaskEnv(spec, wrist=True), 11, 0.004, np.random.default_rng(3), enc, projection,
+                       wrist_encoder=wrist_enc)
+    assert both.obs.shape == (len(state), 3 + wrist_enc.feature_dim + 8)
+    np.testing.assert_array_equal(both.actions, state.actions)
+    np.testing.assert_array_equal(both.obs[:, :3], projected.obs[:, :3])
+    np.testing.assert_array_equal(both.obs[:, -8:], state.obs[:, :8])
+    assert np.abs(both.obs[:, 3:-8]).max() > 0
 
 
 def test_cached_pretrained_camera_policy_is_made_once(tmp_path, monkeypatch):
-    from amf_ros.policies.camera_policy import read_marker
+    from amf_ros.policies.camera_policy import read_marker, read_projection
     from amf_ros.training import camera as cam
 
     cfg = cam.CameraPretrainConfig(tasks=["carrot_on_plate", "stack_cube"], demos_per_task={"carrot_on_plate": 1},
-                                   steps=3, batch_size=16, task_encoder="hash", projection_dim=4)
+                                   steps=3, batch_size=16, task_encoder="hash", projection_dim=4,
+                                   wrist_projection_dim=2)
     path = cam.ensure_camera_pretrained(tmp_path, cfg)
     assert path.parent == tmp_path and read_marker(path).projection_dim == 4 and (path / "pretrain.json").is_file()
+    assert read_marker(path).wrist_projection_dim == 2 == read_projection(path, wrist=True).dim
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # nothing temporary left behind
 
     def refuse(*a, **k):
@@ -107,13 +131,13 @@ def test_supervised_projection_checkpoint_round_trip(tmp_path):
     from amf_ros.training.camera import CameraPretrainConfig, camera_pretrain, demo_targets, fit_projection
 
     cfg = CameraPretrainConfig(tasks=["carrot_on_plate"], demos_per_task=1, steps=3, batch_size=16,
-                               task_encoder="hash", projection_dim=6, supervised_dim=2)
+                               task_encoder="hash", projection_dim=6, supervised_dim=2, wrist_pool="")
     res = camera_pretrain(cfg)
     assert res.projection.dim == 6 == res.spec.projection_dim
     # the pre-training fitted fit_projection's supervised columns (deterministic: the same matrix)
     np.testing.assert_array_equal(res.projection.matrix, fit_projection(res.demos, 6, 2).matrix)
     ckpt = save_camera_policy(res.policy, tmp_path / "ckpt", res.spec, res.projection)
-    assert read_marker(ckpt) == res.spec
+    assert read_marker(ckpt) == res.spec and not res.spec.wrist and read_projection(ckpt, wrist=True) is None
     np.testing.assert_array_equal(read_projection(ckpt).matrix, res.projection.matrix)
     frame = np.full((256, 256, 3), 120, np.uint8)
     state = np.zeros(14, np.float32)

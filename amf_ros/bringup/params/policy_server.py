@@ -224,8 +224,9 @@ class PolicyServerParams(OctoTrunkParams):
     )
     wrist_image_topic: str = param(
         "",
-        "backend octo: wrist camera topic (sensor_msgs/Image) for a model with a wrist tokenizer; empty = "
-        "primary camera only (Octo's Bridge evaluation).",
+        "Wrist camera topic (sensor_msgs/Image): backend octo, for a model with a wrist tokenizer; trunk "
+        "image_pretrained, for a camera policy that also sees the wrist camera (paired by stamp with the primary "
+        "frame; required by such a policy). Empty = primary camera only (Octo's Bridge evaluation).",
     )
     sticky_gripper_steps: int = param(
         1,

@@ -57,6 +57,16 @@ class SimBridgeParams:
     image_topic: str = param(
         "camera/image_raw", "Camera topic (sensor_msgs/Image rgb8, reliable QoS); used only when render is true."
     )
+    wrist_camera_name: str = param(
+        "",
+        "Second simulator camera rendered with every frame when render is true, e.g. wrist on the embedded WidowX "
+        "(the camera on its gripper); empty = none.",
+    )
+    wrist_image_topic: str = param(
+        "camera/wrist/image_raw",
+        "Topic of the second camera (sensor_msgs/Image rgb8, reliable QoS), same size as image_width x "
+        "image_height; used only when render is true and wrist_camera_name is set.",
+    )
     action_topic: str = param("action", "Action topic (amf_ros/EefDeltaAction); each message = one step.")
     applied_action_topic: str = param(
         "action/applied",

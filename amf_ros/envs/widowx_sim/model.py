@@ -49,6 +49,29 @@ the pads above it (38 mm long, 24 mm wide, 10 mm thick) grip."""
 OBJECT_CONTACT = 'contype="5" conaffinity="5"'
 """Collision bits of anything the gripper may hold or touch (objects and receptacles): the pads touch only these."""
 
+WRIST_CAMERA = "wrist"
+"""Name of the camera on the gripper (prefixed as the arm's bodies): a wrist camera as on BridgeData's WidowX rigs."""
+WRIST_CAMERA_POS = (0.0, 0.0, 0.07)
+"""Its position in the gripper_link frame (m): 7 cm above the gripper's housing, between the fingers' roots."""
+WRIST_CAMERA_LOOK = (0.18, 0.0, -0.02)
+"""The point it looks at in the gripper_link frame: ahead of and below the fingertips, so the fingers, the object
+being approached and what lies beyond are in view (chosen by eye; docs/ros-robot.md "A wrist camera")."""
+WRIST_CAMERA_FOVY = 75.0
+"""Its vertical field of view, degrees (a wide-angle wrist camera)."""
+
+
+def wrist_camera_xml(prefix: str = "") -> str:
+    """The ``<camera>`` element of the wrist camera (inside ``gripper_link``; it moves with the gripper). MuJoCo
+    cameras look along their -z axis with +y up in the image: x is the gripper's -y (the image's right is the
+    gripper's right seen from behind), y completes the frame."""
+    pos, look = np.asarray(WRIST_CAMERA_POS), np.asarray(WRIST_CAMERA_LOOK)
+    z = -(look - pos) / np.linalg.norm(look - pos)
+    x = np.array([0.0, -1.0, 0.0]) - np.array([0.0, -1.0, 0.0]).dot(z) * z
+    x /= np.linalg.norm(x)
+    y = np.cross(z, x)
+    axes = " ".join(f"{v:.5f}" for v in (*x, *y))
+    return f'<camera name="{prefix}{WRIST_CAMERA}" pos="{_fmt(pos)}" xyaxes="{axes}" fovy="{WRIST_CAMERA_FOVY:g}"/>'
+
 
 def joint_points() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Axis (3,) and one point on it (3,), in the base frame at the home pose, for every arm joint.
@@ -117,6 +140,7 @@ def arm_xml(base_pos: Sequence[float] = (0.0, 0.0, 0.0), prefix: str = "") -> st
                 <body name="{p}gripper_link" pos="{_fmt(rotate - wrist)}" gravcomp="1">
                   {joint("wrist_rotate")}
                   <geom class="wx_link" type="box" size="0.025 0.045 0.02" pos="0.03 0 0" mass="0.1"/>
+                  {wrist_camera_xml(p)}
                   <site name="{p}{EE_SITE}" pos="{_fmt(ee - rotate)}" size="0.004" rgba="1 0 0 1"/>
                   {finger("left", 1)}
                   {finger("right", -1)}

@@ -86,7 +86,7 @@ class PolicyServerNode(Node):
         if p.image_topic:
             self.create_subscription(Image, p.image_topic, lambda m: self._image(m, self.server.observe_image),
                                      qos.LATEST, callback_group=inputs)
-        if octo and p.wrist_image_topic:
+        if p.wrist_image_topic:  # Octo's wrist tokenizer, or a camera policy with a wrist camera
             self.create_subscription(Image, p.wrist_image_topic, lambda m: self._image(m, self.server.observe_wrist),
                                      qos.LATEST, callback_group=inputs)
         if p.task_status_topic:

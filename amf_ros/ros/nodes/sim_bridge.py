@@ -1,8 +1,9 @@
 """sim_bridge: a simulated arm behind the topics a real robot uses (logic: amf_ros/runtime/sim_bridge.py).
 
 Every EefDeltaAction on ``action_topic`` is one simulator step; each observation is published at once, stamped
-with the node clock: the rendered image on ``image_topic`` (``render: true``), then the state on ``state_topic``,
-then amf_ros/TaskStatus on ``status_topic`` (latched), all three with the same header.stamp. While no action
+with the node clock: the rendered image on ``image_topic`` (``render: true``), then the second camera's on
+``wrist_image_topic`` (``render: true`` and ``wrist_camera_name`` set), then the state on ``state_topic``, then
+amf_ros/TaskStatus on ``status_topic`` (latched), all with the same header.stamp. While no action
 arrives the state and status are re-published every ``idle_publish_period_s``. ``reset_service`` starts a new
 episode (publishing its first observation before answering); an action is applied only if it is stamped, within
 its validity horizon and newer than the last ArmStop on ``stop_topic`` (amf_ros/robots/action_gate.py: otherwise
@@ -53,11 +54,14 @@ class SimBridge(Node):
         self._state_pub = self.create_publisher(StateVector, p.state_topic, qos.STREAM)
         self._status_pub = self.create_publisher(TaskStatus, p.status_topic, qos.LATCHED)
         self._image_pub = self.create_publisher(Image, p.image_topic, qos.images(10)) if p.render else None
+        self._wrist_pub = (self.create_publisher(Image, p.wrist_image_topic, qos.images(10))
+                           if p.render and p.wrist_camera_name else None)
         self._applied_pub = (self.create_publisher(EefDeltaAction, p.applied_action_topic, qos.STREAM)
                              if p.applied_action_topic else None)
         self._arm_pub = (self.create_publisher(ArmStatus, p.arm_status_topic, qos.LATCHED)
                          if p.arm_status_topic else None)
-        render = RenderSpec(p.image_width, p.image_height, p.camera_name) if p.render else None
+        render = (RenderSpec(p.image_width, p.image_height, p.camera_name, wrist_camera=p.wrist_camera_name)
+                  if p.render else None)
         try:  # builds the simulator and resets it to the first task: SIMPLER creates its renderer here
             backend = get_suite(p.backend).backend(p.tasks_file)
             self._names = [str(n) for n in getattr(backend, "state_names", [])]
@@ -87,16 +91,16 @@ class SimBridge(Node):
             self._arm_pub.publish(arm_status_msg(counts, self.get_clock().now().to_msg()))
 
     def _publish(self, frame: Frame) -> None:
-        """Image, state, then status of one observation, with one stamp."""
+        """Image, wrist image, state, then status of one observation, with one stamp."""
         stamp = self.get_clock().now().to_msg()
         if frame.render_error:
             self.get_logger().error(frame.render_error, throttle_duration_sec=5.0)
-        if self._image_pub is not None and frame.image is not None:
-            rgb = frame.image
-            img = Image(height=int(rgb.shape[0]), width=int(rgb.shape[1]), encoding="rgb8", is_bigendian=0,
-                        step=int(rgb.shape[1]) * 3, data=rgb.tobytes())
-            img.header.stamp, img.header.frame_id = stamp, self.p.frame_id
-            self._image_pub.publish(img)
+        for pub, rgb in ((self._image_pub, frame.image), (self._wrist_pub, frame.wrist_image)):
+            if pub is not None and rgb is not None:
+                img = Image(height=int(rgb.shape[0]), width=int(rgb.shape[1]), encoding="rgb8", is_bigendian=0,
+                            step=int(rgb.shape[1]) * 3, data=rgb.tobytes())
+                img.header.stamp, img.header.frame_id = stamp, self.p.frame_id
+                pub.publish(img)
         state = StateVector(names=self._names, values=[float(v) for v in frame.state])
         state.header.stamp, state.header.frame_id = stamp, self.p.frame_id
         self._state_pub.publish(state)
