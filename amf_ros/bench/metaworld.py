@@ -54,6 +54,7 @@ import numpy as np
 from amf_ros.core.amf_nn import HALLUCINATE
 from amf_ros.envs.suites import get_suite
 from amf_ros.policies.camera_policy import TRUNKS
+from amf_ros.policies.encoder_names import WRIST_POOL
 from amf_ros.policies.fine_tuning import FINE_TUNE
 from amf_ros.threads import limit_threads
 from amf_ros.training.pretrain import ALL_ALLOCATIONS, ALLOCATIONS, PretrainConfig
@@ -160,9 +161,9 @@ class MetaworldBenchConfig:
     amf_ros/training/camera.py on the same successful scripted demonstrations, every frame embedded once)."""
     camera_projection_dim: int = 64
     """K of the camera policy's frozen projection (``trunk: image_pretrained``; 0 = the raw 1280-D embedding)."""
-    camera_wrist_pool: str = ""
-    """The camera policy also sees the gripper's wrist camera through the encoder with this pooling ("" = the
-    primary camera only; training/camera.py CameraPretrainConfig.wrist_pool)."""
+    camera_wrist_pool: str = WRIST_POOL
+    """The camera policy also sees the gripper's wrist camera through the encoder with this pooling (the recipe's;
+    "" = the primary camera only; training/camera.py CameraPretrainConfig.wrist_pool)."""
     camera_wrist_projection_dim: int = 32
     """Kw of the wrist camera's frozen projection (with ``camera_wrist_pool``)."""
     head: str = "diffusion"
@@ -313,7 +314,8 @@ def camera_pretrain_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, c
                                           wrist_projection=res.wrist_projection)
     return {"allocation": allocation, "seed": seed, "counts": counts, "success": success,
             "loss_last": res.loss_curve[-1], "time_s": time.perf_counter() - t0,
-            "camera_timing": {**res.timing, **{f"eval_{k}": v for k, v in timing.items()}}}
+            "camera_timing": {**res.timing, **{f"eval_{k}": v for k, v in timing.items()}},
+            "camera_spec": dataclasses.asdict(res.spec)}
 
 
 class TrunkOps(NamedTuple):

@@ -12,3 +12,6 @@ ENCODERS = ("efficientnet-lite0",)
 DEFAULT_POOL = "table_keypoints"
 """The camera policy's encoder pooling (one of :data:`amf_ros.policies.image_encoders.POOLS`): CameraSpec, the
 encoder's loader and the pre-training recipe default to it (docs/ros-robot.md, "The camera policy": the ablation)."""
+WRIST_POOL = "keypoints"
+"""The pooling of the wrist camera in the camera policy's recipe (training/camera.py, `amf bench --trunk
+image_pretrained`): spatial soft-argmax keypoints of the whole frame (docs/ros-robot.md, "A wrist camera")."""

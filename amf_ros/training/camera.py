@@ -28,7 +28,7 @@ import numpy as np
 from amf_ros.envs.widowx_sim.model import WRIST_CAMERA
 from amf_ros.envs.widowx_sim.suite import WidowXSimSuite
 from amf_ros.envs.widowx_sim.task_env import ACTION_MEAN, ACTION_STD, NOISE_STD, WidowXTaskEnv, load_tasks
-from amf_ros.policies.encoder_names import DEFAULT_POOL
+from amf_ros.policies.encoder_names import DEFAULT_POOL, WRIST_POOL
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class CameraPretrainConfig:
     rest are whitened principal components (0 = the whitened PCA-K)."""
     proprio_dims: int = 8
     """Leading state entries beside the embedding (Octo's 8-D proprio; the objects come from the camera)."""
-    wrist_pool: str = "keypoints"
+    wrist_pool: str = WRIST_POOL
     """Pooling of the same encoder on the gripper's wrist camera: "keypoints" (the whole frame's spatial soft-argmax;
     0.775 against 0.62 without it on both seeds, docs/ros-robot.md "A wrist camera") or "" (the primary camera
     only, the earlier recipe)."""

@@ -105,6 +105,8 @@ def test_camera_trunk_smoke_run(tmp_path: Path) -> None:
     raw = json.loads((out / "raw_runs.json").read_text())
     (pre,) = raw["pretrain"]
     assert pre["camera_timing"]["frames"] > 0 and pre["camera_timing"]["eval_frames"] > 0
+    spec = pre["camera_spec"]  # the recipe's wrist camera beside the primary one, at the config's width
+    assert spec["wrist_pool"] == "keypoints" and spec["wrist_projection_dim"] == 4 and spec["projection_dim"] == 8
     for run in raw["runs"]:
         assert [r["counts"] for r in run["rounds"]][-1] and len(run["rounds"]) == 2
     with pytest.raises(ValueError, match="image_pretrained"):
