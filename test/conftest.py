@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,12 +20,15 @@ import pytest
 # --import-mode=importlib: make the shared helpers in test/support importable (`from ros_testing import ...`). Not
 # test/ itself: its folders (core, data, ...) would become importable namespace packages of those names.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
-# Nodes resolve relative data folders under the workspace (amf_ros.paths): never the user's ~/.ros/amf in tests.
-os.environ.setdefault("AMF_WORKSPACE", tempfile.mkdtemp(prefix="amf_test_workspace_"))
 
 from ros_testing import require_ros, spinning_node
 
 from amf_ros.bringup.ros_env import free_domain_id, isolated_ros_env
+
+# Nodes resolve relative data folders under the workspace (amf_ros.paths, read at call time): never the user's
+# ~/.ros/amf in tests. One of our own is removed when the session ends (pytest_sessionfinish), not left in /tmp.
+_OWN_WORKSPACE = "" if "AMF_WORKSPACE" in os.environ else tempfile.mkdtemp(prefix="amf_test_workspace_")
+os.environ.setdefault("AMF_WORKSPACE", _OWN_WORKSPACE)
 
 
 @pytest.fixture(scope="session")
@@ -83,3 +87,9 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Record a skipped test (see _log_skip)."""
     _log_skip(report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the session's own workspace (not one the caller set with AMF_WORKSPACE)."""
+    if _OWN_WORKSPACE:
+        shutil.rmtree(_OWN_WORKSPACE, ignore_errors=True)
