@@ -73,8 +73,8 @@ def ensure_pretrained(cache: Path, seed: int = 0, extra: Sequence[str] = (), hea
 CAMERA_DEMOS_PER_TASK = 64
 """Successful scripted demonstrations per pre-trained task of `amf run --trunk image_pretrained` (64/64/0/0). Not the
 state run's 16: 64 per task is the camera recipe's (training/camera.py), the only count its success was measured at
-(0.725 on the pre-trained tasks, docs/ros-robot.md "The camera policy"); the camera head overfits its 72-D input on
-fewer scenes than the state head needs to place objects it reads from 14 exact numbers."""
+(0.85 on the four tasks with the wrist camera and 16000 steps, docs/ros-robot.md "A wrist camera"); the camera head
+overfits its 104-D input on fewer scenes than the state head needs to place objects it reads from 14 exact numbers."""
 
 
 def camera_pretrain_config(seed: int = 0, demos_per_task: int = CAMERA_DEMOS_PER_TASK,

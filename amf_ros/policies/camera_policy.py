@@ -24,7 +24,8 @@ memorises frames instead of reading object positions. Measured on SIMPLER's four
 steps): the privileged 14-D state alone 0.975; the same plus the 1280-D embedding 0.275, plus its 32-D projection 0.80;
 the camera policy (no object positions) with 64 demonstrations per task 0.30 on the raw embedding, 0.45 on its 64-D
 projection; with the ``table_keypoints`` pooling (spatial soft-argmax of the last stage's maps on the table crop), its
-64-D projection and 8000 steps, 0.725 over two seeds (docs/ros-robot.md has the ablation). The diffusion head, the
+64-D projection and 8000 steps, 0.725 over two seeds; with the wrist camera beside it and 16000 steps, 0.85
+(docs/ros-robot.md has the ablation). The diffusion head, the
 frozen prior, alpha(c), loss-gradient embeddings, fine-tuning and checkpoints are the unchanged TaskConditionedPolicy
 ones, so every consumer of a native checkpoint (the fine-tune worker, task_selector, the AMF criterion) works on
 camera-policy transitions as they are.
