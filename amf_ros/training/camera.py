@@ -456,8 +456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="of those, directions fitted to the demonstrator's next moves (0 = whitened PCA)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pool", default=DEFAULT_POOL)
-    parser.add_argument("--wrist-pool", default="",
-                        help="the gripper's wrist camera too, through the encoder with this pooling (e.g. keypoints)")
+    parser.add_argument("--wrist-pool", default=CameraPretrainConfig.wrist_pool,
+                        help="pooling of the gripper's wrist camera through the same encoder ('' = the primary "
+                             "camera only)")
     parser.add_argument("--wrist-projection-dim", type=int, default=CameraPretrainConfig.wrist_projection_dim)
     parser.add_argument("--action-horizon", type=int, default=1)
     parser.add_argument("--proprio-dims", type=int, default=8,

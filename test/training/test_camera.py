@@ -146,3 +146,23 @@ def test_supervised_projection_checkpoint_round_trip(tmp_path):
     np.testing.assert_array_equal(camera_actor(ckpt).act(frame, state, "carrot_on_plate", seed=2), a)
     demo = res.demos[0]
     assert demo_targets(demo.actions, demo.proprio).shape[0] == len(demo.actions)
+
+
+def test_the_command_line_defaults_are_the_recipe(monkeypatch, capsys):
+    """`python -m amf_ros.training.camera` without flags pre-trains the recipe (both cameras, its steps), and
+    `--wrist-pool ''` the primary camera only: the command line and the config cannot drift apart."""
+    from amf_ros.training import camera as cam
+
+    seen = []
+
+    def fake(cfg, freeze_prior=True):
+        seen.append(cfg)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cam, "camera_pretrain", fake)
+    for argv in ([], ["--wrist-pool", ""]):
+        with pytest.raises(SystemExit):
+            cam.main(argv)
+    recipe, primary = seen
+    assert recipe == cam.CameraPretrainConfig(demos_per_task=64) and recipe.wrist_pool == "keypoints"
+    assert primary.wrist_pool == "" and primary.steps == recipe.steps
