@@ -107,12 +107,18 @@ class ImageEmbeddingCache:
 
     def episode(self, store: Any, episode_id: str) -> tuple[np.ndarray, Any]:
         """((T, D) float32 embeddings, the episode loaded without images) of one committed episode."""
+        emb, ep = self._embed(store, episode_id)
+        return emb, (ep if ep is not None else store.load(episode_id, images=False))
+
+    def _embed(self, store: Any, episode_id: str) -> tuple[np.ndarray, Any]:
+        """(embeddings, the episode if it had to be loaded with its frames, else None): the cached file, or the
+        encoder on the recorded frames (then written to the cache)."""
         meta = store.meta(episode_id)
         path = self.path(episode_id)
         with self._lock:
             emb = self._read(path, meta.num_steps) if path.is_file() else None
             if emb is not None:
-                return emb, store.load(episode_id, images=False)
+                return emb, None
             try:
                 ep = store.load(episode_id, images=[self.image_key])
             except ValueError as exc:  # EpisodeValidationError: e.g. recorded without a camera
@@ -143,7 +149,7 @@ class ImageEmbeddingCache:
         """((primary (T, D), wrist (T, Dw)) embeddings, the episode) of one committed episode."""
         assert self.wrist is not None
         emb, ep = self.episode(store, episode_id)
-        wrist, _ = self.wrist.episode(store, episode_id)
+        wrist, _ = self.wrist._embed(store, episode_id)  # the episode's steps are loaded once, above
         return (emb, wrist), ep
 
     def _state(self, eid: str, emb: np.ndarray | tuple[np.ndarray, np.ndarray], ep: Any) -> np.ndarray:

@@ -60,13 +60,7 @@ class FramePairing:
 
     def on_state(self, values: Sequence[float], stamp_ns: int = 0) -> None:
         """A state measured at ``stamp_ns``: pairs the waiting frame if it lies within the tolerance."""
-        state = np.asarray(values, dtype=np.float32)
-        stamp = int(stamp_ns) or self._clock()
-        with self._lock:
-            self._states.append((stamp, state))
-            pair = self._pair_locked()
-        if pair is not None:
-            self._emit(pair)
+        self._buffer(self._states, np.asarray(values, dtype=np.float32), stamp_ns)
 
     def on_frame(self, rgb: np.ndarray, stamp_ns: int = 0) -> None:
         """A frame taken at ``stamp_ns``: paired now with the nearest buffered state within the tolerance, or when
@@ -83,11 +77,14 @@ class FramePairing:
     def on_wrist(self, rgb: np.ndarray, stamp_ns: int = 0) -> None:
         """A wrist frame taken at ``stamp_ns``: pairs the waiting camera frame if it completes it (ignored by a
         pairing without ``wrist``)."""
-        if not self.wrist:
-            return
+        if self.wrist:
+            self._buffer(self._wrists, rgb, stamp_ns)
+
+    def _buffer(self, items: deque[tuple[int, np.ndarray]], value: np.ndarray, stamp_ns: int) -> None:
+        """Keep a stamped state or wrist frame, then pair the waiting camera frame if it is now complete."""
         stamp = int(stamp_ns) or self._clock()
         with self._lock:
-            self._wrists.append((stamp, rgb))
+            items.append((stamp, value))
             pair = self._pair_locked()
         if pair is not None:
             self._emit(pair)

@@ -42,12 +42,22 @@ def camera_checkpoint(tmp_path_factory):
     octo_episodes(root / "dataset", n_eps=3, steps=5)
     enc = load_image_encoder()
     spec = CameraSpec.of(enc, proprio_dims=8, projection_dim=4)
+    return _trained_checkpoint(root, spec, steps=3), root / "dataset"
+
+
+def _trained_checkpoint(root, spec: CameraSpec, steps: int):
+    """A tiny camera policy of ``spec`` trained on ``root/dataset`` (its projections fitted there), saved as
+    ``root/pretrained``."""
     store = EpisodeStore(root / "dataset")
     eps = [store.load(e) for e in store.episode_ids()]
-    emb = np.concatenate([enc.encode(ep.steps["observation/image_primary"]) for ep in eps])
+    emb = np.concatenate([spec.load_encoder().encode(ep.steps["observation/image_primary"]) for ep in eps])
+    projection = CameraProjection.fit(emb, spec.projection_dim)
+    wrist = wrist_projection = None
+    if spec.wrist:
+        wrist = np.concatenate([spec.load_wrist_encoder().encode(ep.steps["observation/image_wrist"]) for ep in eps])
+        wrist_projection = CameraProjection.fit(wrist, spec.wrist_projection_dim)
     proprio = np.concatenate([ep.steps["observation/state"][:, :8] for ep in eps])
-    projection = CameraProjection.fit(emb, 4)
-    data = {"state": camera_states(emb, proprio, projection),
+    data = {"state": camera_states(emb, proprio, projection, wrist, wrist_projection),
             "task": np.concatenate([[ep.meta.task] * len(ep) for ep in eps]).astype(str),
             "action": np.concatenate([ep.steps["action"] for ep in eps]).astype(np.float32),
             "episode_index": np.concatenate([np.full(len(ep), i) for i, ep in enumerate(eps)]),
@@ -56,9 +66,9 @@ def camera_checkpoint(tmp_path_factory):
                        diffusion_hidden_dim=32, diffusion_num_blocks=1, diffusion_steps=5)
     policy = make_camera_policy(spec, TASKS, cfg)
     set_camera_normalizers(policy, data["state"], *WIDOWX_ACTION)
-    policy.fit(data, steps=3)
+    policy.fit(data, steps=steps)
     policy.freeze_prior()
-    return save_camera_policy(policy, root / "pretrained", spec, projection), root / "dataset"
+    return save_camera_policy(policy, root / "pretrained", spec, projection, wrist_projection)
 
 
 def _params(tmp_path, checkpoint, dataset, **over):
@@ -155,26 +165,10 @@ def test_a_camera_policy_with_a_wrist_camera_acts_on_both_frames_of_one_instant(
     a goal acts only on a frame, a wrist frame and a state of one stamp, and a fine-tune embeds both recorded streams
     and keeps both projections in the new round."""
     octo_episodes(tmp_path / "dataset", n_eps=2, steps=4, wrist=True)
-    enc, wrist_enc = load_image_encoder(), load_image_encoder(pool="keypoints")
-    store = EpisodeStore(tmp_path / "dataset")
-    eps = [store.load(e) for e in store.episode_ids()]
-    emb = np.concatenate([enc.encode(ep.steps["observation/image_primary"]) for ep in eps])
-    wrist = np.concatenate([wrist_enc.encode(ep.steps["observation/image_wrist"]) for ep in eps])
-    projection, wrist_projection = CameraProjection.fit(emb, 3), CameraProjection.fit(wrist, 2)
-    spec = CameraSpec.of(enc, proprio_dims=8, projection_dim=3, wrist_encoder=wrist_enc, wrist_projection_dim=2)
-    data = {"state": camera_states(emb, np.concatenate([ep.steps["observation/state"][:, :8] for ep in eps]),
-                                   projection, wrist, wrist_projection),
-            "task": np.concatenate([[ep.meta.task] * len(ep) for ep in eps]).astype(str),
-            "action": np.concatenate([ep.steps["action"] for ep in eps]).astype(np.float32),
-            "episode_index": np.concatenate([np.full(len(ep), i) for i, ep in enumerate(eps)]),
-            "step": np.concatenate([np.arange(len(ep)) for ep in eps])}
-    cfg = PolicyConfig(head="diffusion", trunk="state", task_encoder="hash", action_horizon=1, batch_size=8,
-                       diffusion_hidden_dim=32, diffusion_num_blocks=1, diffusion_steps=5)
-    policy = make_camera_policy(spec, TASKS, cfg)
-    set_camera_normalizers(policy, data["state"], *WIDOWX_ACTION)
-    policy.fit(data, steps=2)
-    policy.freeze_prior()
-    ckpt = save_camera_policy(policy, tmp_path / "pretrained", spec, projection, wrist_projection)
+    spec = CameraSpec.of(load_image_encoder(), proprio_dims=8, projection_dim=3,
+                         wrist_encoder=load_image_encoder(pool="keypoints"), wrist_projection_dim=2)
+    ckpt = _trained_checkpoint(tmp_path, spec, steps=2)
+    wrist_projection = read_projection(ckpt, wrist=True)
     with pytest.raises(NoRespawnError, match="wrist_image_topic"):
         PolicyServer(_params(tmp_path, ckpt, tmp_path / "dataset"), lambda a: None)
 
