@@ -18,7 +18,6 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 from rclpy.action import ActionClient
 from rclpy.action.client import ClientGoalHandle
 from rclpy.client import Client
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.task import Future
 from std_msgs.msg import String
@@ -29,6 +28,7 @@ from amf_ros.bringup.graph import NAMESPACE
 from amf_ros.msg import ArmStop, CheckpointInfo, EefDeltaAction, EpisodeInfo, RecorderStatus
 from amf_ros.ros import qos
 from amf_ros.ros.arm_msgs import stop_msg
+from amf_ros.ros.spin import make_executor
 from amf_ros.srv import EndEpisode, NextTask, ResetTask, StartEpisode, TaskSuccess
 
 R = TypeVar("R")
@@ -150,7 +150,7 @@ class AMFClient:
         if record_actions:
             n.create_subscription(EefDeltaAction, "action",
                                   lambda m: self._add(self.seen.actions, (time.monotonic(), m)), qos.EVENTS)
-        self.executor = SingleThreadedExecutor()
+        self.executor = make_executor("single")  # survives an entity destroyed mid-wait (ros/spin.py)
         self.executor.add_node(n)
         self._thread = threading.Thread(target=self.executor.spin, name="amf_client", daemon=True)
         self._thread.start()

@@ -13,9 +13,9 @@ process with a traceback.
 Executors (``executor=``): ``multi`` (:class:`PooledExecutor`: rclpy's MultiThreadedExecutor with the fix of
 ros2/rclpy#1452 back-ported, for nodes whose action execute callbacks wait on a runtime thread while other callbacks
 must keep running), ``multi_rclpy`` (the unpatched MultiThreadedExecutor of the installed rclpy, kept to measure
-against), ``single`` (SingleThreadedExecutor), ``events`` (rclpy.experimental.EventsExecutor). A node with an
-``executor_kind`` attribute (set from its ``executor`` parameter) picks its own. Which node uses which, and why:
-docs/ros-system.md ("Executors").
+against), ``single`` (:class:`SingleExecutor`: SingleThreadedExecutor), ``events`` (rclpy.experimental.EventsExecutor).
+A node with an ``executor_kind`` attribute (set from its ``executor`` parameter) picks its own. Which node uses which,
+and why: docs/ros-system.md ("Executors").
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import threading
 from typing import Any, Callable, Sequence
 
 import rclpy
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import (
     ConditionReachedException,
     Executor,
@@ -52,6 +53,26 @@ class StartupError(RuntimeError):
     message as one line on stderr and exits with status 1, no traceback."""
 
 
+_DESTROYED_WHILE_WAITING = InvalidHandle
+"""rclpy <= 9.1.2 builds its wait set in two passes: it enters each waitable (a subscription's QoS event handler),
+skipping those already destroyed, then adds every waitable of its snapshot to the wait set; an entity destroyed by
+another thread between the two passes raises InvalidHandle out of ``spin()`` and the spin thread dies, so the node
+never runs a callback again (CI: a test's client node stopped receiving after a helper destroyed its subscription;
+reproduced in tens of iterations with ``sys.setswitchinterval(1e-6)``). The wait set is rebuilt from the node's
+current entities on the next spin, so the executors below drop that one wake-up and go on."""
+
+
+class SingleExecutor(SingleThreadedExecutor):
+    """rclpy's SingleThreadedExecutor that survives an entity destroyed while it builds its wait set
+    (:data:`_DESTROYED_WHILE_WAITING`)."""
+
+    def _spin_once_impl(self, timeout_sec: Any = None, wait_condition: Callable[[], bool] = lambda: False) -> None:
+        try:
+            super()._spin_once_impl(timeout_sec, wait_condition)
+        except _DESTROYED_WHILE_WAITING:
+            self._cb_iter = None  # the generator died with the error: a fresh one rebuilds the wait set
+
+
 class PooledExecutor(MultiThreadedExecutor):
     """MultiThreadedExecutor whose spin thread never re-dispatches a callback that waits in the pool's queue.
 
@@ -59,13 +80,17 @@ class PooledExecutor(MultiThreadedExecutor):
     nor done), so the spin thread loops without waiting, holding the GIL, until a pool thread gets the GIL to
     start it: every message then costs a burst of busy looping, and every other thread of the process (the
     control thread) waits for the GIL meanwhile (ros2/rclpy#1452, fixed upstream by ros2/rclpy#1547). Here a
-    dispatched task reports itself as executing until a pool thread picks it up, which is that fix.
+    dispatched task reports itself as executing until a pool thread picks it up, which is that fix. It also survives
+    an entity destroyed while it builds its wait set (:data:`_DESTROYED_WHILE_WAITING`).
     """
 
     def _spin_once_impl(self, timeout_sec: Any = None, wait_condition: Callable[[], bool] = lambda: False) -> None:
         try:
             handler, _entity, _node = self.wait_for_ready_callbacks(timeout_sec, None, wait_condition)
         except (ExternalShutdownException, ShutdownException, TimeoutException, ConditionReachedException):
+            return
+        except _DESTROYED_WHILE_WAITING:
+            self._cb_iter = None  # the generator died with the error: a fresh one rebuilds the wait set
             return
         handler.executing = lambda: True  # type: ignore[method-assign]  # queued: not to be yielded again
 
@@ -88,7 +113,7 @@ def make_executor(kind: str, num_threads: int = 4) -> Executor:
     if kind == "multi_rclpy":
         return MultiThreadedExecutor(num_threads=num_threads)
     if kind == "single":
-        return SingleThreadedExecutor()
+        return SingleExecutor()
     if kind == "events":
         from rclpy.experimental import EventsExecutor
 
