@@ -7,9 +7,13 @@ only store it) shortly before its tick (a lead of 1.5 x the recent worst inferen
 tick, so the period the arm sees does not carry the inference time's jitter. A tick that is more than one period
 late is not caught up (no burst of actions): the schedule restarts from now.
 
-Bounds (every wait is one): every action is computed from an observation newer than the previous action's (a
-frozen arm is never driven open-loop). The first action waits at most ``obs_timeout_s`` for one (the arm may be
-idle, re-publishing slowly); after that an observation older than ``stale_s`` (default 1.5 control periods) is
+Bounds (every wait is one): every action is computed from an observation that arrived after the previous action was
+published (a frozen arm is never driven open-loop, and no action is computed from a state its predecessor has not
+acted on yet). "Newer than the previous action's observation" is not enough: one extra observation of the old state
+(sim_bridge re-publishes its frame while idle, e.g. during a slow first inference) put the camera policy one step
+behind for the rest of the episode, each action computed from the state before its predecessor took effect
+(session 36; docs/ros-robot.md has the numbers). The first action waits at most ``obs_timeout_s`` for one (the arm
+may be idle, re-publishing slowly); after that an observation older than ``stale_s`` (default 1.5 control periods) is
 stale: nothing is computed from it, and unless a fresh one arrives the goal ends with ok=false one period after
 the later of "it went stale" and "this thread started waiting for a new one" (a slow inference starves the
 process's executor, so frames arrive late without the arm being at fault), so a stopped arm or camera is never
@@ -180,6 +184,7 @@ class ControlLoop:
         self._next_tick = 0.0
         self._inferring_since: float | None = None  # monotonic start of the inference in flight
         self._inferred_at = 0.0  # monotonic end of the newest inference
+        self._last_sent = -1.0  # monotonic start of the newest publish: observations before it are old
         self._ended = threading.Event()
         self._thread = threading.Thread(target=self._run_safely, name=f"control:{task}", daemon=True)
 
@@ -244,6 +249,11 @@ class ControlLoop:
     def _fresh_after(self) -> float:
         """Monotonic time after which an observation must have arrived to be acted on (the latest hand-back)."""
         return self.handover.resumed_at if self.handover is not None else -1.0
+
+    def _predates_last_action(self, t_obs: float) -> bool:
+        """True when the observation arrived (monotonic ``t_obs``) before the newest action began to be published: it
+        cannot show that action's effect, so acting on it would apply the same correction twice."""
+        return t_obs < self._last_sent
 
     def _status_start(self) -> tuple[TaskStatusValue | None, str]:
         """The arm's status when the goal starts, and why it cannot act ("" = it can): with a success detector, the
@@ -356,11 +366,12 @@ class ControlLoop:
             due = min(now, scheduled - self._lead_s())
             stale_s = self._stale_s()
             max_age = cfg.obs_timeout_s if self._fresh else stale_s
-            if obs is None or count == used or due - t_obs > max_age or t_obs <= self._fresh_after():
-                # Never act twice on one observation (a frozen arm must not be driven open-loop) nor on an old
-                # one. Before the first action the wait is timed from the first tick that found none (an idle arm
-                # re-publishes slowly); once acting, the goal ends one period after the newest observation went
-                # stale.
+            if (obs is None or count == used or due - t_obs > max_age or t_obs <= self._fresh_after()
+                    or self._predates_last_action(t_obs)):
+                # Never act twice on one observation (a frozen arm must not be driven open-loop), nor on an old
+                # one, nor on one from before the previous action went out. Before the first action the wait is
+                # timed from the first tick that found none (an idle arm re-publishes slowly); once acting, the goal
+                # ends one period after the newest observation went stale.
                 waiting_since = now if waiting_since is None else waiting_since
                 if self._fresh and now - waiting_since > cfg.obs_timeout_s:
                     what = "the first action" if r.steps == 0 else "the first action after the hand-back"
@@ -412,8 +423,10 @@ class ControlLoop:
             with self.handover.turn() as mine:
                 if not mine:
                     return False
+                self._last_sent = time.monotonic()
                 self.publish(action)
         else:
+            self._last_sent = time.monotonic()
             self.publish(action)
         self._fresh = False
         r.steps += 1

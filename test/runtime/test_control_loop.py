@@ -50,6 +50,53 @@ def test_runs_max_steps_on_the_newest_observation_and_asks_the_arm_for_the_verdi
     assert len(r.periods) == 4 and "success=False" in r.message
 
 
+class SlowArm(FakeArm):
+    """An arm that applies each action ``delay_s`` after it was published (on a thread of its own, like sim_bridge
+    stepping and rendering), and re-publishes its current, unchanged observation once while the policy computes its
+    first action (sim_bridge's idle re-publish)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.state = 0
+
+    def republish(self) -> None:
+        self.obs.set({"state": np.full(3, self.state, np.float32)})
+
+    def publish(self, action: np.ndarray) -> None:
+        self.actions.append(action)
+        n = len(self.actions)
+
+        def apply() -> None:
+            time.sleep(self.delay_s)
+            self.state = n
+            self.obs.set({"state": np.full(3, n, np.float32)})
+            self.status.set(TaskStatusValue(self.task, resets=1, steps=n, success=False, done=False))
+        threading.Thread(target=apply, daemon=True).start()
+
+
+def test_an_extra_observation_of_the_old_state_does_not_put_the_policy_one_step_behind() -> None:
+    """The ROS-serving loss of the camera policy (session 36): sim_bridge re-published its frame during the slow
+    first inference, the loop counted it as new and computed the second action from the state before the first
+    took effect, and stayed one step behind for the whole episode (every action applied twice over). Each action must
+    come from the observation its predecessor produced."""
+    arm = SlowArm(delay_s=0.05)
+    calls = [0]
+
+    def act(obs: dict) -> np.ndarray:
+        calls[0] += 1
+        if calls[0] == 1:
+            time.sleep(0.03)
+            arm.republish()  # arrives while the first action is being computed: old state, new count
+        return np.r_[obs["state"][:1], np.zeros(6)]
+
+    cfg = ControlLoopConfig(period_s=0.02, max_steps=5, obs_timeout_s=1.0, status_timeout_s=1.0)
+    loop = _loop(arm, cfg, act=act).start()
+    assert loop.join(10.0)
+    assert loop.result.ok and loop.result.steps == 5, loop.result.message
+    assert [a[0] for a in arm.actions] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
 def test_solved_task_ends_the_run_early_with_success() -> None:
     arm = FakeArm(solve_at=2)
     loop = _loop(arm).start()
