@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -293,7 +294,11 @@ def main(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="[amf run] %(message)s")
     args = build_parser().parse_args(list(argv))
     cfg = LoopConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LoopConfig)})
-    results = run_loop(cfg)
+    try:
+        results = run_loop(cfg)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the rounds so far are written and the nodes stopped (run_loop)
+        print("\n[amf run] interrupted", file=sys.stderr)
+        return 130
     summary = results.get("summary", {})
     if summary.get("new_tasks_success"):
         pre, new = summary["pretrained_tasks_success"], summary["new_tasks_success"]

@@ -18,6 +18,7 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 from rclpy.action import ActionClient
 from rclpy.action.client import ClientGoalHandle
 from rclpy.client import Client
+from rclpy.executors import ExternalShutdownException, ShutdownException
 from rclpy.node import Node
 from rclpy.task import Future
 from std_msgs.msg import String
@@ -152,7 +153,7 @@ class AMFClient:
                                   lambda m: self._add(self.seen.actions, (time.monotonic(), m)), qos.EVENTS)
         self.executor = make_executor("single")  # survives an entity destroyed mid-wait (ros/spin.py)
         self.executor.add_node(n)
-        self._thread = threading.Thread(target=self.executor.spin, name="amf_client", daemon=True)
+        self._thread = threading.Thread(target=self._spin, name="amf_client", daemon=True)
         self._thread.start()
 
     def stop(self, reason: str = "operator", source: str = "operator") -> None:
@@ -169,6 +170,13 @@ class AMFClient:
 
     def _on_status(self, msg: RecorderStatus) -> None:
         self.seen.status = msg
+
+    def _spin(self) -> None:
+        """The executor's thread: ends quietly when the executor or the context is shut down."""
+        try:
+            self.executor.spin()
+        except (ExternalShutdownException, ShutdownException):
+            pass
 
     def close(self) -> None:
         """Stop spinning and destroy the node (rclpy itself stays initialised)."""
@@ -344,13 +352,41 @@ class AMFClient:
                             "run_policy")
 
 
+def _init_rclpy() -> None:
+    """rclpy for a client program, without rclpy's signal handlers: they shut the context down on SIGINT/SIGTERM, so
+    the spin thread died (ExternalShutdownException) while the main thread went on waiting for answers that could no
+    longer come (session 35: `amf run` outlived SIGINT and SIGTERM, its nodes with it). Instead SIGINT stays Python's
+    KeyboardInterrupt in the main thread and SIGTERM raises it too (:func:`_interrupt_on_sigterm`), so the program's
+    own clean-up runs (results so far written, nodes stopped), and the context goes last."""
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    _interrupt_on_sigterm()
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM (a supervisor's stop, `kill`) ends a client program like Ctrl-C: KeyboardInterrupt in the main thread.
+    Only from the main thread, and only where SIGTERM still has its default action (a program's own handler stays)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def _raise_interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 @contextmanager
 def rclpy_session() -> Iterator[None]:
     """rclpy initialised for this process until the block ends (a program with several clients: `amf run
-    --robots`)."""
+    --robots`); Ctrl-C and SIGTERM raise KeyboardInterrupt in the main thread (:func:`_init_rclpy`)."""
     import rclpy
 
-    rclpy.init()
+    _init_rclpy()
     try:
         yield
     finally:
@@ -360,10 +396,11 @@ def rclpy_session() -> Iterator[None]:
 @contextmanager
 def session(name: str, **kwargs: Any) -> Iterator[AMFClient]:
     """rclpy initialised for this process and an :class:`AMFClient` (``AMFClient(name, **kwargs)``); both are shut
-    down on exit. For programs whose only ROS use is this client (`amf run`, benchmarks)."""
+    down on exit. For programs whose only ROS use is this client (`amf run`, benchmarks); Ctrl-C and SIGTERM raise
+    KeyboardInterrupt in the main thread (:func:`_init_rclpy`)."""
     import rclpy
 
-    rclpy.init()
+    _init_rclpy()
     client = None
     try:
         client = AMFClient(name, **kwargs)
