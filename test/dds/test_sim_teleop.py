@@ -261,7 +261,7 @@ def test_sim_bridge_hosts_simpler_backend_with_camera(start_nodes, client_node):
 @pytest.mark.skipif(os.environ.get("MUJOCO_GL") != "osmesa", reason="rendering is tested through OSMesa only")
 def test_sim_bridge_publishes_the_wrist_camera_beside_the_primary_one(start_nodes, client_node):
     """backend widowx with wrist_camera_name: wrist: the primary image on image_topic and the wrist camera's on
-    wrist_image_topic, same size, with the stamp and frame_id of the state of the same step."""
+    wrist_image_topic, same size, with the stamp of the state of the same step, each in its camera's frame."""
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
 
@@ -290,9 +290,9 @@ def test_sim_bridge_publishes_the_wrist_camera_beside_the_primary_one(start_node
              "state, image and wrist image of the step")
     (t, state), = stamped(states).items()
     img, wrist = stamped(images)[t], stamped(wrists)[t]
-    for m in (img, wrist):
+    for m, camera in ((img, "primary"), (wrist, "wrist")):
         assert (m.height, m.width, m.encoding, m.step) == (48, 64, "rgb8", 64 * 3) and len(m.data) == 48 * 64 * 3
-        assert m.header.frame_id == state.header.frame_id
+        assert m.header.frame_id == f"{state.header.frame_id}/{camera}"
     assert bytes(img.data) != bytes(wrist.data), "the wrist camera sees another view"
     assert procs.dead() == {}
 

@@ -52,7 +52,10 @@ class SimBridgeParams:
         "corner",
         "Simulator camera to render (Metaworld: corner, corner2, corner3, topview, behindGripper, gripperPOV).",
     )
-    frame_id: str = param("sim", "header.frame_id of published observations.")
+    frame_id: str = param(
+        "sim",
+        "header.frame_id of published states and statuses; each camera's images carry '<frame_id>/<camera name>'.",
+    )
     state_topic: str = param("observation/state", "Observation state topic (amf_ros/StateVector).")
     image_topic: str = param(
         "camera/image_raw", "Camera topic (sensor_msgs/Image rgb8, reliable QoS); used only when render is true."

@@ -38,6 +38,12 @@ from amf_ros.runtime.sim_bridge import SimBridge as SimRuntime
 from amf_ros.srv import ResetTask, TaskSuccess
 
 
+def camera_frame_id(frame_id: str, camera: str) -> str:
+    """header.frame_id of a camera's images: ``<frame_id>/<camera>`` (each image in the frame of the camera that took
+    it, as ROS expects of sensor data; the state and status keep ``frame_id``)."""
+    return f"{frame_id}/{camera}" if camera else frame_id
+
+
 class SimBridge(Node):
     """Hosts the simulator; see the module docstring and amf_ros.runtime.sim_bridge for the semantics."""
 
@@ -95,11 +101,12 @@ class SimBridge(Node):
         stamp = self.get_clock().now().to_msg()
         if frame.render_error:
             self.get_logger().error(frame.render_error, throttle_duration_sec=5.0)
-        for pub, rgb in ((self._image_pub, frame.image), (self._wrist_pub, frame.wrist_image)):
+        for pub, rgb, camera in ((self._image_pub, frame.image, self.p.camera_name),
+                                 (self._wrist_pub, frame.wrist_image, self.p.wrist_camera_name)):
             if pub is not None and rgb is not None:
                 img = Image(height=int(rgb.shape[0]), width=int(rgb.shape[1]), encoding="rgb8", is_bigendian=0,
                             step=int(rgb.shape[1]) * 3, data=rgb.tobytes())
-                img.header.stamp, img.header.frame_id = stamp, self.p.frame_id
+                img.header.stamp, img.header.frame_id = stamp, camera_frame_id(self.p.frame_id, camera)
                 pub.publish(img)
         state = StateVector(names=self._names, values=[float(v) for v in frame.state])
         state.header.stamp, state.header.frame_id = stamp, self.p.frame_id
