@@ -35,16 +35,25 @@ WRIST_TOPIC = "camera/wrist/image_raw"
 """The wrist camera's topic, as sim_bridge publishes it with ``wrist_camera_name: wrist``."""
 WRIST_KEY = "image_wrist"
 """The recorded wrist camera stream (CameraSpec.wrist_image_key)."""
+CAMERA_STALE_PERIODS = 20.0
+"""policy_server's ``observation_stale_periods`` with the cameras (2 s at config/sim_widowx.yaml's 10 Hz; the state
+run's 5 periods, 0.5 s, stay). sim_bridge then renders two 256 x 256 frames per step: it answered an action in
+0.15-0.35 s on an idle machine, and in over 1 s beside a CI run, where two evaluation goals in a row ended "observation
+stale" after one step and `amf run` stopped (session 36; before the control loop's fix of that session the loop ran
+one step behind, never waited for the simulator's answer, and so never met the bound)."""
+
 CAMERA_OVERRIDES: dict[str, list[str]] = {
     "policy_server": ["-p", "trunk:=image_pretrained", "-p", f"image_topic:={CAMERA_TOPIC}",
-                      "-p", f"wrist_image_topic:={WRIST_TOPIC}"],
+                      "-p", f"wrist_image_topic:={WRIST_TOPIC}",
+                      "-p", f"observation_stale_periods:={CAMERA_STALE_PERIODS}"],
     "demo_recorder": ["-p", f"image_topics:=[{CAMERA_TOPIC},{WRIST_TOPIC}]",
                       "-p", f"image_keys:=[{CAMERA_KEY},{WRIST_KEY}]"],
     "sim_bridge": ["-p", "render:=true", "-p", "wrist_camera_name:=wrist", "-p", f"wrist_image_topic:={WRIST_TOPIC}"],
 }
-"""``trunk: image_pretrained``: policy_server acts on the cameras, sim_bridge renders them (the primary and the
-gripper's wrist camera), demo_recorder records both (fine-tuning and task_selector read each recorded frame's cached
-embeddings, data/image_embeddings.py). A camera policy without a wrist camera ignores the wrist stream."""
+"""``trunk: image_pretrained``: policy_server acts on the cameras (and waits longer for the simulator's answer:
+:data:`CAMERA_STALE_PERIODS`), sim_bridge renders them (the primary and the gripper's wrist camera), demo_recorder
+records both (fine-tuning and task_selector read each recorded frame's cached embeddings, data/image_embeddings.py).
+A camera policy without a wrist camera ignores the wrist stream."""
 
 
 class RunSettings(Protocol):
