@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import threading
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -126,12 +126,11 @@ def main(argv: Sequence[str]) -> int:
         for spec in specs:
             print(" ".join(nodes.command(spec)))
         return 0
-    stop = threading.Event()
     received: list[str] = []
 
     def on_signal(signum: int, _frame: object) -> None:
+        # no lock here (no Event.set): a handler runs in the main thread, maybe while it holds that lock (ros/spin.py)
         received.append(signal.Signals(signum).name)
-        stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
@@ -143,7 +142,10 @@ def main(argv: Sequence[str]) -> int:
     status = graph_lock.graph_dir(args.workspace, args.namespace) / graph_lock.STATUS_FILE
     nodes.start()
     try:
-        while not stop.wait(0.5):
+        while not received:
+            time.sleep(0.5)  # a signal's handler runs here; the loop sees it within 0.5 s
+            if received:
+                break
             supervise_step(nodes, status)
             if len(nodes.given_up) == len(specs):
                 logging.error("every node is down: %s", nodes.given_up)

@@ -148,18 +148,28 @@ stayed up 20 s after SIGINT with its main thread in that wait (py-spy, CI and lo
 
 class _Signals:
     """SIGINT/SIGTERM of this process: while the node is built they interrupt the build (KeyboardInterrupt in the
-    main thread); afterwards they only set :attr:`stop`, which the main thread waits on. Later signals change
-    nothing (the shutdown under way is bounded)."""
+    main thread); afterwards they only set :attr:`signalled`, which the main thread polls while it waits on
+    :attr:`stop` (set by the executor's end). Later signals change nothing (the shutdown under way is bounded).
+
+    Why a plain attribute and not ``stop.set()`` in the handler: Python runs a signal handler in the main thread
+    between two bytecodes, possibly inside ``stop.wait()`` while that thread holds the Event's lock; ``Event.set``
+    there waits for that same lock for ever. A sim_bridge was found an hour after its SIGTERM with four nested
+    handlers blocked in ``Event.set`` (py-spy, session 36); the handler now takes no lock."""
 
     def __init__(self) -> None:
         self.stop = threading.Event()
+        self.signalled = False
         self.building = True
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
 
+    def stopping(self) -> bool:
+        """A signal came, or the executor ended."""
+        return self.signalled or self.stop.is_set()
+
     def _on_signal(self, _signum: int, _frame: Any) -> None:
-        first = not self.stop.is_set()
-        self.stop.set()
+        first = not self.stopping()
+        self.signalled = True
         if self.building and first:
             raise KeyboardInterrupt
 
@@ -191,7 +201,7 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
     try:
         node = make_node()
         signals.building = False
-        if signals.stop.is_set():
+        if signals.stopping():
             raise KeyboardInterrupt  # a signal arrived just as the build ended
         ex = make_executor(getattr(node, "executor_kind", executor), num_threads)
         ex.add_node(node)
@@ -203,7 +213,7 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
             except (KeyboardInterrupt, ExternalShutdownException, ShutdownException):
                 pass
             except BaseException as exc:  # a callback raised: end the node with it (re-raised below)
-                if not signals.stop.is_set():
+                if not signals.stopping():
                     spin_error.append(exc)
                 else:
                     logging.getLogger(__name__).warning("callback error during shutdown: %s: %s",
@@ -213,8 +223,8 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
 
         spinner = threading.Thread(target=run_executor, name="executor", daemon=True)
         spinner.start()
-        while not signals.stop.wait(SIGNAL_POLL_S):  # set by SIGINT/SIGTERM's handler, or by the executor's end
-            pass
+        while not signals.stopping():  # a signal's handler runs in this wait (woken within SIGNAL_POLL_S)
+            signals.stop.wait(SIGNAL_POLL_S)  # or the executor's end wakes it at once
     except KeyboardInterrupt:
         pass
     except StartupError as exc:
@@ -224,7 +234,7 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
         print(f"{exc}", file=sys.stderr)
         exit_code = NO_RESPAWN_EXIT
     except Exception:
-        if rclpy.ok() and not signals.stop.is_set():
+        if rclpy.ok() and not signals.stopping():
             raise  # a real error; an interrupted start shows up as an invalid context instead
     finally:
         signals.building = False
