@@ -88,7 +88,8 @@ class ActionCounts:
 
 @dataclass
 class ActionGate:
-    """Stamp, horizon and stop bookkeeping of one arm (not thread-safe: call it from one callback group).
+    """Stamp, horizon and stop bookkeeping of one arm. Call :meth:`refusal` from one thread at a time; :meth:`stop`
+    may come from another (it only raises ``stop_ns``, one attribute store, which a refusal reads once).
 
     Args:
         max_age_s: the arm's own cap on an action's age, s (0 = only the action's ``valid_for``).

@@ -12,7 +12,9 @@ messages to these calls):
 - :meth:`SimBridge.reset` starts a new episode (``seed < 0`` = the next seed of ``seed, seed+1, ...``) and emits
   its first frame before returning.
 - :meth:`SimBridge.idle` re-emits the current frame when nothing was emitted for ``idle_publish_period_s``, as a
-  real arm keeps publishing its joint states.
+  real arm keeps publishing its joint states. A re-emitted frame whose rendering an action overtook (the action
+  called :meth:`SimBridge.step`, which waits for the lock, while the cameras rendered) is dropped: it shows the state
+  before that action, and a policy that received it after sending the action would take it for the action's result.
 Every emitted frame carries the :class:`TaskState` of the same instant (task, resets, steps, success since the
 reset, done); the node publishes image, wrist image (if any), state and TaskStatus with one stamp, in that order.
 What the arm did with every action (applied, refused by reason) and its e-stop are counted in an
@@ -119,6 +121,8 @@ class SimBridge:
         self._idle_s = float(idle_publish_period_s)
         self._clock = clock
         self._lock = threading.Lock()
+        self._arrivals = 0  # step() calls so far, counted before they wait for the lock (see idle())
+        self._arrivals_lock = threading.Lock()
         self._next_seed = int(seed)
         self._resets = 0
         self._steps = 0
@@ -173,15 +177,28 @@ class SimBridge:
             self._publish()
             return int(seed)
 
-    def step(self, a7: Any, applied: Callable[[], None] | None = None) -> str:
+    def step(self, a7: Any, applied: Callable[[], None] | None = None,
+             admit: Callable[[], tuple[str, str]] | None = None) -> str:
         """Apply one 7-D action and emit the resulting frame; ``applied`` is called once the simulator stepped,
         before the frame goes out (the node echoes the action there, ahead of the observation it led to).
 
+        ``admit`` (the node's action gate) is asked first, with the lock held, so an action that waited for the lock
+        (a re-publish rendering) is judged on its age and on the stops when it would run, not when it arrived; it
+        returns (reason, message) of a drop, counted like :meth:`dropped`, or ("", "") to go on.
+
         Returns:
-            "" when the simulator stepped, else why the action was refused (nothing stepped, nothing emitted).
+            "" when the simulator stepped, else why the action was refused or dropped (nothing stepped, nothing
+            emitted).
         """
         a = np.asarray(a7, dtype=np.float64).reshape(-1)
+        with self._arrivals_lock:
+            self._arrivals += 1
         with self._lock:
+            reason, message = admit() if admit is not None else ("", "")
+            if message:
+                self.counts.refuse(reason)
+                self._arm_changed()
+                return message
             if a.shape != (7,) or not np.all(np.isfinite(a)):
                 return self._refused(INVALID, f"refused action: not 7 finite values, got {a.tolist()}")
             if self._done:
@@ -255,19 +272,26 @@ class SimBridge:
             return message
 
     def idle(self) -> bool:
-        """Re-emit the current frame if nothing was emitted for ``idle_publish_period_s``; True if it did."""
+        """Re-emit the current frame if nothing was emitted for ``idle_publish_period_s``; True if it did.
+
+        Not if an action arrived while the frame was rendered (100-200 ms with two cameras on a loaded CPU): that
+        frame shows the state before the action, and reached the policy after it sent the action, which then took it
+        for the action's result and acted on the same state twice (10% of a camera policy's inferences through ROS,
+        docs/ros-robot.md). The step that follows publishes the new state."""
         with self._lock:
             if self._idle_s <= 0 or self._clock() - self._last_emit < self._idle_s:
                 return False
-            self._publish()
-            return True
+            with self._arrivals_lock:
+                arrivals = self._arrivals
+            return self._publish(unless_overtaken_since=arrivals)
 
     def _state(self) -> TaskState:
         return TaskState(task=str(self.sim.task), resets=self._resets, steps=self._steps, success=self._success,
                          done=self._done)
 
-    def _publish(self) -> None:
-        """Emit the current observation (lock held).
+    def _publish(self, unless_overtaken_since: int | None = None) -> bool:
+        """Emit the current observation (lock held); True if emitted. With ``unless_overtaken_since`` (an
+        :attr:`_arrivals` count) not if an action arrived since that count was taken (see :meth:`idle`).
 
         A render that failed once is not tried again: the failure is an OpenGL context that could not be made (no
         display, no OSMesa), and MuJoCo's second try from another thread never returned, holding this lock, so
@@ -286,6 +310,11 @@ class SimBridge:
             except Exception as exc:  # wrist is still None: its render is the last that can raise
                 self._render_error = (f"render failed, camera off until restart: camera {camera!r}: "
                                       f"{type(exc).__name__}: {exc}")
+        if unless_overtaken_since is not None:
+            with self._arrivals_lock:
+                if self._arrivals != unless_overtaken_since:
+                    return False
         self._emit(Frame(state=self._obs.copy(), image=image, status=self._state(), render_error=self._render_error,
                          wrist_image=wrist))
         self._last_emit = self._clock()
+        return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -145,6 +146,65 @@ def test_idle_republishes_only_after_the_period_and_not_when_disabled():
     off, _, off_frames, off_clock = make(idle_publish_period_s=0.0)
     off_clock.t += 1e6
     assert not off.idle() and len(off_frames) == 1
+
+
+class SlowRenderSim(FakeSim):
+    """Rendering blocks until released, after telling that it started (a camera rendering on a loaded CPU)."""
+
+    def __init__(self) -> None:
+        super().__init__(goal=1e9, max_steps=10**9)
+        self.rendering, self.release = threading.Event(), threading.Event()
+
+    def render(self, width: int, height: int, camera: str) -> np.ndarray:
+        self.rendering.set()
+        assert self.release.wait(10), "the test never released the render"
+        return super().render(width, height, camera)
+
+
+def test_an_idle_frame_overtaken_by_an_action_while_rendering_is_not_published():
+    """The idle re-publish renders before it emits; an action that arrives meanwhile waits for the lock. The frame
+    rendered shows the state before that action, and a policy that gets it after sending the action would take it
+    for the action's result (it acted on the same state twice in 10% of camera inferences through ROS). So it is
+    dropped, and the step's frame, showing the action's effect, is the next frame out."""
+    sim = SlowRenderSim()
+    sim.release.set()  # construction renders the first frame
+    bridge, _, frames, clock = make(sim=sim, render=RenderSpec(width=4, height=3), idle_publish_period_s=0.5)
+    sim.release.clear()
+    sim.rendering.clear()
+    clock.t += 1.0
+    idle_result: list[bool] = []
+    idler = threading.Thread(target=lambda: idle_result.append(bridge.idle()))
+    idler.start()
+    assert sim.rendering.wait(10)
+    judged_after_render: list[bool] = []
+
+    def admit() -> tuple[str, str]:  # the node's action gate: asked when the action would run, not on arrival
+        judged_after_render.append(sim.release.is_set())
+        return "", ""
+
+    stepper = threading.Thread(target=lambda: bridge.step(a(0.1), admit=admit))
+    stepper.start()
+    deadline = time.monotonic() + 2  # step() counts its arrival before it waits for the lock the render holds
+    while getattr(bridge, "_arrivals", 0) == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    sim.release.set()
+    idler.join(10)
+    stepper.join(10)
+    assert idle_result == [False] and judged_after_render == [True]
+    assert [f.status.steps for f in frames] == [0, 1], "only the first frame and the step's, no stale idle frame"
+    assert float(frames[-1].state[0]) == pytest.approx(0.1, abs=1e-6)
+    # not overtaken: the idle frame goes out as before
+    clock.t += 1.0
+    assert bridge.idle() and [f.status.steps for f in frames] == [0, 1, 1]
+
+
+def test_an_action_the_gate_drops_is_counted_and_steps_nothing():
+    bridge, sim, frames, _ = make()
+    assert bridge.step(a(0.1), admit=lambda: ("stale", "stale action dropped: 900 ms old")) == \
+        "stale action dropped: 900 ms old"
+    assert len(frames) == 1 and not [c for c in sim.calls if c[0] == "step"]
+    assert bridge.arm_counts().refused == {"stale": 1} and bridge.arm_counts().applied == 0
+    assert bridge.step(a(0.1), admit=lambda: ("", "")) == "" and bridge.arm_counts().applied == 1
 
 
 def test_render_with_every_frame_and_render_errors_do_not_stop_the_state():

@@ -57,6 +57,11 @@ class SimBridge(Node):
         super().__init__("sim_bridge")
         self.p = p = declare(self, SimBridgeParams)
         group = MutuallyExclusiveCallbackGroup()  # one callback at a time (the runtime also locks)
+        # Actions in a group of their own: an action that arrives while the idle re-publish renders must reach the
+        # runtime, which then drops that frame of the state before it (runtime/sim_bridge.py, SimBridge.idle); the
+        # runtime's lock still orders every simulator call, and the action gate judges an action under that lock.
+        # Stops in a third group: one that comes while an action waits for the lock reaches the gate first.
+        actions, stops = MutuallyExclusiveCallbackGroup(), MutuallyExclusiveCallbackGroup()
         self._state_pub = self.create_publisher(StateVector, p.state_topic, qos.STREAM)
         self._status_pub = self.create_publisher(TaskStatus, p.status_topic, qos.LATCHED)
         self._image_pub = self.create_publisher(Image, p.image_topic, qos.images(10)) if p.render else None
@@ -77,8 +82,8 @@ class SimBridge(Node):
         except (ImportError, RuntimeError) as exc:  # no simpler_env, no Vulkan GPU: say so in one line
             raise StartupError(f"sim_bridge: backend {p.backend!r} cannot start: {exc}") from exc
         self.gate = ActionGate(p.max_action_age_s)
-        self.create_subscription(EefDeltaAction, p.action_topic, self._on_action, qos.ACTIONS, callback_group=group)
-        self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=group)
+        self.create_subscription(EefDeltaAction, p.action_topic, self._on_action, qos.ACTIONS, callback_group=actions)
+        self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=stops)
         self.create_service(ResetTask, p.reset_service, self._on_reset, qos_profile=qos.SERVICES,
                             callback_group=group)
         self.create_service(TaskSuccess, p.success_service, self._on_success, qos_profile=qos.SERVICES,
@@ -118,13 +123,20 @@ class SimBridge(Node):
 
     def _on_action(self, msg: EefDeltaAction) -> None:
         a7, stamp, valid_for = action_fields(msg)
-        dropped = self.gate.refusal(stamp, valid_for, self.get_clock().now().nanoseconds)
-        if dropped:
-            self.get_logger().warning(f"{dropped} ({self.gate.dropped} dropped so far)", throttle_duration_sec=2.0)
-            self.sim.dropped(self.gate.last_drop)
-            return
+        dropped: list[str] = []
+
+        def admit() -> tuple[str, str]:  # the action gate, judged when the action would run (runtime lock held)
+            why = self.gate.refusal(stamp, valid_for, self.get_clock().now().nanoseconds)
+            if why:
+                dropped.append(why)
+                return self.gate.last_drop, why
+            return "", ""
+
         echo = (lambda: self._applied_pub.publish(msg)) if self._applied_pub is not None else None
-        refused = self.sim.step(np.array(a7, dtype=np.float64), applied=echo)
+        refused = self.sim.step(np.array(a7, dtype=np.float64), applied=echo, admit=admit)
+        if dropped:
+            self.get_logger().warning(f"{dropped[0]} ({self.gate.dropped} dropped so far)", throttle_duration_sec=2.0)
+            return
         late = self.sim.late_refusals() if refused else 0
         if late == 1:  # sent before its sender saw the episode end (the last action of a solved rollout): expected
             self.get_logger().info(f"{refused} (on {self.p.action_topic}; in flight when the episode ended, not "
