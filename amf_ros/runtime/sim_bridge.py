@@ -184,7 +184,7 @@ class SimBridge:
 
         ``admit`` (the node's action gate) is asked first, with the lock held, so an action that waited for the lock
         (a re-publish rendering) is judged on its age and on the stops when it would run, not when it arrived; it
-        returns (reason, message) of a drop, counted like :meth:`dropped`, or ("", "") to go on.
+        returns (reason, message) of a drop, counted under ``reason`` like a refusal, or ("", "") to go on.
 
         Returns:
             "" when the simulator stepped, else why the action was refused or dropped (nothing stepped, nothing
@@ -226,12 +226,6 @@ class SimBridge:
             self.counts.applied += 1
             self._arm_changed()
             return ""
-
-    def dropped(self, reason: str) -> None:
-        """Count an action the node's action gate dropped (``reason``: ActionGate.last_drop) before :meth:`step`."""
-        with self._lock:
-            self.counts.refuse(reason)
-            self._arm_changed()
 
     def arm_counts(self) -> ActionCounts:
         """A snapshot of :attr:`counts` (the node publishes it at start)."""
@@ -275,23 +269,30 @@ class SimBridge:
         """Re-emit the current frame if nothing was emitted for ``idle_publish_period_s``; True if it did.
 
         Not if an action arrived while the frame was rendered (100-200 ms with two cameras on a loaded CPU): that
-        frame shows the state before the action, and reached the policy after it sent the action, which then took it
-        for the action's result and acted on the same state twice (10% of a camera policy's inferences through ROS,
-        docs/ros-robot.md). The step that follows publishes the new state."""
+        frame shows the state before the action and would reach the policy after it sent the action, which could take
+        it for the action's result and act on the same state twice. The step that follows publishes the new state."""
         with self._lock:
             if self._idle_s <= 0 or self._clock() - self._last_emit < self._idle_s:
                 return False
             with self._arrivals_lock:
                 arrivals = self._arrivals
-            return self._publish(unless_overtaken_since=arrivals)
+            frame = self._frame()
+            with self._arrivals_lock:
+                if self._arrivals != arrivals:
+                    return False
+            self._send(frame)
+            return True
 
     def _state(self) -> TaskState:
         return TaskState(task=str(self.sim.task), resets=self._resets, steps=self._steps, success=self._success,
                          done=self._done)
 
-    def _publish(self, unless_overtaken_since: int | None = None) -> bool:
-        """Emit the current observation (lock held); True if emitted. With ``unless_overtaken_since`` (an
-        :attr:`_arrivals` count) not if an action arrived since that count was taken (see :meth:`idle`).
+    def _publish(self) -> None:
+        """Emit the current observation (lock held)."""
+        self._send(self._frame())
+
+    def _frame(self) -> Frame:
+        """The current observation, its cameras rendered (lock held).
 
         A render that failed once is not tried again: the failure is an OpenGL context that could not be made (no
         display, no OSMesa), and MuJoCo's second try from another thread never returned, holding this lock, so
@@ -310,11 +311,10 @@ class SimBridge:
             except Exception as exc:  # wrist is still None: its render is the last that can raise
                 self._render_error = (f"render failed, camera off until restart: camera {camera!r}: "
                                       f"{type(exc).__name__}: {exc}")
-        if unless_overtaken_since is not None:
-            with self._arrivals_lock:
-                if self._arrivals != unless_overtaken_since:
-                    return False
-        self._emit(Frame(state=self._obs.copy(), image=image, status=self._state(), render_error=self._render_error,
-                         wrist_image=wrist))
+        return Frame(state=self._obs.copy(), image=image, status=self._state(), render_error=self._render_error,
+                     wrist_image=wrist)
+
+    def _send(self, frame: Frame) -> None:
+        """Emit ``frame`` (lock held)."""
+        self._emit(frame)
         self._last_emit = self._clock()
-        return True

@@ -35,7 +35,7 @@ def test_embedded_widowx_counts_applied_and_refused_actions_and_reports_the_esto
     assert reports[-1].estop and reports[-1].estop_engagements == 1  # reported at once, before any action
     assert "e-stop" in bridge.step(a) and "e-stop" in bridge.step(a)
     assert bridge.step([np.nan] * 7).startswith("refused action")
-    bridge.dropped("stale")  # what the node's action gate dropped
+    assert bridge.step(a, admit=lambda: ("stale", "stale action dropped")) == "stale action dropped"  # the gate's
     bridge.estop(False)
     assert bridge.step(a) == ""
     counts = bridge.arm_counts()

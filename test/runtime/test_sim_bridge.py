@@ -163,9 +163,9 @@ class SlowRenderSim(FakeSim):
 
 def test_an_idle_frame_overtaken_by_an_action_while_rendering_is_not_published():
     """The idle re-publish renders before it emits; an action that arrives meanwhile waits for the lock. The frame
-    rendered shows the state before that action, and a policy that gets it after sending the action would take it
-    for the action's result (it acted on the same state twice in 10% of camera inferences through ROS). So it is
-    dropped, and the step's frame, showing the action's effect, is the next frame out."""
+    rendered shows the state before that action, and a policy that gets it after sending the action could take it
+    for the action's result and act on the same state twice. So it is dropped, and the step's frame, showing the
+    action's effect, is the next frame out."""
     sim = SlowRenderSim()
     sim.release.set()  # construction renders the first frame
     bridge, _, frames, clock = make(sim=sim, render=RenderSpec(width=4, height=3), idle_publish_period_s=0.5)
