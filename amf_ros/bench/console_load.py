@@ -25,7 +25,10 @@ in every phase:
   re-publish of the frame before an action (a new stamp, the old state) overtakes that action's own frame, the
   operator acts twice on one state; the simulator's depth-1 action queue keeps one of the two (``actions_sent`` >
   ``actions_applied``) or applies both (``repeated_state_steps``: the demonstration takes another path). Where
-  the recorded actions and states first differ from the reference is reported too.
+  the recorded actions and states first differ from the reference is reported too. sim_bridge now stamps a frame
+  with the time its state was taken, before rendering (session 38), so such a re-publish carries a stamp before the
+  action and scripted_teleop, which acts only on observations stamped after its last action, skips it; this
+  benchmark has not been run since.
 * a run_policy goal (fixed task and seed, ``policy_steps`` steps at 10 Hz) after every ``policy_every`` episodes,
   the first after the first episode: the control periods policy_server reports (median/mean/max) and the periods
   between /amf/action messages as received here.

@@ -8,20 +8,22 @@ tick, so the period the arm sees does not carry the inference time's jitter. A t
 late is not caught up (no burst of actions): the schedule restarts from now.
 
 Bounds (every wait is one): every action is computed from an observation that arrived after the previous action was
-published (a frozen arm is never driven open-loop, and no action is computed from a state its predecessor has not
-acted on yet). "Newer than the previous action's observation" is not enough: one extra observation of the old state
-(sim_bridge re-publishes its frame while idle, e.g. during a slow first inference) put the camera policy one step
-behind for the rest of the episode, each action computed from the state before its predecessor took effect
-(session 36; docs/ros-robot.md has the numbers). The first action waits at most ``obs_timeout_s`` for one (the arm
-may be idle, re-publishing slowly); after that an observation older than ``stale_s`` (default 1.5 control periods) is
-stale: nothing is computed from it, and unless a fresh one arrives the goal ends with ok=false one period after
-the later of "it went stale" and "this thread started waiting for a new one" (a slow inference starves the
-process's executor, so frames arrive late without the arm being at fault), so a stopped arm or camera is never
-commanded for long. With a task status stream, the verdict after the
-last action waits at most ``status_timeout_s`` for the status of that action and otherwise ends ok=false; a status
-saying the arm's episode is over (``done``: solved, or the arm's own step limit, after which a simulator takes no
-action and sends no observation) ends the goal at once with that verdict, never as a stale observation; cancel,
-an ArmStop from someone else (:meth:`ControlLoop.abort`) and shutdown are seen within one period.
+published and, where both are stamped (ROS clock), was measured after that action's stamp (a frozen arm is never driven
+open-loop, and no action is computed from a state its predecessor has not acted on yet). "Newer than the previous
+action's observation" is not enough: one extra observation of the old state (sim_bridge re-publishes its frame while
+idle, e.g. during a slow first inference) put the camera policy one step behind for the rest of the episode, each action
+computed from the state before its predecessor took effect (session 36; docs/ros-robot.md has the numbers). Arrival is
+not enough either: a frame the arm sent before the action reached it can be delivered after the action went out (the
+process's executor runs late while an inference holds the CPU); its stamp says so. The first action waits at most
+``obs_timeout_s`` for one (the arm may be idle, re-publishing slowly); after that an observation older than ``stale_s``
+(default 1.5 control periods) is stale: nothing is computed from it, and unless a fresh one arrives the goal ends with
+ok=false one period after the later of "it went stale" and "this thread started waiting for a new one" (a slow inference
+starves the process's executor, so frames arrive late without the arm being at fault), so a stopped arm or camera is
+never commanded for long. With a task status stream, the verdict after the last action waits at most
+``status_timeout_s`` for the status of that action and otherwise ends ok=false; a status saying the arm's episode is
+over (``done``: solved, or the arm's own step limit, after which a simulator takes no action and sends no observation)
+ends the goal at once with that verdict, never as a stale observation; cancel, an ArmStop from someone else
+(:meth:`ControlLoop.abort`) and shutdown are seen within one period.
 
 Execution horizon (``ControlLoopConfig.execution_horizon`` > 1), for a policy slower than the period (Octo's trunk on a
 CPU: ~450 ms at a 200 ms period): inference runs on a thread of its own, each chunk filed under the step of the
@@ -42,6 +44,7 @@ actions only.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from dataclasses import dataclass, field
@@ -65,7 +68,8 @@ class TaskStatusValue:
 
 
 class Latest:
-    """The newest value of a stream and its arrival time (monotonic), shared between callbacks and the loop.
+    """The newest value of a stream, its arrival time (monotonic) and its source stamp, shared between callbacks and
+    the loop.
 
     ``wait_newer(since, timeout)`` blocks (bounded) until a value newer than ``since`` arrives.
     """
@@ -75,11 +79,12 @@ class Latest:
         self._value: Any = None
         self._time = -1.0
         self._count = 0
+        self._stamp_ns = 0
 
-    def set(self, value: Any) -> None:
-        """Store a new value and wake every waiter."""
+    def set(self, value: Any, stamp_ns: int = 0) -> None:
+        """Store a new value (measured at ``stamp_ns`` of the ROS clock; 0 = unknown) and wake every waiter."""
         with self._cond:
-            self._value, self._time = value, time.monotonic()
+            self._value, self._time, self._stamp_ns = value, time.monotonic(), int(stamp_ns)
             self._count += 1
             self._cond.notify_all()
 
@@ -87,6 +92,11 @@ class Latest:
         """(value or None, monotonic arrival time or -1, number of values so far)."""
         with self._cond:
             return self._value, self._time, self._count
+
+    def stamped(self) -> tuple[Any, float, int, int]:
+        """:meth:`get` and the value's source stamp, ns of the ROS clock (0 = unknown)."""
+        with self._cond:
+            return self._value, self._time, self._count, self._stamp_ns
 
     def wait_newer(self, count: int, timeout_s: float) -> bool:
         """Wait until more than ``count`` values have arrived; False after ``timeout_s``."""
@@ -111,6 +121,7 @@ class RunResult:
     tick_times: list[float] = field(default_factory=list)  # time.monotonic() of every published action
     takeovers: int = 0  # times a person took control during the goal
     act_times: list[float] = field(default_factory=list)  # duration of every policy call, s
+    early_observations: int = 0  # observations that arrived after an action but were measured before it (skipped)
 
     @property
     def periods(self) -> np.ndarray:
@@ -126,7 +137,9 @@ class RunResult:
         """Period and inference-time summary for logs and the result message."""
         mean, median, worst = self.period_stats()
         act = f", inference max {max(self.act_times) * 1e3:.1f} ms" if self.act_times else ""
-        return f"mean period {mean * 1e3:.1f} ms, median {median * 1e3:.1f} ms, max {worst * 1e3:.1f} ms{act}"
+        early = (f", {self.early_observations} observations measured before the action preceding them skipped"
+                 if self.early_observations else "")
+        return f"mean period {mean * 1e3:.1f} ms, median {median * 1e3:.1f} ms, max {worst * 1e3:.1f} ms{act}{early}"
 
 
 @dataclass(frozen=True)
@@ -158,15 +171,18 @@ class ControlLoop:
     Args:
         actor: this episode's :class:`~amf_ros.policies.chunk_actor.ChunkActor` (``predict(obs, step)``, then
             ``action(step) -> (7,)`` wire action), or a plain ``obs -> (7,)`` function.
-        publish: sends one action (called on the control thread; rclpy publishers are thread safe).
-        observations: :class:`Latest` of ``{"state": (S,), ["image": (H, W, 3)], ...}`` dicts.
+        publish: sends one action (called on the control thread; rclpy publishers are thread safe) and returns the
+            stamp it carries, ns of the ROS clock (None or 0: unstamped).
+        observations: :class:`Latest` of ``{"state": (S,), ["image": (H, W, 3)], ...}`` dicts, each with the stamp
+            of when it was measured where the arm gives one.
         status: :class:`Latest` of :class:`TaskStatusValue`, or None (no success detector: a real arm).
         task: the task key; cfg: timing; stop: set at shutdown; cancelled: polled once per tick.
         feedback: ``(step, elapsed_s)`` after every published action.
         handover: the arbiter of control between the policy and a person (None = the policy alone).
     """
 
-    def __init__(self, actor: ChunkActor | Callable[[dict], np.ndarray], publish: Callable[[np.ndarray], None],
+    def __init__(self, actor: ChunkActor | Callable[[dict], np.ndarray],
+                 publish: Callable[[np.ndarray], int | None],
                  observations: Latest, status: Latest | None, task: str, cfg: ControlLoopConfig, stop: threading.Event,
                  cancelled: Callable[[], bool] = lambda: False,
                  feedback: Callable[[int, float], None] | None = None, handover: Handover | None = None) -> None:
@@ -185,6 +201,8 @@ class ControlLoop:
         self._inferring_since: float | None = None  # monotonic start of the inference in flight
         self._inferred_at = 0.0  # monotonic end of the newest inference
         self._last_sent = -1.0  # monotonic start of the newest publish: observations before it are old
+        self._last_stamp_ns = 0  # the newest action's stamp (ROS clock): observations measured before it are old
+        self._sent_stamps: list[int] = []  # stamps of this goal's actions, in order (which step an observation shows)
         self._ended = threading.Event()
         self._thread = threading.Thread(target=self._run_safely, name=f"control:{task}", daemon=True)
 
@@ -250,10 +268,18 @@ class ControlLoop:
         """Monotonic time after which an observation must have arrived to be acted on (the latest hand-back)."""
         return self.handover.resumed_at if self.handover is not None else -1.0
 
-    def _predates_last_action(self, t_obs: float) -> bool:
+    def _arrived_before_last_action(self, t_obs: float) -> bool:
         """True when the observation arrived (monotonic ``t_obs``) before the newest action began to be published: it
         cannot show that action's effect, so acting on it would apply the same correction twice."""
         return t_obs < self._last_sent
+
+    def _measured_before_last_action(self, stamp_ns: int) -> bool:
+        """True when the observation was measured (``stamp_ns``, ROS clock) before the newest action's stamp: it
+        cannot show that action's effect either, wherever it arrived. This catches what arrival cannot: a frame the
+        arm sent before the action reached it, delivered after the action went out (the process's executor runs
+        late while an inference holds the CPU). Both stamps come from ROS clocks assumed synchronised, as the arm's
+        action gate already assumes; an unstamped observation or action is judged on arrival only."""
+        return 0 < stamp_ns <= self._last_stamp_ns
 
     def _status_start(self) -> tuple[TaskStatusValue | None, str]:
         """The arm's status when the goal starts, and why it cannot act ("" = it can): with a success detector, the
@@ -334,8 +360,11 @@ class ControlLoop:
     def _stale_s(self) -> float:
         """Age from which an observation is stale: ``stale_s``, or twice the slowest of the last 10 inferences if
         that is longer (an inference slower than the period, e.g. Octo's trunk on a CPU, already acts on frames that
-        old, and saturating the CPU delays the camera's frames as much)."""
-        recent = self.result.act_times[-10:]
+        old, and saturating the CPU delays the camera's frames as much). The goal's first inference counts only
+        until a second one exists: it warms the policy up (690 ms against 20-70 ms after, measured under `ros2
+        launch`), and kept in the window it made a silent arm's goal end 1.5 s after its last observation."""
+        times = self.result.act_times
+        recent = (times[1:] if len(times) > 1 else times)[-10:]  # the first call warms up (docstring)
         return max(self.cfg.stale_s, 2.0 * max(recent)) if recent else self.cfg.stale_s
 
     def _run(self) -> None:
@@ -349,6 +378,7 @@ class ControlLoop:
         scheduled = start  # the tick it was scheduled for before a late schedule restarted (for staleness)
         waiting_since: float | None = None
         used = 0  # count of the observation the previous action was computed from
+        skipped = 0  # count of the newest observation skipped as measured before the previous action
         while True:
             if self._interrupted() or self._arm_episode_over(first_status):
                 return
@@ -360,14 +390,19 @@ class ControlLoop:
             if waiting_since is None and next_tick - self._lead_s() > now:  # too early to compute this tick's action
                 self.stop.wait(next_tick - self._lead_s() - now)
                 continue
-            obs, t_obs, count = self.observations.get()
+            obs, t_obs, count, stamp_ns = self.observations.stamped()
             # Its age counts up to when this action was due to be computed: a late wake-up of this thread does not
             # make the arm's observation stale (a simulator waits for the action), an arm that stopped does.
             due = min(now, scheduled - self._lead_s())
             stale_s = self._stale_s()
             max_age = cfg.obs_timeout_s if self._fresh else stale_s
+            arrived_before = self._arrived_before_last_action(t_obs)
+            measured_before = self._measured_before_last_action(stamp_ns)
+            if measured_before and not arrived_before and count not in (used, skipped):
+                skipped = count
+                r.early_observations += 1
             if (obs is None or count == used or due - t_obs > max_age or t_obs <= self._fresh_after()
-                    or self._predates_last_action(t_obs)):
+                    or arrived_before or measured_before):
                 # Never act twice on one observation (a frozen arm must not be driven open-loop), nor on an old
                 # one, nor on one from before the previous action went out. Before the first action the wait is
                 # timed from the first tick that found none (an idle arm re-publishes slowly); once acting, the goal
@@ -385,7 +420,8 @@ class ControlLoop:
                                             f"(stale after {stale_s * 1e3:.0f} ms: observation_stale_periods x "
                                             "the control period, or twice the slowest inference) after "
                                             f"{r.steps} steps; stopped commanding (is the arm / sim_bridge / "
-                                            "camera running, and faster than the control rate?)")
+                                            "camera running, and faster than the control rate?)"
+                                            + self._early_hint())
                 wait = min(cfg.period_s, cfg.obs_timeout_s)
                 if not self._fresh:  # wake up at the deadline, not up to a period after it
                     wait = min(wait, max(0.0, max(t_obs + stale_s, waiting_since) + cfg.period_s - now) + 0.001)
@@ -408,6 +444,12 @@ class ControlLoop:
             scheduled = next_tick + cfg.period_s
             next_tick = self._following_tick(next_tick)
 
+    def _early_hint(self) -> str:
+        """What to check when observations were skipped as measured before the previous action."""
+        n = self.result.early_observations
+        return (f"; {n} observations arrived after an action but were stamped before it (are the ROS clocks of the "
+                "arm and policy_server synchronised?)" if n else "")
+
     def _checked(self, action: np.ndarray | None) -> tuple[np.ndarray, str]:
         """The action as float64 (7,), and why it is bad ("" = it is not)."""
         a = np.asarray(np.nan if action is None else action, dtype=np.float64)
@@ -424,14 +466,16 @@ class ControlLoop:
                 if not mine:
                     return False
                 self._last_sent = time.monotonic()
-                self.publish(action)
+                self._last_stamp_ns = int(self.publish(action) or 0)
         else:
             self._last_sent = time.monotonic()
-            self.publish(action)
+            self._last_stamp_ns = int(self.publish(action) or 0)
         self._fresh = False
-        r.steps += 1
-        r.tick_times.append(time.monotonic())
         with self._chunks:
+            if self._last_stamp_ns:
+                self._sent_stamps.append(self._last_stamp_ns)
+            r.steps += 1
+            r.tick_times.append(time.monotonic())
             self._chunks.notify_all()
         if self.feedback is not None:
             self.feedback(r.steps, time.monotonic() - start)
@@ -528,8 +572,8 @@ class ControlLoop:
         return ""
 
     def _infer_loop(self) -> None:
-        """Predict from every new observation, once per step, no earlier than a lead before the step's tick and
-        never from a stale observation; an error is handed to the control thread."""
+        """Predict from every new observation, once per step it shows, no earlier than a lead before the next tick
+        and never from a stale observation; an error is handed to the control thread."""
         cfg, r = self.cfg, self.result
         used = 0
         try:
@@ -537,12 +581,16 @@ class ControlLoop:
                 if self.handover is not None and not self.handover.policy_may_act():
                     self.handover.wait_turn(cfg.period_s)  # a person holds control: predict nothing
                     continue
-                step = r.steps  # the next action to publish: row 0 of a chunk from the newest observation
+                obs, t_obs, count, stamp_ns = self.observations.stamped()
+                step = self._step_shown(stamp_ns)  # row 0 of a chunk from this observation is this step's action
                 with self._chunks:
-                    if self._newest is not None and self._newest[0] >= step:  # this step has its chunk
+                    covered = self._newest is not None and self._newest[0] >= step  # this step has its chunk
+                    if covered and stamp_ns <= 0:  # unstamped: the next step is the next action's
                         self._chunks.wait(cfg.period_s)
-                        continue
-                obs, t_obs, count = self.observations.get()
+                if covered:
+                    if stamp_ns > 0:  # only a newer observation can show a later step
+                        self.observations.wait_newer(count, cfg.period_s)
+                    continue
                 now = time.monotonic()
                 max_age = cfg.obs_timeout_s if self._fresh else self._stale_s()
                 if obs is None or count == used or now - t_obs > max_age or t_obs <= self._fresh_after():
@@ -565,6 +613,19 @@ class ControlLoop:
             with self._chunks:
                 self._infer_error = f"control loop failed at step {r.steps}: {type(exc).__name__}: {exc}"
                 self._chunks.notify_all()
+
+    def _step_shown(self, stamp_ns: int) -> int:
+        """The control step an observation shows: how many of this goal's actions are stamped before it was measured
+        (``stamp_ns``, ROS clock). An observation delivered late (policy_server's executor starved by an inference)
+        arrives after one or two more actions went out; a chunk predicted from it starts at the step it shows, not at
+        the next one to publish (filed there, its rows went out a step or two late each). An arm that applies actions
+        later than it measures its state is not seen this way: only the arm knows what it applied (sim_bridge's
+        TaskStatus.steps; sim_bridge applies an action when it arrives). Without stamps: the next step to publish."""
+        with self._chunks:
+            steps, stamps = self.result.steps, list(self._sent_stamps)
+        if stamp_ns <= 0 or len(stamps) != steps:  # an unstamped observation, or an action published unstamped
+            return steps
+        return bisect.bisect_left(stamps, stamp_ns)
 
     def _final_verdict(self, first: TaskStatusValue | None) -> None:
         """After the last action: wait (bounded) for the arm's status of that action, then decide success."""

@@ -37,12 +37,12 @@ class FramePairing:
     Args:
         tolerance_ns: the largest |state stamp - frame stamp| of a pair, ns.
         emit: called with ``{"state": (D,) float32, "image": (H, W, 3) uint8}`` (and ``"wrist"`` with ``wrist``)
-            once per paired frame.
+            and the frame's stamp as given (0 if it had none) once per paired frame.
         clock_ns: the time unstamped inputs get (default: monotonic ns).
         wrist: also pair a wrist frame (:meth:`on_wrist`); without, wrist frames are ignored.
     """
 
-    def __init__(self, tolerance_ns: int, emit: Callable[[dict[str, np.ndarray]], None],
+    def __init__(self, tolerance_ns: int, emit: Callable[[dict[str, np.ndarray], int], None],
                  clock_ns: Callable[[], int] = time.monotonic_ns, wrist: bool = False) -> None:
         if tolerance_ns < 0:
             raise ValueError(f"tolerance_ns must be >= 0, got {tolerance_ns=}")
@@ -52,7 +52,7 @@ class FramePairing:
         self._lock = threading.Lock()
         self._states: deque[tuple[int, np.ndarray]] = deque(maxlen=STATES_KEPT)
         self._wrists: deque[tuple[int, np.ndarray]] = deque(maxlen=WRIST_FRAMES_KEPT)
-        self._frame: tuple[int, np.ndarray] | None = None  # the newest frame not paired yet
+        self._frame: tuple[int, np.ndarray, int] | None = None  # the newest frame not paired: stamp, rgb, as given
         self.paired = 0
         """Frames paired so far."""
         self.unpaired = 0
@@ -69,10 +69,10 @@ class FramePairing:
         with self._lock:
             if self._frame is not None:
                 self.unpaired += 1
-            self._frame = (stamp, rgb)
+            self._frame = (stamp, rgb, int(stamp_ns))
             pair = self._pair_locked()
         if pair is not None:
-            self._emit(pair)
+            self._emit(*pair)
 
     def on_wrist(self, rgb: np.ndarray, stamp_ns: int = 0) -> None:
         """A wrist frame taken at ``stamp_ns``: pairs the waiting camera frame if it completes it (ignored by a
@@ -87,12 +87,12 @@ class FramePairing:
             items.append((stamp, value))
             pair = self._pair_locked()
         if pair is not None:
-            self._emit(pair)
+            self._emit(*pair)
 
-    def _pair_locked(self) -> dict[str, np.ndarray] | None:
+    def _pair_locked(self) -> tuple[dict[str, np.ndarray], int] | None:
         if self._frame is None or not self._states or (self.wrist and not self._wrists):
             return None
-        stamp, rgb = self._frame
+        stamp, rgb, given = self._frame
         gap, state = _nearest(self._states, stamp)
         if gap > self.tolerance_ns:
             return None
@@ -103,7 +103,7 @@ class FramePairing:
                 return None
         self._frame = None
         self.paired += 1
-        return out
+        return out, given
 
 
 def _nearest(items: deque[tuple[int, np.ndarray]], stamp: int) -> tuple[int, np.ndarray]:

@@ -407,11 +407,12 @@ class PolicyServer:
 
     Args:
         p: the node's PolicyServerParams (amf_ros/bringup/params/policy_server.py).
-        publish: sends one 7-D wire action (EefDeltaAction vector); called on the control thread.
+        publish: sends one 7-D wire action (EefDeltaAction vector) and returns its stamp, ns of the ROS clock (None:
+            unstamped); called on the control thread.
         log: info-level log function (the node's logger).
     """
 
-    def __init__(self, p: PolicyServerParams, publish: Callable[[np.ndarray], None],
+    def __init__(self, p: PolicyServerParams, publish: Callable[[np.ndarray], int | None],
                  log: Callable[[str], None] = log.info,
                  warn: Callable[[str], None] = log.warning) -> None:
         from amf_ros.runtime.control_loop import Latest
@@ -496,7 +497,7 @@ class PolicyServer:
         if self._image is not None:
             obs["image"] = self._image
         if not self.octo_backend:
-            self.observations.set(obs)
+            self.observations.set(obs, stamp_ns)
 
     def observe_image(self, rgb: np.ndarray, stamp_ns: int = 0) -> None:
         """The newest camera frame, taken at ``stamp_ns``; the Octo policy acts on it (with the newest wrist frame),
@@ -506,7 +507,8 @@ class PolicyServer:
             return
         self._image = rgb
         if self.octo_backend:  # Octo acts on the camera frame (+ the newest wrist frame)
-            self.observations.set({"image": rgb} if self._wrist is None else {"image": rgb, "wrist": self._wrist})
+            self.observations.set({"image": rgb} if self._wrist is None else {"image": rgb, "wrist": self._wrist},
+                                  stamp_ns)
 
     def observe_wrist(self, rgb: np.ndarray, stamp_ns: int = 0) -> None:
         """The newest wrist frame, taken at ``stamp_ns``: sent along with the next camera frame to Octo; paired

@@ -12,11 +12,13 @@ messages to these calls):
 - :meth:`SimBridge.reset` starts a new episode (``seed < 0`` = the next seed of ``seed, seed+1, ...``) and emits
   its first frame before returning.
 - :meth:`SimBridge.idle` re-emits the current frame when nothing was emitted for ``idle_publish_period_s``, as a
-  real arm keeps publishing its joint states. A re-emitted frame whose rendering an action overtook (the action
-  called :meth:`SimBridge.step`, which waits for the lock, while the cameras rendered) is dropped: it shows the state
-  before that action, and a policy that received it after sending the action would take it for the action's result.
+  real arm keeps publishing its joint states.
 Every emitted frame carries the :class:`TaskState` of the same instant (task, resets, steps, success since the
-reset, done); the node publishes image, wrist image (if any), state and TaskStatus with one stamp, in that order.
+reset, done) and the stamp of when its state was taken, read before its cameras render (``stamp_clock``); the node
+publishes image, wrist image (if any), state and TaskStatus with that stamp, in that order. Stamped at publishing
+instead, a re-publish whose rendering (100-200 ms with two cameras) an action waited behind went out stamped after
+that action while showing the state before it, and the policy took it for the action's result (the control loop
+acts only on observations stamped after its previous action: amf_ros/runtime/control_loop.py).
 What the arm did with every action (applied, refused by reason) and its e-stop are counted in an
 :class:`~amf_ros.robots.action_gate.ActionCounts`, handed to ``arm_status`` whenever it changes (the node publishes
 amf_ros/ArmStatus). All simulator access holds one lock, so a reset never interleaves with a step whatever thread
@@ -68,15 +70,17 @@ class Frame:
     ``wrist_image`` (H, W, 3) uint8 from the second camera (None when there is none, see
     :attr:`RenderSpec.wrist_camera`).
 
-    ``render_error`` is non-empty when rendering was asked for and failed (the state still goes out); after the
-    first failure of either camera both stay off and every later frame repeats that error (see
-    ``SimBridge._publish``)."""
+    ``stamp_ns`` is when its state was taken (ns of the ``stamp_clock``; 0 = none given: the node stamps it when
+    publishing). ``render_error`` is non-empty when rendering was asked for and failed (the state still goes out);
+    after the first failure of either camera both stay off and every later frame repeats that error (see
+    ``SimBridge._frame``)."""
 
     state: np.ndarray
     image: np.ndarray | None
     status: TaskState
     render_error: str = ""
     wrist_image: np.ndarray | None = None
+    stamp_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,7 @@ class SimBridge:
         idle_publish_period_s: re-emit the current frame after this long without one (0 = never).
         clock: monotonic clock in seconds (tests pass a fake).
         arm_status: called (inside the lock) with a snapshot of :attr:`counts` whenever it changes.
+        stamp_clock: the ROS clock, ns, read when a frame's state is taken (None: frames carry no stamp).
     Raises:
         ValueError: ``initial_task`` is not a task of the backend, or ``seed < 0``.
     """
@@ -109,7 +114,8 @@ class SimBridge:
     def __init__(self, sim: SimBackend, emit: Callable[[Frame], None], initial_task: str = "", seed: int = 0,
                  render: RenderSpec | None = None, idle_publish_period_s: float = 0.5,
                  clock: Callable[[], float] = time.monotonic,
-                 arm_status: Callable[[ActionCounts], None] | None = None) -> None:
+                 arm_status: Callable[[ActionCounts], None] | None = None,
+                 stamp_clock: Callable[[], int] | None = None) -> None:
         if seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed=}")
         if idle_publish_period_s < 0:
@@ -120,9 +126,8 @@ class SimBridge:
         self._render_error = ""  # the first render failure: the camera is off from then on
         self._idle_s = float(idle_publish_period_s)
         self._clock = clock
+        self._stamp_clock = stamp_clock
         self._lock = threading.Lock()
-        self._arrivals = 0  # step() calls so far, counted before they wait for the lock (see idle())
-        self._arrivals_lock = threading.Lock()
         self._next_seed = int(seed)
         self._resets = 0
         self._steps = 0
@@ -182,17 +187,15 @@ class SimBridge:
         """Apply one 7-D action and emit the resulting frame; ``applied`` is called once the simulator stepped,
         before the frame goes out (the node echoes the action there, ahead of the observation it led to).
 
-        ``admit`` (the node's action gate) is asked first, with the lock held, so an action that waited for the lock
-        (a re-publish rendering) is judged on its age and on the stops when it would run, not when it arrived; it
-        returns (reason, message) of a drop, counted under ``reason`` like a refusal, or ("", "") to go on.
+        ``admit`` (the node's action gate) is asked first, with the lock held, so an action is judged on its age and
+        on the stops when it would run, whichever thread calls; it returns (reason, message) of a drop, counted
+        under ``reason`` like a refusal, or ("", "") to go on.
 
         Returns:
             "" when the simulator stepped, else why the action was refused or dropped (nothing stepped, nothing
             emitted).
         """
         a = np.asarray(a7, dtype=np.float64).reshape(-1)
-        with self._arrivals_lock:
-            self._arrivals += 1
         with self._lock:
             reason, message = admit() if admit is not None else ("", "")
             if message:
@@ -266,21 +269,11 @@ class SimBridge:
             return message
 
     def idle(self) -> bool:
-        """Re-emit the current frame if nothing was emitted for ``idle_publish_period_s``; True if it did.
-
-        Not if an action arrived while the frame was rendered (100-200 ms with two cameras on a loaded CPU): that
-        frame shows the state before the action and would reach the policy after it sent the action, which could take
-        it for the action's result and act on the same state twice. The step that follows publishes the new state."""
+        """Re-emit the current frame if nothing was emitted for ``idle_publish_period_s``; True if it did."""
         with self._lock:
             if self._idle_s <= 0 or self._clock() - self._last_emit < self._idle_s:
                 return False
-            with self._arrivals_lock:
-                arrivals = self._arrivals
-            frame = self._frame()
-            with self._arrivals_lock:
-                if self._arrivals != arrivals:
-                    return False
-            self._send(frame)
+            self._publish()
             return True
 
     def _state(self) -> TaskState:
@@ -289,7 +282,8 @@ class SimBridge:
 
     def _publish(self) -> None:
         """Emit the current observation (lock held)."""
-        self._send(self._frame())
+        self._emit(self._frame())
+        self._last_emit = self._clock()
 
     def _frame(self) -> Frame:
         """The current observation, its cameras rendered (lock held).
@@ -298,6 +292,7 @@ class SimBridge:
         display, no OSMesa), and MuJoCo's second try from another thread never returned, holding this lock, so
         that the node ignored SIGINT and SIGTERM (found under `ros2 launch` without MUJOCO_GL). A failure of either
         camera turns both off (the frame carries neither image)."""
+        stamp = int(self._stamp_clock()) if self._stamp_clock is not None else 0  # the state is taken now
         image = wrist = None
         spec = self._render
         if spec is not None and not self._render_error:
@@ -312,9 +307,4 @@ class SimBridge:
                 self._render_error = (f"render failed, camera off until restart: camera {camera!r}: "
                                       f"{type(exc).__name__}: {exc}")
         return Frame(state=self._obs.copy(), image=image, status=self._state(), render_error=self._render_error,
-                     wrist_image=wrist)
-
-    def _send(self, frame: Frame) -> None:
-        """Emit ``frame`` (lock held)."""
-        self._emit(frame)
-        self._last_emit = self._clock()
+                     wrist_image=wrist, stamp_ns=stamp)

@@ -11,9 +11,10 @@ MS = 1_000_000
 
 
 def _pairing(tolerance_ms: float = 50.0, clock=None) -> tuple[FramePairing, list[dict]]:
+    """A pairing whose output dicts also carry the stamp it emitted them with (under "stamp")."""
     out: list[dict] = []
     kw = {} if clock is None else {"clock_ns": clock}
-    return FramePairing(round(tolerance_ms * MS), out.append, **kw), out
+    return FramePairing(round(tolerance_ms * MS), lambda obs, stamp: out.append({**obs, "stamp": stamp}), **kw), out
 
 
 def _frame(v: int) -> np.ndarray:
@@ -31,6 +32,7 @@ def test_a_step_s_frame_and_state_pair_in_either_order(frame_first: bool) -> Non
     assert len(out) == 1
     (second if frame_first else first)()
     assert len(out) == 2 and out[1]["state"][0] == 1.0 and out[1]["image"][0, 0, 0] == 1
+    assert [o["stamp"] for o in out] == [1000 * MS, 1200 * MS], "a pair goes on with its frame's stamp"
     assert pair.paired == 2 and pair.unpaired == 0
 
 
@@ -68,6 +70,7 @@ def test_unstamped_inputs_are_stamped_at_arrival() -> None:
     now[0] += 2 * MS
     pair.on_frame(_frame(1))
     assert len(out) == 1 and out[0]["state"][0] == 7.0
+    assert out[0]["stamp"] == 0, "an arrival time is no ROS stamp: the pair goes on unstamped"
     now[0] += 100 * MS
     pair.on_frame(_frame(2))  # the only state is 102 ms old
     assert len(out) == 1
@@ -75,7 +78,7 @@ def test_unstamped_inputs_are_stamped_at_arrival() -> None:
 
 def test_a_negative_tolerance_is_refused() -> None:
     with pytest.raises(ValueError, match="tolerance_ns"):
-        FramePairing(-1, lambda obs: None)
+        FramePairing(-1, lambda obs, stamp: None)
 
 
 @pytest.mark.parametrize("order", ["frame state wrist", "wrist frame state", "state wrist frame"])
@@ -83,7 +86,7 @@ def test_a_wrist_camera_s_frame_of_the_same_instant_completes_the_observation(or
     """A camera policy with a wrist camera acts on (frame, state, wrist frame) of one instant, in any arrival order,
     and never on the previous step's wrist frame."""
     out: list[dict] = []
-    pair = FramePairing(round(50 * MS), out.append, wrist=True)
+    pair = FramePairing(round(50 * MS), lambda obs, stamp: out.append(obs), wrist=True)
     pair.on_state([0.0], 1000 * MS)
     pair.on_wrist(_frame(100), 1000 * MS)
     pair.on_frame(_frame(0), 1000 * MS)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -148,54 +147,33 @@ def test_idle_republishes_only_after_the_period_and_not_when_disabled():
     assert not off.idle() and len(off_frames) == 1
 
 
-class SlowRenderSim(FakeSim):
-    """Rendering blocks until released, after telling that it started (a camera rendering on a loaded CPU)."""
+def test_a_frame_is_stamped_when_its_state_is_taken_before_its_cameras_render():
+    """An idle re-publish renders for 100-200 ms; an action the policy sent meanwhile is applied after it. Stamped
+    when sent, that frame of the state before the action carried a stamp after the action's, and the policy took it
+    for the action's result. Stamped when its state is taken, it is older than the action, and the control loop
+    skips it (test_control_loop: an observation measured before the previous action)."""
+    order: list[str] = []
 
-    def __init__(self) -> None:
-        super().__init__(goal=1e9, max_steps=10**9)
-        self.rendering, self.release = threading.Event(), threading.Event()
+    class OrderSim(FakeSim):
+        def render(self, width: int, height: int, camera: str) -> np.ndarray:
+            order.append("render")
+            return super().render(width, height, camera)
 
-    def render(self, width: int, height: int, camera: str) -> np.ndarray:
-        self.rendering.set()
-        assert self.release.wait(10), "the test never released the render"
-        return super().render(width, height, camera)
+    stamps = itertools.count(1000, 1000)
 
+    def stamp_clock() -> int:
+        order.append("stamp")
+        return next(stamps)
 
-def test_an_idle_frame_overtaken_by_an_action_while_rendering_is_not_published():
-    """The idle re-publish renders before it emits; an action that arrives meanwhile waits for the lock. The frame
-    rendered shows the state before that action, and a policy that gets it after sending the action could take it
-    for the action's result and act on the same state twice. So it is dropped, and the step's frame, showing the
-    action's effect, is the next frame out."""
-    sim = SlowRenderSim()
-    sim.release.set()  # construction renders the first frame
-    bridge, _, frames, clock = make(sim=sim, render=RenderSpec(width=4, height=3), idle_publish_period_s=0.5)
-    sim.release.clear()
-    sim.rendering.clear()
+    bridge, _, frames, clock = make(sim=OrderSim(), render=RenderSpec(width=4, height=3), idle_publish_period_s=0.5,
+                                    stamp_clock=stamp_clock)
+    bridge.step(a(0.1))
     clock.t += 1.0
-    idle_result: list[bool] = []
-    idler = threading.Thread(target=lambda: idle_result.append(bridge.idle()))
-    idler.start()
-    assert sim.rendering.wait(10)
-    judged_after_render: list[bool] = []
-
-    def admit() -> tuple[str, str]:  # the node's action gate: asked when the action would run, not on arrival
-        judged_after_render.append(sim.release.is_set())
-        return "", ""
-
-    stepper = threading.Thread(target=lambda: bridge.step(a(0.1), admit=admit))
-    stepper.start()
-    deadline = time.monotonic() + 2  # step() counts its arrival before it waits for the lock the render holds
-    while getattr(bridge, "_arrivals", 0) == 0 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    sim.release.set()
-    idler.join(10)
-    stepper.join(10)
-    assert idle_result == [False] and judged_after_render == [True]
-    assert [f.status.steps for f in frames] == [0, 1], "only the first frame and the step's, no stale idle frame"
-    assert float(frames[-1].state[0]) == pytest.approx(0.1, abs=1e-6)
-    # not overtaken: the idle frame goes out as before
-    clock.t += 1.0
-    assert bridge.idle() and [f.status.steps for f in frames] == [0, 1, 1]
+    assert bridge.idle()
+    assert order == ["stamp", "render"] * 3, "each frame's stamp is read before its camera renders"
+    assert [f.stamp_ns for f in frames] == [1000, 2000, 3000]
+    unstamped, _, plain, _ = make()
+    assert unstamped.step(a(0.1)) == "" and [f.stamp_ns for f in plain] == [0, 0], "no stamp clock: the node stamps"
 
 
 def test_an_action_the_gate_drops_is_counted_and_steps_nothing():

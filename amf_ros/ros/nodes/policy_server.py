@@ -182,9 +182,12 @@ class PolicyServerNode(Node):
                     self._goals.notify_all()
         return counted
 
-    def publish_action(self, action: np.ndarray) -> None:
-        """Publish one action for the arm, stamped now and valid for ``action_valid_for_s``."""
-        self.pub.publish(action_msg(action, self.get_clock().now().to_msg(), self.p.action_valid_for_s))
+    def publish_action(self, action: np.ndarray) -> int:
+        """Publish one action for the arm, stamped now and valid for ``action_valid_for_s``; returns the stamp, ns
+        (the control loop acts next on an observation measured after it)."""
+        now = self.get_clock().now()
+        self.pub.publish(action_msg(action, now.to_msg(), self.p.action_valid_for_s))
+        return int(now.nanoseconds)
 
     def publish_stop(self, reason: str) -> None:
         """Tell the arm that no action published so far may still be applied (a goal ended)."""

@@ -1,19 +1,19 @@
 """sim_bridge: a simulated arm behind the topics a real robot uses (logic: amf_ros/runtime/sim_bridge.py).
 
-Every EefDeltaAction on ``action_topic`` is one simulator step; each observation is published at once, stamped
-with the node clock: the rendered image on ``image_topic`` (``render: true``), then the second camera's on
-``wrist_image_topic`` (``render: true`` and ``wrist_camera_name`` set), then the state on ``state_topic``, then
-amf_ros/TaskStatus on ``status_topic`` (latched), all with the same header.stamp. While no action
-arrives the state and status are re-published every ``idle_publish_period_s``. ``reset_service`` starts a new
-episode (publishing its first observation before answering); an action is applied only if it is stamped, within
-its validity horizon and newer than the last ArmStop on ``stop_topic`` (amf_ros/robots/action_gate.py: otherwise
-it is dropped, the simulator does not step and the drop is logged). Every action the simulator stepped on is echoed
-unchanged on ``applied_action_topic`` just before the observation it led to: demo_recorder records that topic, so a
-dropped command never enters a demonstration. A simulated arm with an emergency stop (backend widowx) offers
-widowx_driver's ``estop_service`` (std_srvs/SetBool); while engaged every action is refused. amf_ros/ArmStatus on
-``arm_status_topic`` (latched; at start, on every e-stop change and after every action) counts the actions applied
-and refused by reason and says whether the e-stop is engaged. ``success_service`` still answers the current task,
-success since the reset and steps, but readers should take the latched status instead of calling it per tick.
+Every EefDeltaAction on ``action_topic`` is one simulator step; each observation is published at once, stamped with the
+node clock's time when its state was taken (before its cameras render): the rendered image on ``image_topic`` (``render:
+true``), then the second camera's on ``wrist_image_topic`` (``render: true`` and ``wrist_camera_name`` set), then the
+state on ``state_topic``, then amf_ros/TaskStatus on ``status_topic`` (latched), all with the same header.stamp. While
+no action arrives the state and status are re-published every ``idle_publish_period_s``. ``reset_service`` starts a new
+episode (publishing its first observation before answering); an action is applied only if it is stamped, within its
+validity horizon and newer than the last ArmStop on ``stop_topic`` (amf_ros/robots/action_gate.py: otherwise it is
+dropped, the simulator does not step and the drop is logged). Every action the simulator stepped on is echoed unchanged
+on ``applied_action_topic`` just before the observation it led to: demo_recorder records that topic, so a dropped
+command never enters a demonstration. A simulated arm with an emergency stop (backend widowx) offers widowx_driver's
+``estop_service`` (std_srvs/SetBool); while engaged every action is refused. amf_ros/ArmStatus on ``arm_status_topic``
+(latched; at start, on every e-stop change and after every action) counts the actions applied and refused by reason and
+says whether the e-stop is engaged. ``success_service`` still answers the current task, success since the reset and
+steps, but readers should take the latched status instead of calling it per tick.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
+from rclpy.time import Time
 from sensor_msgs.msg import Image
 from std_srvs.srv import SetBool
 
@@ -57,11 +58,6 @@ class SimBridge(Node):
         super().__init__("sim_bridge")
         self.p = p = declare(self, SimBridgeParams)
         group = MutuallyExclusiveCallbackGroup()  # one callback at a time (the runtime also locks)
-        # Actions in a group of their own: an action that arrives while the idle re-publish renders must reach the
-        # runtime, which then drops that frame of the state before it (runtime/sim_bridge.py, SimBridge.idle); the
-        # runtime's lock still orders every simulator call, and the action gate judges an action under that lock.
-        # Stops in a third group: one that comes while an action waits for the lock reaches the gate first.
-        actions, stops = MutuallyExclusiveCallbackGroup(), MutuallyExclusiveCallbackGroup()
         self._state_pub = self.create_publisher(StateVector, p.state_topic, qos.STREAM)
         self._status_pub = self.create_publisher(TaskStatus, p.status_topic, qos.LATCHED)
         self._image_pub = self.create_publisher(Image, p.image_topic, qos.images(10)) if p.render else None
@@ -78,12 +74,13 @@ class SimBridge(Node):
             self._names = [str(n) for n in getattr(backend, "state_names", [])]
             self.sim = SimRuntime(backend, self._publish, initial_task=p.initial_task,
                                   seed=p.seed, render=render, idle_publish_period_s=p.idle_publish_period_s,
-                                  arm_status=self._publish_arm)
+                                  arm_status=self._publish_arm,
+                                  stamp_clock=lambda: self.get_clock().now().nanoseconds)
         except (ImportError, RuntimeError) as exc:  # no simpler_env, no Vulkan GPU: say so in one line
             raise StartupError(f"sim_bridge: backend {p.backend!r} cannot start: {exc}") from exc
         self.gate = ActionGate(p.max_action_age_s)
-        self.create_subscription(EefDeltaAction, p.action_topic, self._on_action, qos.ACTIONS, callback_group=actions)
-        self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=stops)
+        self.create_subscription(EefDeltaAction, p.action_topic, self._on_action, qos.ACTIONS, callback_group=group)
+        self.create_subscription(ArmStop, p.stop_topic, self._on_stop, qos.EVENTS, callback_group=group)
         self.create_service(ResetTask, p.reset_service, self._on_reset, qos_profile=qos.SERVICES,
                             callback_group=group)
         self.create_service(TaskSuccess, p.success_service, self._on_success, qos_profile=qos.SERVICES,
@@ -102,8 +99,8 @@ class SimBridge(Node):
             self._arm_pub.publish(arm_status_msg(counts, self.get_clock().now().to_msg()))
 
     def _publish(self, frame: Frame) -> None:
-        """Image, wrist image, state, then status of one observation, with one stamp."""
-        stamp = self.get_clock().now().to_msg()
+        """Image, wrist image, state, then status of one observation, with one stamp: when its state was taken."""
+        stamp = Time(nanoseconds=frame.stamp_ns).to_msg() if frame.stamp_ns else self.get_clock().now().to_msg()
         if frame.render_error:
             self.get_logger().error(frame.render_error, throttle_duration_sec=5.0)
         for pub, rgb, camera in ((self._image_pub, frame.image, self.p.camera_name),
