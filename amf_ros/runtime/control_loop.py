@@ -201,8 +201,7 @@ class ControlLoop:
         self._inferring_since: float | None = None  # monotonic start of the inference in flight
         self._inferred_at = 0.0  # monotonic end of the newest inference
         self._last_sent = -1.0  # monotonic start of the newest publish: observations before it are old
-        self._last_stamp_ns = 0  # the newest action's stamp (ROS clock): observations measured before it are old
-        self._sent_stamps: list[int] = []  # stamps of this goal's actions, in order (which step an observation shows)
+        self._sent_stamps: list[int] = []  # this goal's actions' stamps (ROS clock; 0 = unstamped), in order
         self._ended = threading.Event()
         self._thread = threading.Thread(target=self._run_safely, name=f"control:{task}", daemon=True)
 
@@ -279,7 +278,7 @@ class ControlLoop:
         arm sent before the action reached it, delivered after the action went out (the process's executor runs
         late while an inference holds the CPU). Both stamps come from ROS clocks assumed synchronised, as the arm's
         action gate already assumes; an unstamped observation or action is judged on arrival only."""
-        return 0 < stamp_ns <= self._last_stamp_ns
+        return 0 < stamp_ns <= (self._sent_stamps[-1] if self._sent_stamps else 0)
 
     def _status_start(self) -> tuple[TaskStatusValue | None, str]:
         """The arm's status when the goal starts, and why it cannot act ("" = it can): with a success detector, the
@@ -445,10 +444,10 @@ class ControlLoop:
             next_tick = self._following_tick(next_tick)
 
     def _early_hint(self) -> str:
-        """What to check when observations were skipped as measured before the previous action."""
-        n = self.result.early_observations
-        return (f"; {n} observations arrived after an action but were stamped before it (are the ROS clocks of the "
-                "arm and policy_server synchronised?)" if n else "")
+        """What to check when observations were skipped as measured before the previous action (their count is in
+        the timing summary, :meth:`RunResult.timing`)."""
+        return ("; observations arrived after an action but were stamped before it: are the ROS clocks of the arm and "
+                "policy_server synchronised?" if self.result.early_observations else "")
 
     def _checked(self, action: np.ndarray | None) -> tuple[np.ndarray, str]:
         """The action as float64 (7,), and why it is bad ("" = it is not)."""
@@ -466,14 +465,13 @@ class ControlLoop:
                 if not mine:
                     return False
                 self._last_sent = time.monotonic()
-                self._last_stamp_ns = int(self.publish(action) or 0)
+                stamp = int(self.publish(action) or 0)
         else:
             self._last_sent = time.monotonic()
-            self._last_stamp_ns = int(self.publish(action) or 0)
+            stamp = int(self.publish(action) or 0)
         self._fresh = False
         with self._chunks:
-            if self._last_stamp_ns:
-                self._sent_stamps.append(self._last_stamp_ns)
+            self._sent_stamps.append(stamp)
             r.steps += 1
             r.tick_times.append(time.monotonic())
             self._chunks.notify_all()
@@ -623,7 +621,7 @@ class ControlLoop:
         TaskStatus.steps; sim_bridge applies an action when it arrives). Without stamps: the next step to publish."""
         with self._chunks:
             steps, stamps = self.result.steps, list(self._sent_stamps)
-        if stamp_ns <= 0 or len(stamps) != steps:  # an unstamped observation, or an action published unstamped
+        if stamp_ns <= 0 or 0 in stamps:  # an unstamped observation, or an action published unstamped
             return steps
         return bisect.bisect_left(stamps, stamp_ns)
 

@@ -70,10 +70,9 @@ class Frame:
     ``wrist_image`` (H, W, 3) uint8 from the second camera (None when there is none, see
     :attr:`RenderSpec.wrist_camera`).
 
-    ``stamp_ns`` is when its state was taken (ns of the ``stamp_clock``; 0 = none given: the node stamps it when
-    publishing). ``render_error`` is non-empty when rendering was asked for and failed (the state still goes out);
-    after the first failure of either camera both stay off and every later frame repeats that error (see
-    ``SimBridge._frame``)."""
+    ``stamp_ns`` is when its state was taken (ns of the ``stamp_clock``; 0 without one). ``render_error`` is non-empty
+    when rendering was asked for and failed (the state still goes out); after the first failure of either camera both
+    stay off and every later frame repeats that error (see ``SimBridge._frame``)."""
 
     state: np.ndarray
     image: np.ndarray | None

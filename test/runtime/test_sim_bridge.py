@@ -173,7 +173,7 @@ def test_a_frame_is_stamped_when_its_state_is_taken_before_its_cameras_render():
     assert order == ["stamp", "render"] * 3, "each frame's stamp is read before its camera renders"
     assert [f.stamp_ns for f in frames] == [1000, 2000, 3000]
     unstamped, _, plain, _ = make()
-    assert unstamped.step(a(0.1)) == "" and [f.stamp_ns for f in plain] == [0, 0], "no stamp clock: the node stamps"
+    assert unstamped.step(a(0.1)) == "" and [f.stamp_ns for f in plain] == [0, 0], "no stamp clock: no stamp"
 
 
 def test_an_action_the_gate_drops_is_counted_and_steps_nothing():

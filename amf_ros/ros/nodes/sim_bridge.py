@@ -100,7 +100,7 @@ class SimBridge(Node):
 
     def _publish(self, frame: Frame) -> None:
         """Image, wrist image, state, then status of one observation, with one stamp: when its state was taken."""
-        stamp = Time(nanoseconds=frame.stamp_ns).to_msg() if frame.stamp_ns else self.get_clock().now().to_msg()
+        stamp = Time(nanoseconds=frame.stamp_ns).to_msg()  # the runtime reads this node's clock (stamp_clock)
         if frame.render_error:
             self.get_logger().error(frame.render_error, throttle_duration_sec=5.0)
         for pub, rgb, camera in ((self._image_pub, frame.image, self.p.camera_name),
