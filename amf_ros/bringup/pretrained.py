@@ -106,16 +106,24 @@ def ensure_camera_pretrained_run(cache: Path, seed: int = 0, demos_per_task: int
 
 
 def ensure_replay_store(checkpoint: str | Path) -> Path:
-    """The episode store of ``checkpoint``'s own pre-training demonstrations (``<checkpoint>_replay``, beside it),
-    for fine-tuning with replay (`amf run --replay-fraction`, policy_server's replay_dir); written on first use
-    from the config in its ``pretrain.json`` (:func:`amf_ros.training.pretrain.write_replay_store`: the scripted
-    demonstrations are deterministic in the config, seconds to a minute to re-collect).
+    """The replay of ``checkpoint``'s own pre-training demonstrations (``<checkpoint>_replay``, beside it), for
+    fine-tuning with replay (`amf run --replay-fraction`, policy_server's replay_dir). A state policy's is an episode
+    store, written on first use from the config in its ``pretrain.json``
+    (:func:`amf_ros.training.pretrain.write_replay_store`: the scripted demonstrations are deterministic in the
+    config, seconds to a minute to re-collect); a camera policy's holds the camera states of its pre-training frames
+    (:func:`amf_ros.training.camera.ensure_camera_replay`: written when it was pre-trained, else collected again).
 
     Raises:
-        ValueError: ``checkpoint`` has no ``pretrain.json`` with a state-policy config (not made by `amf pretrain`).
+        ValueError: ``checkpoint`` has no ``pretrain.json`` with a pre-training config (not made by `amf pretrain`
+            or the camera recipe).
     """
+    from amf_ros.policies.camera_policy import read_marker
     from amf_ros.training.pretrain import PretrainConfig, write_replay_store
 
+    if read_marker(checkpoint) is not None:
+        from amf_ros.training.camera import ensure_camera_replay
+
+        return ensure_camera_replay(checkpoint)
     checkpoint = Path(checkpoint)
     out = checkpoint.parent / f"{checkpoint.name}_replay"
     if out.is_dir():  # written in one rename: present = complete

@@ -107,8 +107,8 @@ class LoopConfig:
     replay_fraction: float = 0.0
     """Replay of pre-training data: every fine-tune draws this share of its minibatches from the pre-trained
     checkpoint's own pre-training demonstrations (written beside it on first use, <checkpoint>_replay; uq_vla: 0.5),
-    and AMF's criterion is replay-aware (it weighs the data as the fine-tune does); 0 = no replay. State policy, one
-    arm."""
+    and AMF's criterion is replay-aware (it weighs the data as the fine-tune does); 0 = no replay. One arm; the
+    camera policy replays the camera states of its pre-training frames (stored beside its checkpoint)."""
 
     def __post_init__(self) -> None:
         for name, value in ARM_DEFAULTS.get(self.arm, ARM_DEFAULTS["metaworld"]).items():
@@ -135,9 +135,8 @@ class LoopConfig:
                                  f"support it yet, got {self.robots=}")
         if self.robots < 0:
             raise ValueError(f"robots must be >= 0, got {self.robots=}")
-        if check_fraction(self.replay_fraction) > 0 and (self.trunk != "state" or self.robots):
-            raise ValueError(f"--replay-fraction runs the state policy on one arm (the camera policy's cached "
-                             f"embeddings and the fleet do not replay yet), got {self.trunk=} {self.robots=}")
+        if check_fraction(self.replay_fraction) > 0 and self.robots:
+            raise ValueError(f"--replay-fraction runs on one arm (the fleet does not replay yet), got {self.robots=}")
         if self.eval_episodes < 0 or self.fine_tune_steps < 1:
             raise ValueError(f"bad eval_episodes/fine_tune_steps, got {self.eval_episodes=} {self.fine_tune_steps=}")
 

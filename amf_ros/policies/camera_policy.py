@@ -354,6 +354,25 @@ def read_projection(checkpoint: str | Path, wrist: bool = False) -> CameraProjec
     return projection
 
 
+def camera_state_key(checkpoint: str | Path) -> str:
+    """What a camera-policy checkpoint's states are made of, as a short hash: its spec (encoders, poolings, widths,
+    streams) and its frozen projections' values. Every round fine-tuned from one pre-training shares it (the encoder
+    and projections are frozen), so stored states (data/replay.py) are valid for exactly the checkpoints of that
+    key. ValueError for a checkpoint without the marker."""
+    import hashlib
+
+    spec = read_marker(checkpoint)
+    if spec is None:
+        raise ValueError(f"{checkpoint} has no {MARKER}: not a camera-policy checkpoint")
+    h = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode())
+    for wrist in (False, True):
+        projection = read_projection(checkpoint, wrist=wrist)
+        if projection is not None:
+            h.update(np.ascontiguousarray(projection.mean, np.float32).tobytes())
+            h.update(np.ascontiguousarray(projection.matrix, np.float32).tobytes())
+    return f"camera-{h.hexdigest()[:16]}"
+
+
 def save_camera_policy(policy: TaskConditionedPolicy, path: str | Path, spec: CameraSpec,
                        projection: CameraProjection | None = None,
                        wrist_projection: CameraProjection | None = None) -> Path:

@@ -38,7 +38,7 @@ import numpy as np
 
 from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.data import transitions as datasets
-from amf_ros.data.replay import check_fraction, mix, replay_cache, stack_episodes
+from amf_ros.data.replay import check_fraction, mix, replay_cache, replay_instructions, stack_episodes
 from amf_ros.data.tasks import check_task_keys, episode_instructions
 from amf_ros.policies.checkpoint_dirs import member_dir, newest_checkpoint, round_of
 from amf_ros.policies.fine_tuning import FINE_TUNE, FineTuneSettings
@@ -122,10 +122,13 @@ class PolicyRuntime:
             from ``<acting checkpoint>/members/member_k`` (the acting checkpoint itself when it has no such member,
             e.g. round 1), on the same data with another seed, and is saved inside the new round (see
             policies/checkpoint_dirs.py). Fine-tuning takes about ``ensemble_members`` times as long.
-        replay_dir: an episode store of pre-training demonstrations replayed in every fine-tune (data/replay.py;
-            `amf run --replay-fraction` writes the pre-trained checkpoint's own, bringup/pretrained.py).
-        replay_fraction: their share of every minibatch, in [0, 1); 0 = no replay. Read from the store's states
-            (the default transitions only: the camera and Octo backends' cached embeddings do not replay yet).
+        replay_dir: the pre-training demonstrations replayed in every fine-tune (data/replay.py: an episode store,
+            or a camera policy's stored states; `amf run --replay-fraction` writes the pre-trained checkpoint's
+            own, bringup/pretrained.py).
+        replay_fraction: their share of every minibatch, in [0, 1); 0 = no replay.
+        replay_state_key: what this policy's states are, which the replay must hold (data/replay.py
+            ``replay_cache``): None = "" (the store's states) with the default transitions, else states no replay
+            holds (Octo); the camera backend gives its checkpoint's ``camera_state_key``.
     """
 
     def __init__(self, policy: Policy, checkpoint: str | Path, checkpoint_dir: str | Path, dataset_dir: str | Path,
@@ -135,13 +138,15 @@ class PolicyRuntime:
                  | None = None,
                  after_save: Callable[[Path], None] | None = None, torch_threads: int = 1,
                  worker: FineTuneWorker | None = None, ensemble_members: int = 1, niceness: int = 0,
-                 replay_dir: str | Path = "", replay_fraction: float = 0.0) -> None:
+                 replay_dir: str | Path = "", replay_fraction: float = 0.0,
+                 replay_state_key: str | None = None) -> None:
         if ensemble_members < 1:
             raise ValueError(f"ensemble_members must be >= 1 (1 = no ensemble), got {ensemble_members=}")
         self.replay_fraction = check_fraction(replay_fraction)
         self.replay_dir = Path(replay_dir) if replay_dir else None
-        self._replay = replay_cache(self.replay_dir, self.replay_fraction, action_space,
-                                    reads_states=transitions_fn is None)
+        if replay_state_key is None and transitions_fn is None:
+            replay_state_key = ""
+        self._replay = replay_cache(self.replay_dir, self.replay_fraction, action_space, replay_state_key)
         self.ensemble_members = int(ensemble_members)
         self._policy = policy
         self.loader = loader
@@ -221,8 +226,7 @@ class PolicyRuntime:
         unknown = sorted({str(t) for t in transitions["task"]} - set(acting.tasks))
         new_tasks = {}  # tasks the checkpoint lacks: learned from their demonstrations, with their instruction
         if unknown:
-            recorded = {**(episode_instructions(self.replay_dir) if self._replay is not None else {}),
-                        **episode_instructions(self.dataset_dir)}
+            recorded = {**replay_instructions(self._replay), **episode_instructions(self.dataset_dir)}
             new_tasks = {t: recorded[t] for t in unknown if t in recorded}
             missing = [t for t in unknown if t not in recorded]
             if missing:
@@ -313,7 +317,7 @@ class CameraServing:
 
     def __init__(self, p: PolicyServerParams, policy: Policy, path: Path) -> None:
         from amf_ros.data.image_embeddings import ImageEmbeddingCache
-        from amf_ros.policies.camera_policy import MARKER, read_marker, read_projection, write_marker
+        from amf_ros.policies.camera_policy import MARKER, camera_state_key, read_marker, read_projection, write_marker
 
         spec = read_marker(path)
         if spec is None:
@@ -336,7 +340,8 @@ class CameraServing:
             transitions_fn=lambda tasks, cancelled: self.cache.transitions(tasks, cancelled=cancelled),
             after_save=lambda d: write_marker(d, spec, projection, wrist_projection),
             ensemble_members=p.ensemble_members,
-            niceness=p.fine_tune_niceness, replay_dir=p.replay_dir, replay_fraction=p.replay_fraction)
+            niceness=p.fine_tune_niceness, replay_dir=p.replay_dir, replay_fraction=p.replay_fraction,
+            replay_state_key=camera_state_key(path))
 
     def infer_fn(self, policy: Policy, task: str) -> Callable[[Any], np.ndarray]:
         """``obs ({"state", "image"[, "wrist"]}) -> (H, A)`` chunk of ``policy`` (the goal's fixed policy) for
@@ -428,7 +433,7 @@ class PolicyServer:
         self._closing = threading.Event()
         if self.octo_backend and p.replay_fraction > 0:  # said at once, not as a not-ready reason forever
             try:
-                replay_cache(p.replay_dir, p.replay_fraction, "eef7", reads_states=False)
+                replay_cache(p.replay_dir, p.replay_fraction, "eef7", state_key=None)
             except ValueError as exc:
                 raise NoRespawnError(f"policy_server (backend octo): {exc}") from None
         if self.octo_backend:  # Octo: trunk on camera frames, head fine-tuned on cached trunk embeddings

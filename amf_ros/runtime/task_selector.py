@@ -339,7 +339,8 @@ class TaskSelection:
         self.targets, self.condition_on_data = targets, bool(condition_on_data)
         self.cache = datasets.EpisodeCache(dataset_dir, action_space, loader=episode_loader)
         self.replay_fraction = float(replay_fraction)
-        self.replay = replay_cache(replay_dir, replay_fraction, action_space, reads_states=episode_loader is None)
+        self.replay_dir = str(replay_dir)
+        self.replay = replay_cache(replay_dir, replay_fraction, action_space, replay_state_key(episode_loader))
         self._lock = threading.Lock()
         self._state = _PolicyState(None, {}, "", None)
         self.progress = progress if progress is not None else ProgressConfig()
@@ -513,9 +514,10 @@ class TaskSelection:
         posterior is rebuilt per request; their embeddings are cached)."""
         if self.replay is None:
             return []
-        if self.cache.loader is not None:
-            raise ValueError("replay-aware AMF needs the state policy: the loaded checkpoint is read through cached "
-                             "embeddings (camera or Octo), which the replay does not read yet; set replay_fraction 0")
+        key = replay_state_key(self.cache.loader)
+        if key != getattr(self.replay, "state_key", ""):  # the loaded policy's states changed kind (a camera
+            # checkpoint after a state one, or the reverse): the replay must hold the new ones (ValueError if not)
+            self.replay = replay_cache(self.replay_dir, self.replay_fraction, self.action_space, key)
         replayed = self.replay.episodes()
         if not replayed:
             raise ValueError(f"replay_fraction is {self.replay_fraction} but replay_dir "
@@ -599,19 +601,40 @@ def progress_config(p: TaskSelectorParams) -> Any:
                           ucb=p.progress_ucb)
 
 
-def camera_episode_loader(dataset_dir: str | Path, checkpoint: str | Path
-                          ) -> Callable[[Sequence[str]], dict[str, np.ndarray] | None] | None:
+class CameraEpisodeLoader:
     """``episode ids -> transitions`` for a camera-policy checkpoint (``trunk: image_pretrained``): its frozen
     encoder's per-frame embeddings, cached beside the dataset by policy_server (the encoder is loaded here only for a
-    frame not embedded yet), projected and beside the proprio, as the policy was trained; None for any other
-    checkpoint (the store's states serve)."""
-    from amf_ros.data.image_embeddings import ImageEmbeddingCache
+    frame not embedded yet), projected and beside the proprio, as the policy was trained. ``state_key``: what those
+    states are (policies/camera_policy.py ``camera_state_key``), which a replay must hold."""
+
+    def __init__(self, dataset_dir: str | Path, checkpoint: str | Path) -> None:
+        from amf_ros.data.image_embeddings import ImageEmbeddingCache
+        from amf_ros.policies.camera_policy import camera_state_key
+
+        self.cache = ImageEmbeddingCache.for_checkpoint(dataset_dir, checkpoint)
+        self.state_key = camera_state_key(checkpoint)
+
+    def __call__(self, ids: Sequence[str]) -> dict[str, np.ndarray] | None:
+        """The transitions of episodes ``ids`` (None if none has a training step)."""
+        return self.cache.transitions(episode_ids=ids)
+
+
+def camera_episode_loader(dataset_dir: str | Path, checkpoint: str | Path) -> CameraEpisodeLoader | None:
+    """The :class:`CameraEpisodeLoader` of a camera-policy checkpoint; None for any other checkpoint (the store's
+    states serve)."""
     from amf_ros.policies.camera_policy import read_marker
 
     if not checkpoint or read_marker(checkpoint) is None:
         return None
-    cache = ImageEmbeddingCache.for_checkpoint(dataset_dir, checkpoint)
-    return lambda ids: cache.transitions(episode_ids=ids)
+    return CameraEpisodeLoader(dataset_dir, checkpoint)
+
+
+def replay_state_key(episode_loader: Any) -> str | None:
+    """What the states read through ``episode_loader`` are, for the replay (data/replay.py ``replay_cache``): ""
+    = the store's own (no loader), a camera policy's key, None = states no replay holds (Octo's)."""
+    if episode_loader is None:
+        return ""
+    return getattr(episode_loader, "state_key", None)
 
 
 class TaskSelectorRuntime:

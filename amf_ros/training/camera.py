@@ -310,6 +310,62 @@ class CameraPretrainResult:
     """The wrist camera's frozen projection (None without a wrist camera or with ``wrist_projection_dim`` 0)."""
 
 
+def pretraining_demos(config: CameraPretrainConfig) -> tuple[list[CameraDemo], dict[str, float]]:
+    """The config's embedded pre-training demonstrations and their timings: deterministic in the config (its seed
+    draws the scenes), so they can be collected again for a checkpoint made from it (its replay)."""
+    from amf_ros.policies.image_encoders import load_image_encoder
+
+    encoder = load_image_encoder(config.encoder, config.pool)
+    wrist_encoder = load_image_encoder(config.encoder, config.wrist_pool) if config.wrist_pool else None
+    return collect_camera_demos(load_tasks(config.tasks_file or None, config.tasks), config.counts(), encoder,
+                                seed=config.seed, noise_std=config.noise_std, proprio_dims=config.proprio_dims,
+                                batch_size=config.encode_batch, wrist_encoder=wrist_encoder)
+
+
+def write_camera_replay(checkpoint: str | Path, config: CameraPretrainConfig, demos: Sequence[CameraDemo],
+                        out: str | Path) -> Path:
+    """Store the camera states of ``checkpoint``'s pre-training ``demos`` (made from ``config``; through its frozen
+    projections, exactly as it was trained on them) as its replay in ``out`` (data/replay.py :class:`StateReplay`);
+    returns ``out``."""
+    from amf_ros.data.replay import write_state_replay
+    from amf_ros.policies.camera_policy import camera_state_key, read_projection
+
+    instructions = {s.key: s.instruction for s in load_tasks(config.tasks_file or None, config.tasks)}
+    data = demos_to_transitions(demos, read_projection(checkpoint), wrist_projection=read_projection(checkpoint,
+                                                                                                     wrist=True))
+    return write_state_replay(out, data, camera_state_key(checkpoint), instructions)
+
+
+def ensure_camera_replay(checkpoint: str | Path) -> Path:
+    """The replay of a pre-trained camera checkpoint (``<checkpoint>_replay``, beside it): its pre-training
+    frames' camera states, written when it was pre-trained, or collected again now from the config in its
+    ``pretrain.json`` (minutes: every frame rendered and embedded again).
+
+    Raises:
+        ValueError: ``checkpoint`` has no ``pretrain.json`` with a camera pre-training config.
+    """
+    from amf_ros.data.replay import STATES_FILE, StateReplay
+    from amf_ros.policies.camera_policy import camera_state_key
+
+    checkpoint = Path(checkpoint)
+    out = checkpoint.parent / f"{checkpoint.name}_replay"
+    if (out / STATES_FILE).is_file():
+        try:
+            if StateReplay(out).state_key == camera_state_key(checkpoint):
+                return out
+        except ValueError as exc:
+            log.warning("%s: %s; writing it again", out, exc)
+    try:
+        config = CameraPretrainConfig(**json.loads((checkpoint / "pretrain.json").read_text("utf-8"))["config"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{checkpoint} has no pretrain.json with a camera pre-training config ({type(exc).__name__}"
+                         f": {exc}): replay needs the checkpoint's pre-training demonstrations") from None
+    log.info("collecting the pre-training demonstrations of %s again for its replay %s (first use only: every frame "
+             "rendered and embedded)", checkpoint, out)
+    demos, _ = pretraining_demos(config)
+    return write_camera_replay(checkpoint, config, demos, out)
+
+
 def camera_pretrain(config: CameraPretrainConfig, freeze_prior: bool = True) -> CameraPretrainResult:
     """Collect and embed the demonstrations, fit the projection, fix the normalisation, train the head; the prior
     frozen after."""
@@ -324,9 +380,7 @@ def camera_pretrain(config: CameraPretrainConfig, freeze_prior: bool = True) -> 
     wrist_dim = config.wrist_projection_dim if wrist_encoder is not None else 0
     spec = CameraSpec.of(encoder, config.proprio_dims, projection_dim=config.projection_dim,
                          wrist_encoder=wrist_encoder, wrist_projection_dim=wrist_dim)
-    demos, timing = collect_camera_demos(specs, counts, encoder, seed=config.seed, noise_std=config.noise_std,
-                                         proprio_dims=config.proprio_dims, batch_size=config.encode_batch,
-                                         wrist_encoder=wrist_encoder)
+    demos, timing = pretraining_demos(config)
     pcfg = PolicyConfig(head="diffusion", trunk="state", task_encoder=config.task_encoder,
                         action_horizon=config.action_horizon, lr=config.lr, batch_size=config.batch_size,
                         seed=config.seed)
@@ -435,6 +489,7 @@ def ensure_camera_pretrained(cache: str | Path, config: CameraPretrainConfig | N
             out.rename(final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    write_camera_replay(final, cfg, res.demos, final.parent / f"{final.name}_replay")  # free now; minutes to redo later
     return final
 
 

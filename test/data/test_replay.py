@@ -8,12 +8,17 @@ import pytest
 
 from amf_ros.data.replay import (
     REPLAYED,
+    STATES_FILE,
+    ReplaySettingsError,
+    StateReplay,
     check_fraction,
     mix,
     recorded_rows,
     replay_cache,
+    replay_instructions,
     row_weights,
     stack_episodes,
+    write_state_replay,
 )
 
 
@@ -69,8 +74,8 @@ def test_replay_cache_says_what_is_missing(tmp_path):
         replay_cache("", 0.5, "metaworld")
     with pytest.raises(ValueError, match="is not a directory"):
         replay_cache(tmp_path / "missing", 0.5, "metaworld")
-    with pytest.raises(ValueError, match="needs the state policy"):
-        replay_cache(tmp_path, 0.5, "eef7", reads_states=False)
+    with pytest.raises(ReplaySettingsError, match="Octo backend"):
+        replay_cache(tmp_path, 0.5, "eef7", state_key=None)
     assert replay_cache(tmp_path, 0.5, "metaworld").episodes() == []  # an empty store: the fine-tune says so
 
 
@@ -83,3 +88,38 @@ def test_stack_episodes_numbers_each_cached_episode_after_the_last():
     assert len(set(zip(out["episode_index"], out["step"], strict=True))) == 20
     with pytest.raises(ValueError, match="no replayed episodes"):
         stack_episodes([])
+
+
+def test_stored_states_come_back_per_episode_for_the_policy_whose_key_made_them(tmp_path):
+    """A camera policy's replay (stored states, data/replay.py StateReplay): read back episode by episode as written,
+    mixed like an episode store's, and only for the key that made them."""
+    rows = {**_rows(12, 3, "reach", width=5), "task": np.array(["reach"] * 6 + ["push"] * 6)}
+    write_state_replay(tmp_path / "replay", rows, "camera-abc", {"reach": "reach it", "push": "push it"})
+    replay = replay_cache(tmp_path / "replay", 0.5, "eef7", state_key="camera-abc")
+    assert isinstance(replay, StateReplay) and replay.state_key == "camera-abc"
+    episodes = replay.episodes()
+    assert len(episodes) == 3 and [len(ep["task"]) for _, ep in episodes] == [4, 4, 4]
+    back = stack_episodes([ep for _, ep in episodes])
+    np.testing.assert_array_equal(back["state"], rows["state"])  # stored float32, read back bit for bit
+    assert list(back["task"]) == list(rows["task"])
+    assert replay_instructions(replay) == {"reach": "reach it", "push": "push it"}
+    mixed = mix(_rows(4, 1, "new", width=5), back)
+    assert mixed[REPLAYED].sum() == 12 and "actor" not in mixed  # a column only the recorded rows have is dropped
+    with pytest.raises(ReplaySettingsError, match="camera-abc.*not those of the camera policy"):
+        replay_cache(tmp_path / "replay", 0.5, "eef7", state_key="camera-other")
+    with pytest.raises(ReplaySettingsError, match="not those of the state policy"):
+        replay_cache(tmp_path / "replay", 0.5, "metaworld")
+    with pytest.raises(ReplaySettingsError, match=f"has no {STATES_FILE}"):  # an episode store for a camera policy
+        replay_cache(tmp_path, 0.5, "eef7", state_key="camera-abc")
+
+
+def test_a_stored_state_replay_refuses_what_it_cannot_use(tmp_path):
+    rows = _rows(4, 1, "reach")
+    with pytest.raises(ValueError, match="no instruction"):
+        write_state_replay(tmp_path, rows, "camera-abc", {})
+    with pytest.raises(ValueError, match="needs the key"):
+        write_state_replay(tmp_path, rows, "", {"reach": "r"})
+    assert not (tmp_path / STATES_FILE).exists()
+    (tmp_path / STATES_FILE).write_bytes(b"not a zip")  # e.g. a disk that filled while another tool wrote it
+    with pytest.raises(ValueError, match="not a readable replay"):
+        StateReplay(tmp_path)

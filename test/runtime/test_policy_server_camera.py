@@ -203,3 +203,64 @@ def test_a_camera_policy_with_a_wrist_camera_acts_on_both_frames_of_one_instant(
         np.testing.assert_array_equal(read_projection(first.checkpoint, wrist=True).matrix, wrist_projection.matrix)
     finally:
         server.close()
+
+
+def test_a_camera_policy_fine_tunes_with_the_replay_of_its_own_stored_states(camera_checkpoint, tmp_path):
+    """replay_fraction with the camera trunk: the stored camera states of the checkpoint's key (data/replay.py
+    StateReplay) join the fine-tune marked as replayed beside the recorded rows, and task_selector's replay-aware AMF
+    conditions on them; a replay of other states, or an episode store, ends the node for good with the reason."""
+    import shutil
+
+    from amf_ros.bringup.params.task_selector import TaskSelectorParams
+    from amf_ros.data.image_embeddings import ImageEmbeddingCache
+    from amf_ros.data.replay import REPLAYED, write_state_replay
+    from amf_ros.policies.camera_policy import camera_state_key
+    from amf_ros.runtime.task_selector import TaskSelectorRuntime
+
+    ckpt, fixture_dataset = camera_checkpoint
+    dataset = shutil.copytree(fixture_dataset, tmp_path / "dataset")  # its embedding cache is this test's own
+    recorded = ImageEmbeddingCache.for_checkpoint(dataset, ckpt).transitions()
+    stored = {**recorded, "state": recorded["state"] + 1.0, "task": np.full(len(recorded["task"]), TASK)}
+    key = camera_state_key(ckpt)
+    write_state_replay(tmp_path / "replay", stored, key, TASKS)
+    write_state_replay(tmp_path / "other", stored, "camera-0000", TASKS)
+
+    for replay_dir, reason in ((tmp_path / "other", "holds states made with 'camera-0000'"),
+                               (dataset, "has no replay_states.npz")):
+        with pytest.raises(NoRespawnError, match=reason):
+            PolicyServer(_params(tmp_path, ckpt, dataset, replay_dir=str(replay_dir), replay_fraction=0.5),
+                         lambda a: None)
+
+    server = PolicyServer(_params(tmp_path, ckpt, dataset, replay_dir=str(tmp_path / "replay"),
+                                  replay_fraction=0.5), lambda a: None)
+    jobs, run = [], server.runtime.worker.run
+
+    def capture(job, **k):
+        with np.load(job.transitions, allow_pickle=False) as npz:
+            jobs.append((job, {name: npz[name] for name in npz.files}))
+        return run(job, **k)
+
+    server.runtime.worker.run = capture
+    try:
+        result = server.fine_tune(steps=2)
+    finally:
+        server.close()
+    (job, data), = jobs
+    n = len(recorded["task"])
+    assert job.replay_fraction == 0.5 and data[REPLAYED].sum() == n and (~data[REPLAYED]).sum() == n
+    np.testing.assert_array_equal(data["state"][data[REPLAYED]], stored["state"])
+    np.testing.assert_array_equal(data["state"][~data[REPLAYED]], recorded["state"])
+    assert result.round == 1 and camera_state_key(result.checkpoint) == key  # the next round replays the same
+
+    rt = TaskSelectorRuntime(load(TaskSelectorParams, {
+        "checkpoint": str(ckpt), "checkpoint_dir": str(tmp_path / "sel"), "dataset_dir": str(dataset),
+        "selector": "amf", "action_space": "eef7", "frames_per_episode": 4, "replay_dir": str(tmp_path / "replay"),
+        "replay_fraction": 0.5}))
+    replayed = rt.selection._replayed()
+    assert len(replayed) == 3 and all(ep["state"].shape[1] == 4 + 8 for _, ep in replayed)
+    decision = rt.next_task()
+    assert not decision.warm_start and np.all(np.isfinite(decision.scores)), decision
+    plain = TaskSelectorRuntime(load(TaskSelectorParams, {
+        "checkpoint": str(ckpt), "checkpoint_dir": str(tmp_path / "plain"), "dataset_dir": str(dataset),
+        "selector": "amf", "action_space": "eef7", "frames_per_episode": 4})).next_task()
+    assert not np.allclose(decision.scores, plain.scores, rtol=1e-3), (decision.scores, plain.scores)  # conditioned

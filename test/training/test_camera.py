@@ -107,15 +107,41 @@ def test_cached_pretrained_camera_policy_is_made_once(tmp_path, monkeypatch):
     path = cam.ensure_camera_pretrained(tmp_path, cfg)
     assert path.parent == tmp_path and read_marker(path).projection_dim == 4 and (path / "pretrain.json").is_file()
     assert read_marker(path).wrist_projection_dim == 2 == read_projection(path, wrist=True).dim
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # nothing temporary left behind
+    replay_dir = path.parent / f"{path.name}_replay"  # the camera states it trained on, kept for replay
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, replay_dir.name]  # nothing temporary left
 
     def refuse(*a, **k):
         raise AssertionError("pre-trained again although the cache holds this recipe")
 
     monkeypatch.setattr(cam, "camera_pretrain", refuse)
     assert cam.ensure_camera_pretrained(tmp_path, cfg) == path
+    _check_replay(cam, path, replay_dir, cfg, monkeypatch)
     other = cam.CameraPretrainConfig(**{**cfg.__dict__, "steps": 4})
     assert cam.camera_recipe_key(other) != cam.camera_recipe_key(cfg)
+
+
+def _check_replay(cam, path, replay_dir, cfg, monkeypatch):
+    """The replay written at pre-training holds the checkpoint's own states (its key, its width, its one
+    demonstration); ensure_camera_replay reuses it, and collects the same states again when it is gone."""
+    from amf_ros.data.replay import StateReplay, replay_cache
+    from amf_ros.policies.camera_policy import camera_state_key, read_marker
+
+    key = camera_state_key(path)
+    replay = replay_cache(replay_dir, 0.5, "eef7", state_key=key)
+    assert isinstance(replay, StateReplay) and replay.instructions.keys() == set(cfg.tasks)
+    (_, stored), = replay.episodes()
+    assert set(stored["task"]) == {"carrot_on_plate"} and stored["state"].shape[1] == read_marker(path).state_dim
+    real = cam.pretraining_demos
+    monkeypatch.setattr(cam, "pretraining_demos", lambda c: (_ for _ in ()).throw(AssertionError("collected again")))
+    assert cam.ensure_camera_replay(path) == replay_dir
+    monkeypatch.setattr(cam, "pretraining_demos", real)
+    (replay_dir / "replay_states.npz").unlink()
+    assert cam.ensure_camera_replay(path) == replay_dir  # from pretrain.json: the same scene, rendered again
+    (_, again), = StateReplay(replay_dir).episodes()
+    np.testing.assert_array_equal(again["action"], stored["action"])  # expert labels: the same scene's
+    # the states went through the encoder again in the same process: equal up to float rounding of one network pass
+    np.testing.assert_allclose(again["state"], stored["state"], rtol=1e-4, atol=1e-4)
+    assert camera_state_key(path) == key
 
 
 def test_supervised_projection_checkpoint_round_trip(tmp_path):

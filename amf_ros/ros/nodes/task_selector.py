@@ -18,7 +18,7 @@ from std_msgs.msg import Header
 from amf_ros.bringup.graph_lock import hold_node_lock
 from amf_ros.bringup.lifetime import NoRespawnError
 from amf_ros.bringup.params.task_selector import TaskSelectorParams
-from amf_ros.data.replay import replay_cache
+from amf_ros.data.replay import ReplaySettingsError, replay_cache
 from amf_ros.msg import CheckpointInfo, EpisodeInfo, TaskDecision, TaskStatus
 from amf_ros.ros import qos
 from amf_ros.ros.params import declare
@@ -45,13 +45,16 @@ class TaskSelectorNode(Node):
         if problem:
             raise NoRespawnError(f"task_selector: {problem}")
         try:  # the replay settings, said at once (a restart finds the same parameters)
-            replay_cache(self.p.replay_dir, self.p.replay_fraction, self.p.action_space,
-                         reads_states=self.p.backend != "octo")
+            if self.p.backend == "octo":  # which states the others replay depends on the checkpoint: checked below
+                replay_cache(self.p.replay_dir, self.p.replay_fraction, self.p.action_space, state_key=None)
         except ValueError as exc:
             raise NoRespawnError(f"task_selector: {exc}") from None
         self._place = hold_node_lock(self.p.workspace, self.get_namespace(), self.get_name())  # one graph per ns
         limit_threads(self.p.torch_threads)  # 0 = torch's default
-        self.runtime = TaskSelectorRuntime(self.p)
+        try:
+            self.runtime = TaskSelectorRuntime(self.p)
+        except ReplaySettingsError as exc:  # e.g. a replay of another policy's states
+            raise NoRespawnError(f"task_selector: {exc}") from None
         self._refusals = ErrorThrottle(1.0)  # a fuzzing client gets every answer, the log one line per second
         for note in self.runtime.notes:
             self.get_logger().warning(note)
