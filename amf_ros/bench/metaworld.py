@@ -236,10 +236,9 @@ class MetaworldBenchConfig:
             raise ValueError(f"success_threshold must be in (0, 1], got {self.success_threshold=}")
         if self.trunk not in TRUNKS:
             raise ValueError(f"trunk must be one of {TRUNKS}, got {self.trunk=}")
-        if self.trunk == "image_pretrained" and (self.suite != "widowx" or self.head != "diffusion"
-                                                 or self.replay_fraction > 0):
+        if self.trunk == "image_pretrained" and (self.suite != "widowx" or self.head != "diffusion"):
             raise ValueError("trunk 'image_pretrained' (the camera policy) runs on suite 'widowx' with the diffusion "
-                             f"head and no replay, got {self.suite=} {self.head=} {self.replay_fraction=}")
+                             f"head, got {self.suite=} {self.head=}")
         if self.selection_copy not in ("frozen", "holdout", "current"):
             raise ValueError(f"selection_copy must be 'frozen', 'holdout' or 'current', got {self.selection_copy=}")
         if self.hallucinate not in HALLUCINATE:
@@ -308,6 +307,7 @@ def camera_pretrain_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, c
                                     wrist_projection_dim=cfg.camera_wrist_projection_dim)
     res = cam.camera_pretrain(ccfg)
     save_camera_policy(res.policy, ckpt, res.spec, res.projection, res.wrist_projection)
+    cam.write_camera_replay(ckpt, ccfg, res.demos, replay_dir(ckpt))  # its camera states: the frames are not kept
     success, timing = cam.evaluate_camera(res.policy, res.spec.load_encoder(), pc.specs(), cfg.eval_episodes,
                                           seed=seed, slots=cfg.eval_slots, proprio_dims=res.spec.proprio_dims,
                                           projection=res.projection, wrist_encoder=res.spec.load_wrist_encoder(),
@@ -357,6 +357,26 @@ def trunk_ops(cfg: MetaworldBenchConfig, specs: Sequence[Any], ckpt: str, seed: 
                     lambda policy: pool.evaluate(pt.act_fn(policy), cfg.eval_episodes, seed=seed))
 
 
+def replay_dir(ckpt: str) -> str:
+    """Where the camera pre-training job keeps the camera states of its demonstrations (beside ``ckpt``)."""
+    return f"{ckpt}_replay"
+
+
+def pretraining_replay(cfg: MetaworldBenchConfig, allocation: str, seed: int, ckpt: str) -> list[Any]:
+    """The pre-training demonstrations replayed in every fine-tune, as Demos in the policy's state: the state
+    policy's collected again from the config (deterministic in it), the camera policy's camera states stored by its
+    pre-training job (the same rows it was trained on; data/replay.py StateReplay)."""
+    from amf_ros.training import pretrain as pt
+
+    if cfg.trunk != "image_pretrained":
+        return pt.pretraining_demos(cfg.pretrain_config(allocation, seed))
+    from amf_ros.data.replay import StateReplay
+    from amf_ros.envs.metaworld_rollouts import Demo
+
+    return [Demo(task=str(ep["task"][0]), seed=-1, obs=ep["state"], actions=ep["action"], expert_actions=ep["action"],
+                 success=True) for _, ep in StateReplay(replay_dir(ckpt)).episodes()]
+
+
 def load_for_method(ckpt: str, use_prior: bool, cfg: MetaworldBenchConfig) -> Any:
     """The pre-trained policy of ``ckpt`` with the adaptive prior on or off and the bench's alpha settings."""
     from amf_ros.policies.loading import load_native
@@ -379,7 +399,6 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
     from amf_ros.core.progress import Evaluation, progress_score_fn
     from amf_ros.core.selectors import make_selector
     from amf_ros.runtime.fine_tune_worker import MEMBER_SEED_OFFSET
-    from amf_ros.training import pretrain as pt
 
     limit_threads(1, blas=True)  # as in pretrain_job: bit-identical records on every engine
     t0 = time.perf_counter()
@@ -400,7 +419,7 @@ def method_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, method: st
     scored = spec.selector in ("amf", "progress") or spec.selector in PEER_RULES
     selector = make_selector(spec.selector, tasks=cfg.tasks, **({"warm_start": True} if scored else {}))
     pre_counts = cfg.pretrain_config(allocation, seed).counts()
-    replay = pt.pretraining_demos(cfg.pretrain_config(allocation, seed)) if cfg.replay_fraction > 0 else []
+    replay = pretraining_replay(cfg, allocation, seed, ckpt) if cfg.replay_fraction > 0 else []
     replay_seen = replay if spec.replay_aware else []  # what the criterion conditions on
     # keyed by the selector, not the method: uniform and uniform+prior draw the same task sequence (paired)
     rng = np.random.default_rng([seed, 2, RNG_STREAMS.index(spec.selector)])

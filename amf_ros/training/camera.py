@@ -151,12 +151,16 @@ def collect_camera_demos(specs: Sequence[Any], counts: dict[str, int], encoder: 
                          proprio_dims: int = 8, batch_size: int = 4, wrist_encoder: Any = None
                          ) -> tuple[list[CameraDemo], dict[str, float]]:
     """Successful scripted demonstrations per task, each frame embedded once (and each wrist frame, with a
-    ``wrist_encoder``); (demos, timings in s)."""
+    ``wrist_encoder``); (demos, timings in s). A progress bar counts the kept demonstrations (minutes on 2 cores)."""
+    from tqdm.auto import tqdm
+
     from amf_ros.envs.metaworld_rollouts import EVAL_SEED_OFFSET
 
     rng = np.random.default_rng(seed)
     demos: list[CameraDemo] = []
     timing = {"simulate_s": 0.0, "encode_s": 0.0, "frames": 0}
+    bar = tqdm(total=sum(counts.get(s.key, 0) for s in specs), desc="camera demonstrations", unit="demo",
+               leave=False)
     for spec in specs:
         n = counts.get(spec.key, 0)
         if not n:
@@ -188,9 +192,11 @@ def collect_camera_demos(specs: Sequence[Any], counts: dict[str, int], encoder: 
             demos.append(CameraDemo(spec.key, scene, emb, np.stack(xs)[:, :proprio_dims].astype(np.float32),
                                     np.stack(labels).astype(np.float32), True, wrist))
             kept += 1
+            bar.update()
         if kept < n:
             log.warning("%s: kept %d successful scripted demonstrations of %d attempts (asked for %d)",
                         spec.key, kept, attempts, n)
+    bar.close()
     return demos, timing
 
 

@@ -109,5 +109,16 @@ def test_camera_trunk_smoke_run(tmp_path: Path) -> None:
     assert spec["wrist_pool"] == "keypoints" and spec["wrist_projection_dim"] == 4 and spec["projection_dim"] == 8
     for run in raw["runs"]:
         assert [r["counts"] for r in run["rounds"]][-1] and len(run["rounds"]) == 2
-    with pytest.raises(ValueError, match="image_pretrained"):
-        bench_config("widowx", CONFIGS / "widowx_camera_smoke.yaml", replay_fraction=0.5)
+    # with replay: the pre-training job stores its camera states beside the checkpoint, every fine-tune replays them
+    # and replay-aware AMF conditions on them (the frames themselves are not kept)
+    replayed, config = tmp_path / "cam_replay", tmp_path / "three_rounds.yaml"
+    config.write_text((CONFIGS / "widowx_camera_smoke.yaml").read_text().replace("rounds: 2", "rounds: 3"))
+    assert widowx_main(["--config", str(config), "--jobs", "1", "--no-progress", "--replay-fraction", "0.5",
+                        "--methods", "amf-replay", "--work-dir", str(tmp_path), "--out", str(replayed)]) == 0
+    (run,) = json.loads((replayed / "raw_runs.json").read_text())["runs"]
+    (plain,) = [r for r in raw["runs"] if r["method"] == "amf"]
+    assert run["method"] == "amf-replay" and len(run["rounds"]) == 3
+    first, third = run["rounds"][0], run["rounds"][2]
+    assert first["selected"] == plain["rounds"][0]["selected"]  # the same warm-start demonstration...
+    assert first["loss_last"] != plain["rounds"][0]["loss_last"]  # ...fine-tuned beside the replayed rows
+    assert not third["warm_start"] and all(np.isfinite(list(third["scores"].values()))), third  # AMF's pick

@@ -194,14 +194,15 @@ class PolicyServerParams(OctoTrunkParams):
     )
     replay_dir: str = param(
         "",
-        "Episode store of pre-training demonstrations replayed in every fine-tune (empty = none; `amf run "
-        "--replay-fraction` writes the pre-trained checkpoint's own next to it). Give task_selector the same "
+        "Pre-training demonstrations replayed in every fine-tune: an episode store (the state policy), or the "
+        "folder of a camera policy's stored states (replay_states.npz; trunk image_pretrained); empty = none. `amf "
+        "run --replay-fraction` writes the pre-trained checkpoint's own next to it. Give task_selector the same "
         "replay_dir and replay_fraction: its replay-aware AMF weighs the data as this fine-tune does.",
     )
     replay_fraction: float = param(
         0.0,
         "Share of every fine-tuning minibatch drawn from replay_dir (uq_vla: 0.5), the rest from the recorded "
-        "episodes; 0 = no replay. Needs replay_dir and the state policy (backend native, trunk state); the adaptive "
+        "episodes; 0 = no replay. Needs replay_dir and backend native (the Octo backend refuses it); the adaptive "
         "prior is fitted on the recorded episodes only.",
         range=(0.0, 0.99),
     )

@@ -84,15 +84,15 @@ class TaskSelectorParams(OctoTrunkParams):
     )
     replay_dir: str = param(
         "",
-        "selector amf: the episode store of pre-training demonstrations policy_server replays (its replay_dir); "
-        "empty = none.",
+        "selector amf: the pre-training demonstrations policy_server replays (its replay_dir: an episode store, or "
+        "a camera policy's stored states); empty = none.",
     )
     replay_fraction: float = param(
         0.0,
         "selector amf: policy_server's replay_fraction. > 0 = replay-aware AMF (core/amf_nn.py): the criterion "
         "conditions on the replayed episodes at their share of the fine-tuning minibatches and weighs the recorded "
-        "ones by the rest, as the fine-tune does; 0 = the paper's criterion. Needs replay_dir and the state "
-        "policy (backend native, trunk state).",
+        "ones by the rest, as the fine-tune does; 0 = the paper's criterion. Needs replay_dir and backend native "
+        "(the state or the camera policy).",
         range=(0.0, 0.99),
     )
     frames_per_episode: int = param(
