@@ -217,7 +217,10 @@ def replay_cache(replay_dir: str | Path | None, fraction: float, action_space: s
         raise ReplaySettingsError(f"replay_dir {str(replay_dir)!r} is not a directory (an episode store of "
                                   "pre-training demonstrations, or a camera policy's stored states)")
     if (replay_dir / STATES_FILE).is_file():
-        replay = StateReplay(replay_dir)
+        try:
+            replay = StateReplay(replay_dir)
+        except ValueError as exc:  # unreadable: the same file is there after a restart
+            raise ReplaySettingsError(str(exc)) from None
         if replay.state_key != state_key:
             whose = f"the camera policy whose states are {state_key!r}" if state_key else "the state policy"
             raise ReplaySettingsError(

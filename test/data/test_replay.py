@@ -123,3 +123,5 @@ def test_a_stored_state_replay_refuses_what_it_cannot_use(tmp_path):
     (tmp_path / STATES_FILE).write_bytes(b"not a zip")  # e.g. a disk that filled while another tool wrote it
     with pytest.raises(ValueError, match="not a readable replay"):
         StateReplay(tmp_path)
+    with pytest.raises(ReplaySettingsError, match="not a readable replay"):  # a node ends for good, with the reason
+        replay_cache(tmp_path, 0.5, "eef7", state_key="camera-abc")

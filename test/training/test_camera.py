@@ -134,6 +134,9 @@ def _check_replay(cam, path, replay_dir, cfg, monkeypatch):
     real = cam.pretraining_demos
     monkeypatch.setattr(cam, "pretraining_demos", lambda c: (_ for _ in ()).throw(AssertionError("collected again")))
     assert cam.ensure_camera_replay(path) == replay_dir
+    from amf_ros.bringup.pretrained import ensure_replay_store
+
+    assert ensure_replay_store(path) == replay_dir  # `amf run --replay-fraction`'s entry: a camera checkpoint's own
     monkeypatch.setattr(cam, "pretraining_demos", real)
     (replay_dir / "replay_states.npz").unlink()
     assert cam.ensure_camera_replay(path) == replay_dir  # from pretrain.json: the same scene, rendered again
