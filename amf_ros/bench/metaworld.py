@@ -294,6 +294,7 @@ def camera_pretrain_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, c
     """:func:`pretrain_job` of the camera policy (``trunk: image_pretrained``): the allocation's successful scripted
     demonstrations rendered and embedded once (amf_ros/training/camera.py), the projection fitted on them, the head
     trained; saved with its marker and projection, evaluated on the camera."""
+    from amf_ros.data.replay import replay_beside
     from amf_ros.policies.camera_policy import save_camera_policy
     from amf_ros.training import camera as cam
 
@@ -307,7 +308,7 @@ def camera_pretrain_job(cfg: MetaworldBenchConfig, allocation: str, seed: int, c
                                     wrist_projection_dim=cfg.camera_wrist_projection_dim)
     res = cam.camera_pretrain(ccfg)
     save_camera_policy(res.policy, ckpt, res.spec, res.projection, res.wrist_projection)
-    cam.write_camera_replay(ckpt, ccfg, res.demos, replay_dir(ckpt))  # its camera states: the frames are not kept
+    cam.write_camera_replay(ckpt, ccfg, res.demos, replay_beside(ckpt))  # its camera states: frames are not kept
     success, timing = cam.evaluate_camera(res.policy, res.spec.load_encoder(), pc.specs(), cfg.eval_episodes,
                                           seed=seed, slots=cfg.eval_slots, proprio_dims=res.spec.proprio_dims,
                                           projection=res.projection, wrist_encoder=res.spec.load_wrist_encoder(),
@@ -357,11 +358,6 @@ def trunk_ops(cfg: MetaworldBenchConfig, specs: Sequence[Any], ckpt: str, seed: 
                     lambda policy: pool.evaluate(pt.act_fn(policy), cfg.eval_episodes, seed=seed))
 
 
-def replay_dir(ckpt: str) -> str:
-    """Where the camera pre-training job keeps the camera states of its demonstrations (beside ``ckpt``)."""
-    return f"{ckpt}_replay"
-
-
 def pretraining_replay(cfg: MetaworldBenchConfig, allocation: str, seed: int, ckpt: str) -> list[Any]:
     """The pre-training demonstrations replayed in every fine-tune, as Demos in the policy's state: the state
     policy's collected again from the config (deterministic in it), the camera policy's camera states stored by its
@@ -370,11 +366,11 @@ def pretraining_replay(cfg: MetaworldBenchConfig, allocation: str, seed: int, ck
 
     if cfg.trunk != "image_pretrained":
         return pt.pretraining_demos(cfg.pretrain_config(allocation, seed))
-    from amf_ros.data.replay import StateReplay
+    from amf_ros.data.replay import StateReplay, replay_beside
     from amf_ros.envs.metaworld_rollouts import Demo
 
     return [Demo(task=str(ep["task"][0]), seed=-1, obs=ep["state"], actions=ep["action"], expert_actions=ep["action"],
-                 success=True) for _, ep in StateReplay(replay_dir(ckpt)).episodes()]
+                 success=True) for _, ep in StateReplay(replay_beside(ckpt)).episodes()]
 
 
 def load_for_method(ckpt: str, use_prior: bool, cfg: MetaworldBenchConfig) -> Any:

@@ -117,6 +117,7 @@ def ensure_replay_store(checkpoint: str | Path) -> Path:
         ValueError: ``checkpoint`` has no ``pretrain.json`` with a pre-training config (not made by `amf pretrain`
             or the camera recipe).
     """
+    from amf_ros.data.replay import replay_beside
     from amf_ros.policies.camera_policy import read_marker
     from amf_ros.training.pretrain import PretrainConfig, write_replay_store
 
@@ -125,7 +126,7 @@ def ensure_replay_store(checkpoint: str | Path) -> Path:
 
         return ensure_camera_replay(checkpoint)
     checkpoint = Path(checkpoint)
-    out = checkpoint.parent / f"{checkpoint.name}_replay"
+    out = replay_beside(checkpoint)
     if out.is_dir():  # written in one rename: present = complete
         return out
     try:

@@ -42,6 +42,13 @@ STATES_VERSION = 1
 _COLUMNS = ("state", "action", "task", "episode_index", "step")
 
 
+def replay_beside(checkpoint: str | Path) -> Path:
+    """Where a pre-trained checkpoint's own replay lives: ``<checkpoint>_replay``, beside it (an episode store for
+    the state policy, :data:`STATES_FILE` for a camera policy)."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.parent / f"{checkpoint.name}_replay"
+
+
 class ReplaySettingsError(ValueError):
     """The replay settings cannot work with this policy (a restart with the same parameters fails the same way)."""
 

@@ -350,11 +350,11 @@ def ensure_camera_replay(checkpoint: str | Path) -> Path:
     Raises:
         ValueError: ``checkpoint`` has no ``pretrain.json`` with a camera pre-training config.
     """
-    from amf_ros.data.replay import STATES_FILE, StateReplay
+    from amf_ros.data.replay import STATES_FILE, StateReplay, replay_beside
     from amf_ros.policies.camera_policy import camera_state_key
 
     checkpoint = Path(checkpoint)
-    out = checkpoint.parent / f"{checkpoint.name}_replay"
+    out = replay_beside(checkpoint)
     if (out / STATES_FILE).is_file():
         try:
             if StateReplay(out).state_key == camera_state_key(checkpoint):
@@ -473,6 +473,7 @@ def ensure_camera_pretrained(cache: str | Path, config: CameraPretrainConfig | N
     import tempfile
 
     from amf_ros.atomic import atomic_write_json
+    from amf_ros.data.replay import replay_beside
     from amf_ros.policies.camera_policy import save_camera_policy
     from amf_ros.threads import limited_threads
 
@@ -495,7 +496,7 @@ def ensure_camera_pretrained(cache: str | Path, config: CameraPretrainConfig | N
             out.rename(final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    write_camera_replay(final, cfg, res.demos, final.parent / f"{final.name}_replay")  # free now; minutes to redo later
+    write_camera_replay(final, cfg, res.demos, replay_beside(final))  # free now; minutes to redo later
     return final
 
 

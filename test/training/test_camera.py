@@ -132,7 +132,10 @@ def _check_replay(cam, path, replay_dir, cfg, monkeypatch):
     (_, stored), = replay.episodes()
     assert set(stored["task"]) == {"carrot_on_plate"} and stored["state"].shape[1] == read_marker(path).state_dim
     real = cam.pretraining_demos
-    monkeypatch.setattr(cam, "pretraining_demos", lambda c: (_ for _ in ()).throw(AssertionError("collected again")))
+    def refuse(config):
+        raise AssertionError("collected again although the replay is there")
+
+    monkeypatch.setattr(cam, "pretraining_demos", refuse)
     assert cam.ensure_camera_replay(path) == replay_dir
     from amf_ros.bringup.pretrained import ensure_replay_store
 
