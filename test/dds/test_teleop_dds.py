@@ -119,7 +119,8 @@ def test_joy_stream_records_a_demonstration_of_exactly_the_applied_actions(arm, 
             return res if res.ok else None
         ep = wait_for(started, 60, "StartEpisode (topics alive)", poll=0.5)
         streams["applied"].clear()
-        x0 = np.asarray(streams["state"].msgs()[-1].values)[0]
+        # the recorder hearing the state says nothing of this test's own subscription (its discovery may lag)
+        x0 = np.asarray(wait_for(lambda: streams["state"].msgs(), 30, "the arm's state")[-1].values)[0]
         axes[1], buttons[DEADMAN] = 1.0, 1  # left stick forward, RB held
         pad.set((list(axes), list(buttons)))
         wait_for(lambda: len(streams["applied"].msgs()) >= 5, 30, "5 applied actions")
@@ -183,7 +184,7 @@ def test_twist_with_spacenav_buttons_drives_and_stops(arm, client_node) -> None:
         time.sleep(4 * PERIOD_NS / 1e9)
         state = json.loads(streams["teleop"].msgs()[-1].data)
         assert streams["applied"].msgs() == [] and not state["driving"] and state["input"] == "twist"
-        z0 = np.asarray(streams["state"].msgs()[-1].values)[2]
+        z0 = np.asarray(wait_for(lambda: streams["state"].msgs(), 30, "the arm's state")[-1].values)[2]
         press(0, True)
         wait_for(lambda: len(streams["applied"].msgs()) >= 5, 30, "5 applied actions")
         t_release = press(0, False)
