@@ -551,6 +551,8 @@ def run(cfg: MetaworldBenchConfig, jobs: int = 1, work_dir: str | os.PathLike | 
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs=}")
     kind = "serial" if jobs == 1 and not ray_address else (engine or default_engine())
+    if work_dir:  # a --work-dir that does not exist yet is made, as --out is
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"amf_{cfg.suite}_", dir=work_dir))
     pre_jobs = [(cfg, a, s, str(tmp / f"pretrained_{a}_{s}")) for a in cfg.allocations
                 for s in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]

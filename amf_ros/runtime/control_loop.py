@@ -14,7 +14,11 @@ action's observation" is not enough: one extra observation of the old state (sim
 idle, e.g. during a slow first inference) put the camera policy one step behind for the rest of the episode, each action
 computed from the state before its predecessor took effect (session 36; docs/ros-robot.md has the numbers). Arrival is
 not enough either: a frame the arm sent before the action reached it can be delivered after the action went out (the
-process's executor runs late while an inference holds the CPU); its stamp says so. The first action waits at most
+process's executor runs late while an inference holds the CPU); its stamp says so. Nor is the stamp: an idle
+re-publish measured after the action was stamped but before the arm took it (sim_bridge's executor busy) shows the old
+state; its TaskStatus, stamped as the frame, says the arm applied nothing since the previous action's observation, and
+the loop waits for the next frame (``action_valid_for_s``; once the action expired unapplied, the arm dropped it and the
+frame is current). The first action waits at most
 ``obs_timeout_s`` for one (the arm may be idle, re-publishing slowly); after that an observation older than ``stale_s``
 (default 1.5 control periods) is stale: nothing is computed from it, and unless a fresh one arrives the goal ends with
 ok=false one period after the later of "it went stale" and "this thread started waiting for a new one" (a slow inference
@@ -45,6 +49,7 @@ actions only.
 from __future__ import annotations
 
 import bisect
+import collections
 import threading
 import time
 from dataclasses import dataclass, field
@@ -71,20 +76,25 @@ class Latest:
     """The newest value of a stream, its arrival time (monotonic) and its source stamp, shared between callbacks and
     the loop.
 
-    ``wait_newer(since, timeout)`` blocks (bounded) until a value newer than ``since`` arrives.
+    ``wait_newer(since, timeout)`` blocks (bounded) until a value newer than ``since`` arrives. The last
+    ``history`` stamped values stay findable by stamp (:meth:`at`): sim_bridge stamps a frame's TaskStatus with the
+    frame's own stamp, so the loop can read what the arm had applied when a frame was measured.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, history: int = 32) -> None:
         self._cond = threading.Condition()
         self._value: Any = None
         self._time = -1.0
         self._count = 0
         self._stamp_ns = 0
+        self._by_stamp: collections.deque[tuple[int, Any]] = collections.deque(maxlen=history)
 
     def set(self, value: Any, stamp_ns: int = 0) -> None:
         """Store a new value (measured at ``stamp_ns`` of the ROS clock; 0 = unknown) and wake every waiter."""
         with self._cond:
             self._value, self._time, self._stamp_ns = value, time.monotonic(), int(stamp_ns)
+            if stamp_ns > 0:
+                self._by_stamp.append((int(stamp_ns), value))
             self._count += 1
             self._cond.notify_all()
 
@@ -97,6 +107,15 @@ class Latest:
         """:meth:`get` and the value's source stamp, ns of the ROS clock (0 = unknown)."""
         with self._cond:
             return self._value, self._time, self._count, self._stamp_ns
+
+    def at(self, stamp_ns: int) -> tuple[Any, bool]:
+        """(the value stamped ``stamp_ns`` among the recent ones or None, whether one may still come: no value
+        stamped at or after it has arrived yet)."""
+        with self._cond:
+            for stamp, value in reversed(self._by_stamp):
+                if stamp == stamp_ns:
+                    return value, False
+            return None, self._stamp_ns < stamp_ns
 
     def wait_newer(self, count: int, timeout_s: float) -> bool:
         """Wait until more than ``count`` values have arrived; False after ``timeout_s``."""
@@ -122,6 +141,7 @@ class RunResult:
     takeovers: int = 0  # times a person took control during the goal
     act_times: list[float] = field(default_factory=list)  # duration of every policy call, s
     early_observations: int = 0  # observations that arrived after an action but were measured before it (skipped)
+    unapplied_observations: int = 0  # observations whose arm status shows no action applied since the last acted on
 
     @property
     def periods(self) -> np.ndarray:
@@ -139,7 +159,10 @@ class RunResult:
         act = f", inference max {max(self.act_times) * 1e3:.1f} ms" if self.act_times else ""
         early = (f", {self.early_observations} observations measured before the action preceding them skipped"
                  if self.early_observations else "")
-        return f"mean period {mean * 1e3:.1f} ms, median {median * 1e3:.1f} ms, max {worst * 1e3:.1f} ms{act}{early}"
+        unapplied = (f", {self.unapplied_observations} observations showing the previous action not yet applied "
+                     "skipped" if self.unapplied_observations else "")
+        return (f"mean period {mean * 1e3:.1f} ms, median {median * 1e3:.1f} ms, max {worst * 1e3:.1f} ms"
+                f"{act}{early}{unapplied}")
 
 
 @dataclass(frozen=True)
@@ -156,10 +179,15 @@ class ControlLoopConfig:
     """Most actions taken from the chunks of one observation; 1 = one inference per action (synchronous). Above
     1, inference runs on a thread of its own and a policy slower than the period keeps the rate with the next
     steps of its chunks (at most this many steps past the observation they were predicted from)."""
+    action_valid_for_s: float = 0.0
+    """How long after its stamp the arm may still apply an action (EefDeltaAction.valid_for; the arm drops it
+    later). Above 0, with a stamped task status, an observation whose status shows that the arm applied no action
+    since the observation the previous action came from is not acted on (the one-step loop), unless it was measured
+    after the previous action expired (the arm dropped it). 0: that rule is off."""
 
     def __post_init__(self) -> None:
         if not (self.period_s > 0 and self.max_steps >= 1 and self.obs_timeout_s > 0 and self.status_timeout_s > 0
-                and self.stale_s >= 0 and self.execution_horizon >= 1):
+                and self.stale_s >= 0 and self.execution_horizon >= 1 and self.action_valid_for_s >= 0):
             raise ValueError(f"bad control loop timing, got {self}")
         if self.stale_s == 0:
             object.__setattr__(self, "stale_s", 1.5 * self.period_s)
@@ -202,6 +230,7 @@ class ControlLoop:
         self._inferred_at = 0.0  # monotonic end of the newest inference
         self._last_sent = -1.0  # monotonic start of the newest publish: observations before it are old
         self._sent_stamps: list[int] = []  # this goal's actions' stamps (ROS clock; 0 = unstamped), in order
+        self._applied_used: tuple[int, int] | None = None  # the arm's (resets, steps) at the used observation
         self._ended = threading.Event()
         self._thread = threading.Thread(target=self._run_safely, name=f"control:{task}", daemon=True)
 
@@ -255,7 +284,7 @@ class ControlLoop:
         if h.generation != self._generation:  # control came back since the last pass
             self._generation = h.generation
             ChunkActor.reset(self.actor)  # chunks predicted before the take-over are not the current state's
-            self._fresh = True
+            self._fresh, self._applied_used = True, None
             return True
         if h.policy_may_act():
             return False
@@ -279,6 +308,25 @@ class ControlLoop:
         late while an inference holds the CPU). Both stamps come from ROS clocks assumed synchronised, as the arm's
         action gate already assumes; an unstamped observation or action is judged on arrival only."""
         return 0 < stamp_ns <= (self._sent_stamps[-1] if self._sent_stamps else 0)
+
+    def _applied_at(self, stamp_ns: int) -> tuple[tuple[int, int] | None, bool]:
+        """The arm's (resets, steps) when the observation stamped ``stamp_ns`` was measured, from the TaskStatus of
+        the same stamp (None: unknown), and whether that status may still come (the arm sends it just after the
+        frame)."""
+        if self.status is None or self.cfg.action_valid_for_s <= 0 or stamp_ns <= 0:
+            return None, False
+        value, pending = self.status.at(stamp_ns)
+        return ((value.resets, value.steps) if value is not None else None), pending
+
+    def _previous_action_unapplied(self, applied: tuple[int, int] | None, stamp_ns: int) -> bool:
+        """True when the arm had applied nothing since the observation the previous action came from (``applied``:
+        its count when this one was measured) while that action could still be applied: the observation shows the
+        state the previous action was computed from (an idle re-publish measured after the action was stamped but
+        before the arm took it). Once the action expired unapplied, the arm dropped it and the observation is current.
+        """
+        last = self._sent_stamps[-1] if self._sent_stamps else 0
+        return (applied is not None and applied == self._applied_used and last > 0
+                and stamp_ns <= last + int(self.cfg.action_valid_for_s * 1e9))
 
     def _status_start(self) -> tuple[TaskStatusValue | None, str]:
         """The arm's status when the goal starts, and why it cannot act ("" = it can): with a success detector, the
@@ -378,6 +426,7 @@ class ControlLoop:
         waiting_since: float | None = None
         used = 0  # count of the observation the previous action was computed from
         skipped = 0  # count of the newest observation skipped as measured before the previous action
+        unapplied_seen = 0  # count of the newest observation skipped as showing the previous action unapplied
         while True:
             if self._interrupted() or self._arm_episode_over(first_status):
                 return
@@ -400,8 +449,17 @@ class ControlLoop:
             if measured_before and not arrived_before and count not in (used, skipped):
                 skipped = count
                 r.early_observations += 1
+            applied, status_pending = self._applied_at(stamp_ns)
+            if status_pending and count != used and now - t_obs < cfg.period_s / 2:
+                # the frame's status follows it on its own topic: wait for it, bounded (then judged without it)
+                self.status.wait_newer(self.status.get()[2], t_obs + cfg.period_s / 2 - now)
+                continue
+            unapplied = not (arrived_before or measured_before) and self._previous_action_unapplied(applied, stamp_ns)
+            if unapplied and count not in (used, unapplied_seen):
+                unapplied_seen = count
+                r.unapplied_observations += 1
             if (obs is None or count == used or due - t_obs > max_age or t_obs <= self._fresh_after()
-                    or arrived_before or measured_before):
+                    or arrived_before or measured_before or unapplied):
                 # Never act twice on one observation (a frozen arm must not be driven open-loop), nor on an old
                 # one, nor on one from before the previous action went out. Before the first action the wait is
                 # timed from the first tick that found none (an idle arm re-publishes slowly); once acting, the goal
@@ -426,7 +484,7 @@ class ControlLoop:
                     wait = min(wait, max(0.0, max(t_obs + stale_s, waiting_since) + cfg.period_s - now) + 0.001)
                 self.observations.wait_newer(count, wait)
                 continue
-            waiting_since, used = None, count
+            waiting_since, used, self._applied_used = None, count, applied
             t0 = time.monotonic()
             self.actor.predict(obs, r.steps)
             action, bad = self._checked(self.actor.action(r.steps))

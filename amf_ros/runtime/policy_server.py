@@ -523,10 +523,10 @@ class PolicyServer:
             return
         self._wrist = rgb
 
-    def observe_status(self, value: Any) -> None:
-        """A TaskStatusValue from the arm (sim_bridge)."""
+    def observe_status(self, value: Any, stamp_ns: int = 0) -> None:
+        """A TaskStatusValue from the arm (sim_bridge), stamped as the frame it goes with (0 = unknown)."""
         if self.status is not None:
-            self.status.set(value)
+            self.status.set(value, stamp_ns)
 
     def observe_arm(self, counts: ActionCounts) -> bool:
         """The arm's ArmStatus (e-stop, actions applied and refused by reason). An e-stop engaged during a goal ends
@@ -594,7 +594,7 @@ class PolicyServer:
                                     # after sending: its status is awaited that long plus an observation timeout
                                     status_timeout_s=p.observation_timeout_s + p.action_valid_for_s,
                                     stale_s=p.observation_stale_periods / p.control_rate_hz,
-                                    execution_horizon=p.execution_horizon)
+                                    execution_horizon=p.execution_horizon, action_valid_for_s=p.action_valid_for_s)
             if self.octo is not None:
                 act = self.octo.actor(policy)
                 act.reset(task)

@@ -3,6 +3,7 @@ subscription callbacks would store them), and the verdicts the goal gets in ever
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import queue
 import threading
@@ -137,6 +138,88 @@ def test_an_observation_measured_before_the_previous_action_is_not_acted_on_thou
     assert r.ok and r.steps == 5, r.message
     assert [a[0] for a in arm.actions] == [0.0, 1.0, 2.0, 3.0, 4.0], "every action from its predecessor's result"
     assert r.early_observations == 4 and "4 observations measured before the action preceding them" in r.message
+
+
+class QueuedActionArm(SlowArm):
+    """sim_bridge with its single-threaded executor busy when an action arrives: an idle re-publish of the state
+    before the action, measured after the action's stamp, goes out before the action is taken ``delay_s`` later
+    (session 38 traced 0.5% of inferences acting on one state twice this way). Each frame's TaskStatus carries the
+    frame's stamp and the actions applied so far. Stamps: ns of the monotonic clock, the arm's and the loop's ROS
+    clock. ``drop``: actions (0-based) the arm never applies (arrived stale); :meth:`idle` re-publishes meanwhile."""
+
+    def __init__(self, delay_s: float, drop: tuple[int, ...] = ()) -> None:
+        super().__init__(delay_s)
+        self.drop, self.applied = drop, 0
+        self.lock = threading.Lock()
+        self.frame()
+
+    def frame(self) -> None:
+        with self.lock:
+            stamp = time.monotonic_ns()
+            self.obs.set({"state": np.full(3, self.state, np.float32)}, stamp)
+            self.status.set(TaskStatusValue(self.task, resets=1, steps=self.applied, success=False, done=False),
+                            stamp)
+
+    def idle(self, stop: threading.Event, period_s: float = 0.03) -> None:
+        """Re-publish the current frame every ``period_s`` until ``stop`` (on a thread of its own)."""
+        while not stop.wait(period_s):
+            self.frame()
+
+    def publish(self, action: np.ndarray) -> int:
+        stamp = time.monotonic_ns()
+        self.actions.append(action)
+        k = len(self.actions) - 1
+        time.sleep(0.001)
+        self.frame()  # the re-publish: measured after the action's stamp, before the action is taken
+        if k in self.drop:
+            return stamp
+
+        def apply() -> None:
+            time.sleep(self.delay_s)
+            with self.lock:
+                self.state, self.applied = self.state + 1, self.applied + 1
+            self.frame()
+        threading.Thread(target=apply, daemon=True).start()
+        return stamp
+
+
+def test_an_observation_whose_arm_status_shows_the_previous_action_unapplied_is_not_acted_on() -> None:
+    """The last path to acting twice on one state: a frame measured after the action's stamp but before the arm took
+    the action passes the arrival and stamp rules. Its TaskStatus (same stamp) says the arm has applied nothing since
+    the observation the previous action came from: the loop waits for the next frame, and counts the skip."""
+    arm = QueuedActionArm(delay_s=0.1)
+    cfg = ControlLoopConfig(period_s=0.02, max_steps=5, obs_timeout_s=1.0, status_timeout_s=1.0, stale_s=0.3,
+                            action_valid_for_s=0.5)
+    loop = _loop(arm, cfg).start()
+    assert loop.join(10.0)
+    r = loop.result
+    assert r.ok and r.steps == 5, r.message
+    assert [a[0] for a in arm.actions] == [0.0, 1.0, 2.0, 3.0, 4.0], "every action from its predecessor's result"
+    assert r.unapplied_observations == 4 and "4 observations showing the previous action not yet applied" in r.message
+    # the rule off (no validity known, the loop's default): the re-publish is acted on, the state acted on twice
+    arm = QueuedActionArm(delay_s=0.1)
+    loop = _loop(arm, dataclasses.replace(cfg, action_valid_for_s=0.0)).start()
+    assert loop.join(10.0)
+    assert [a[0] for a in arm.actions][:2] == [0.0, 0.0] and loop.result.unapplied_observations == 0
+
+
+def test_an_action_the_arm_dropped_does_not_hold_the_loop_once_it_expired() -> None:
+    """The arm dropped the second action: its frames keep saying nothing was applied. Once measured after that
+    action's validity ended, they show the current state and the loop acts on them; the goal goes on."""
+    arm = QueuedActionArm(delay_s=0.02, drop=(1,))
+    cfg = ControlLoopConfig(period_s=0.02, max_steps=4, obs_timeout_s=1.0, status_timeout_s=2.0, stale_s=0.5,
+                            action_valid_for_s=0.1)
+    idle = threading.Event()
+    threading.Thread(target=arm.idle, args=(idle,), daemon=True).start()
+    try:
+        loop = _loop(arm, cfg).start()
+        assert loop.join(10.0)
+    finally:
+        idle.set()
+    r = loop.result
+    assert r.ok and r.steps == 4 and "4 steps sent, 3 applied by the arm" in r.message, r.message
+    # the action after the dropped one is computed from the state it left (1), once, then the arm moves on
+    assert [a[0] for a in arm.actions] == [0.0, 1.0, 1.0, 2.0]
 
 
 def test_the_goals_first_inference_leaves_the_stale_bound_once_a_second_one_exists() -> None:

@@ -264,7 +264,8 @@ class PolicyServerNode(Node):
             self.get_logger().error(f"camera: {exc}", throttle_duration_sec=5.0)
 
     def _status(self, m: TaskStatus) -> None:
-        self.server.observe_status(TaskStatusValue(m.task, int(m.resets), int(m.steps), bool(m.success), bool(m.done)))
+        self.server.observe_status(TaskStatusValue(m.task, int(m.resets), int(m.steps), bool(m.success), bool(m.done)),
+                                   stamp_ns(m.header.stamp))
 
     async def execute_run(self, goal_handle) -> RunPolicy.Result:
         """Hand the goal to the control thread and await it (bounded: PolicyServer.run)."""
