@@ -797,8 +797,11 @@ def bench_config(suite: str, path: str | os.PathLike | None = None, **overrides:
 
 
 def merge_runs(raw_paths: Sequence[str | os.PathLike], out: Path) -> int:
-    """Summarise the raw records of several runs of one config over disjoint seeds as one run (``--merge``): the
-    config of each is read from the results.json beside its raw_runs.json; they must agree except in their seeds."""
+    """Summarise the raw records of several runs of one config as one run (``--merge``): runs over disjoint seeds,
+    or over the same seeds with disjoint methods (a grid too long for one sitting: the camera policy's). The config
+    of each is read from the results.json beside its raw_runs.json; they must agree except in their seeds and
+    methods, runs sharing a seed must have pre-trained it alike (the same round-0 success), and every seed must end
+    up with every method."""
     import json
 
     from amf_ros.atomic import atomic_write_json
@@ -815,15 +818,32 @@ def merge_runs(raw_paths: Sequence[str | os.PathLike], out: Path) -> int:
                for d in docs]
     first = configs[0]
     for other, p in zip(configs[1:], raw_paths[1:], strict=True):
-        diff = sorted(k for k in known - {"seeds", "first_seed"} if first[k] != other[k])
+        diff = sorted(k for k in known - {"seeds", "first_seed", "methods"} if first[k] != other[k])
         if diff:
-            raise ValueError(f"{p}: its config differs from the first run's in {diff}; only seeds may differ")
-    seeds = [p["seed"] for r in raws for p in r["pretrain"]]
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"the runs share seeds: {sorted(seeds)}")
-    cfg = MetaworldBenchConfig(**{**first, "seeds": len(set(seeds)), "first_seed": min(seeds)})
-    raw = {"pretrain": [p for r in raws for p in r["pretrain"]], "runs": [x for r in raws for x in r["runs"]],
-           "engine": raws[0].get("engine", "")}
+            raise ValueError(f"{p}: its config differs from the first run's in {diff}; only seeds and methods may "
+                             "differ")
+    pretrain: dict[tuple[str, int], dict[str, Any]] = {}
+    for r, p in zip(raws, raw_paths, strict=True):
+        for rec in r["pretrain"]:
+            key = (rec["allocation"], rec["seed"])
+            if key in pretrain and pretrain[key]["success"] != rec["success"]:
+                raise ValueError(f"{p}: seed {rec['seed']} ({rec['allocation']}) was pre-trained differently from "
+                                 f"an earlier run's (round-0 success {rec['success']} vs {pretrain[key]['success']}: "
+                                 "another CPU or code?); its methods cannot be merged with that run's")
+            pretrain.setdefault(key, rec)
+    runs = [x for r in raws for x in r["runs"]]
+    cells = [(x["allocation"], x["seed"], x["method"]) for x in runs]
+    shared = sorted({c for c in cells if cells.count(c) > 1})
+    if shared:
+        raise ValueError(f"the runs share seeds and methods: {shared}")
+    methods = list(dict.fromkeys(m for c in configs for m in c["methods"]))
+    have = set(cells)
+    missing = sorted((a, s, m) for (a, s) in pretrain for m in methods if (a, s, m) not in have)
+    if missing:
+        raise ValueError(f"the merged grid is incomplete: no run of {missing} (every seed needs every method)")
+    seeds = sorted({s for _, s in pretrain})
+    cfg = MetaworldBenchConfig(**{**first, "seeds": len(seeds), "first_seed": min(seeds), "methods": methods})
+    raw = {"pretrain": list(pretrain.values()), "runs": runs, "engine": raws[0].get("engine", "")}
     atomic_write_json(out / "raw_runs.json", raw)
     settings = summarize_runs(cfg, raw)
     results = {"benchmark": docs[0]["benchmark"],
@@ -833,8 +853,8 @@ def merge_runs(raw_paths: Sequence[str | os.PathLike], out: Path) -> int:
     path = write_results(out, results)
     plots = plot_all(cfg, settings, out)
     print(table(cfg, settings))
-    print(f"merged {len(raws)} runs, seeds {sorted(seeds)}, summed wall time {results['wall_time_s']:.0f} s; wrote "
-          f"{path} and {', '.join(p.name for p in plots)}")
+    print(f"merged {len(raws)} runs, seeds {seeds}, methods {methods}, summed wall time "
+          f"{results['wall_time_s']:.0f} s; wrote {path} and {', '.join(p.name for p in plots)}")
     return 0
 
 
@@ -886,8 +906,9 @@ def _main(argv: Sequence[str], suite: str) -> int:
                         help="seeds first_seed .. first_seed + seeds - 1 (split a grid over runs; see --merge)")
     parser.add_argument("--merge", nargs="+", default=None, metavar="RAW_RUNS_JSON",
                         help="summarise the raw_runs.json of several runs of one config with disjoint seeds (e.g. "
-                             "--first-seed 0 --seeds 3 and --first-seed 3 --seeds 2) as one run into --out; the config "
-                             "is the first run's results.json next to it, with the merged seeds")
+                             "--first-seed 0 --seeds 3 and --first-seed 3 --seeds 2) or disjoint --methods on the "
+                             "same seeds as one run into --out; the config is the first run's results.json next to "
+                             "it, with the merged seeds and methods")
     args = parser.parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.replot:

@@ -90,6 +90,34 @@ def test_family_smoke_run_reports_new_and_pretrained_tasks(tmp_path: Path) -> No
     with pytest.raises(ValueError, match="share seeds"):
         widowx_main(["--merge", str(out / "raw_runs.json"), str(out / "raw_runs.json"), "--out", str(merged)])
 
+    # seed 1's methods split over two runs (a grid too long for one sitting), merged with seed 0: the same result
+    halves = [_methods_only(out2, tmp_path / f"half{i}", ms)
+              for i, ms in enumerate((["amf", "uniform+prior"], ["uniform", "rebalancing"]))]
+    by_method = tmp_path / "by_method"
+    assert widowx_main(["--merge", str(out / "raw_runs.json"), *map(str, halves), "--out", str(by_method)]) == 0
+    split = json.loads((by_method / "results.json").read_text())
+    assert split["config"]["methods"] == ["amf", "uniform+prior", "uniform", "rebalancing"]
+    assert split["settings"][0]["methods"] == both["settings"][0]["methods"]
+    with pytest.raises(ValueError, match="incomplete"):  # seed 1 without uniform and rebalancing
+        widowx_main(["--merge", str(out / "raw_runs.json"), str(halves[0]), "--out", str(by_method)])
+    raw = json.loads(halves[1].read_text())
+    raw["pretrain"][0]["success"]["stack_cube"] += 0.5  # another pre-training of seed 1
+    halves[1].write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="pre-trained differently"):
+        widowx_main(["--merge", str(out / "raw_runs.json"), *map(str, halves), "--out", str(by_method)])
+
+
+def _methods_only(run: Path, out: Path, methods: list[str]) -> Path:
+    """A copy of ``run``'s records and results.json as if it had been run with ``--methods`` ``methods`` only."""
+    out.mkdir()
+    raw = json.loads((run / "raw_runs.json").read_text())
+    raw["runs"] = [r for r in raw["runs"] if r["method"] in methods]
+    doc = json.loads((run / "results.json").read_text())
+    doc["config"]["methods"] = methods
+    (out / "results.json").write_text(json.dumps(doc))
+    (out / "raw_runs.json").write_text(json.dumps(raw))
+    return out / "raw_runs.json"
+
 
 @pytest.mark.skipif(os.environ.get("MUJOCO_GL") != "osmesa",
                     reason="the camera renders through OSMesa only (source scripts/env.sh)")
