@@ -291,8 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     """Entry point of `amf run`."""
     logging.basicConfig(level=logging.INFO, format="[amf run] %(message)s")
-    args = build_parser().parse_args(list(argv))
-    cfg = LoopConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LoopConfig)})
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    try:
+        cfg = LoopConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LoopConfig)})
+    except ValueError as exc:  # a bad combination of options: the usage and the reason, not a traceback
+        parser.error(str(exc))
     try:
         results = run_loop(cfg)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the rounds so far are written and the nodes stopped (run_loop)

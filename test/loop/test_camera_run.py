@@ -20,7 +20,7 @@ import pytest
 TASKS = ("spoon_on_towel", "stack_cube")  # the mismatched split of two: spoon pre-trained, stack new
 
 
-def test_trunk_flag_is_checked_and_switches_the_nodes_to_the_camera(tmp_path: Path) -> None:
+def test_trunk_flag_is_checked_and_switches_the_nodes_to_the_camera(tmp_path: Path, capsys) -> None:
     from amf_ros.loop.nodes import CAMERA_OVERRIDES, node_overrides
     from amf_ros.loop.run import LoopConfig, build_parser
 
@@ -36,6 +36,12 @@ def test_trunk_flag_is_checked_and_switches_the_nodes_to_the_camera(tmp_path: Pa
         LoopConfig(arm="widowx", trunk="image_pretrained", robots=2)
     with pytest.raises(ValueError, match="diffusion head"):
         LoopConfig(arm="widowx", trunk="image_pretrained", head="mlp")
+    from amf_ros.loop.run import main
+
+    with pytest.raises(SystemExit) as exit_:  # on the command line: the usage and the reason, not a traceback
+        main(["--trunk", "image_pretrained"])
+    assert exit_.value.code == 2
+    assert "needs --arm widowx" in capsys.readouterr().err
 
     state = node_overrides(tmp_path, LoopConfig(arm="widowx"))
     camera = node_overrides(tmp_path, LoopConfig(arm="widowx", trunk="image_pretrained"))
