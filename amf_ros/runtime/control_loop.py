@@ -109,13 +109,13 @@ class Latest:
             return self._value, self._time, self._count, self._stamp_ns
 
     def at(self, stamp_ns: int) -> tuple[Any, bool]:
-        """(the value stamped ``stamp_ns`` among the recent ones or None, whether one may still come: no value
-        stamped at or after it has arrived yet)."""
+        """(the value stamped ``stamp_ns`` among the recent ones or None, whether one may still come: the stream is
+        stamped and no value stamped at or after it has arrived yet)."""
         with self._cond:
             for stamp, value in reversed(self._by_stamp):
                 if stamp == stamp_ns:
                     return value, False
-            return None, self._stamp_ns < stamp_ns
+            return None, 0 < self._stamp_ns < stamp_ns
 
     def wait_newer(self, count: int, timeout_s: float) -> bool:
         """Wait until more than ``count`` values have arrived; False after ``timeout_s``."""

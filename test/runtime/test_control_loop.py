@@ -203,6 +203,18 @@ def test_an_observation_whose_arm_status_shows_the_previous_action_unapplied_is_
     assert [a[0] for a in arm.actions][:2] == [0.0, 0.0] and loop.result.unapplied_observations == 0
 
 
+def test_latest_finds_a_value_by_its_stamp_and_says_whether_it_may_still_come() -> None:
+    status = Latest(history=2)
+    assert status.at(5) == (None, False)  # nothing yet, or an unstamped stream: nothing to wait for
+    status.set("unstamped")
+    assert status.at(5) == (None, False)
+    for stamp in (10, 20, 30):
+        status.set(f"s{stamp}", stamp)
+    assert status.at(30) == ("s30", False) and status.at(20) == ("s20", False)
+    assert status.at(10) == (None, False)  # fell out of the history: it will not come again
+    assert status.at(40) == (None, True)  # newer than any so far: it may still come
+
+
 def test_an_action_the_arm_dropped_does_not_hold_the_loop_once_it_expired() -> None:
     """The arm dropped the second action: its frames keep saying nothing was applied. Once measured after that
     action's validity ended, they show the current state and the loop acts on them; the goal goes on."""
