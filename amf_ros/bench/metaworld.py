@@ -537,39 +537,70 @@ def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: M
 
 
 def run(cfg: MetaworldBenchConfig, jobs: int = 1, work_dir: str | os.PathLike | None = None,
-        progress: bool = True, engine: str = "", ray_address: str = "") -> dict[str, Any]:
+        progress: bool = True, engine: str = "", ray_address: str = "",
+        resume_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     """Pre-train every (allocation, seed), run every method on it; returns the raw per-job records.
 
     Jobs run on ``engine`` (:mod:`amf_ros.bench.engine`: serial, process, ray; "" = ray if installed, else process;
     ``jobs`` = 1 runs them here) with one torch thread each; the pre-trained checkpoints live in ``work_dir`` (a
-    temporary directory by default, removed afterwards; on a Ray cluster: storage every node mounts).
+    temporary directory by default, removed afterwards; on a Ray cluster: storage every node mounts). With
+    ``resume_dir`` they and every finished job's record are kept there instead and reused by a later run of the same
+    config and code (:mod:`amf_ros.bench.resume`: slices of a grid share their seeds' pre-training, a killed run
+    picks up where it stopped).
     """
     from tqdm import tqdm
 
     from amf_ros.bench.engine import Engine, default_engine
+    from amf_ros.bench.resume import JobRecords
 
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs=}")
     kind = "serial" if jobs == 1 and not ray_address else (engine or default_engine())
     if work_dir:  # a --work-dir that does not exist yet is made, as --out is
         Path(work_dir).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f"amf_{cfg.suite}_", dir=work_dir))
-    pre_jobs = [(cfg, a, s, str(tmp / f"pretrained_{a}_{s}")) for a in cfg.allocations
-                for s in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]
-    bar = tqdm(total=len(pre_jobs) * (1 + len(cfg.methods)), desc=f"{cfg.suite} ({kind})", unit="run",
+    kept = JobRecords(resume_dir, cfg) if resume_dir else None
+    tmp = kept.dir if kept else Path(tempfile.mkdtemp(prefix=f"amf_{cfg.suite}_", dir=work_dir))
+    keys = [(a, s) for a in cfg.allocations for s in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]
+    ckpts = {k: str(tmp / f"pretrained_{k[0]}_{k[1]}") for k in keys}
+    bar = tqdm(total=len(keys) * (1 + len(cfg.methods)), desc=f"{cfg.suite} ({kind})", unit="run",
                disable=not progress)
     try:
         with Engine(kind, jobs, ray_address) as ex:
-            pre = ex.map(pretrain_job, pre_jobs, lambda: bar.update(1))
+            pre = _kept_map(ex, kept, pretrain_job, [(cfg, a, s, ckpts[a, s]) for a, s in keys],
+                            [kept and kept.pretrain_record(a, s) for a, s in keys],
+                            [kept and kept.load_pretrain(a, s) for a, s in keys], bar)
             # the pre-trained evaluation of each (allocation, seed) is progress's first point (no second evaluation)
             first = {(p["allocation"], p["seed"]): p["success"] for p in pre}
-            meth_jobs = [(cfg, a, s, m, ck, first.get((a, s)) if METHODS[m].selector == "progress" else None)
-                         for _, a, s, ck in pre_jobs for m in cfg.methods]
-            runs = ex.map(method_job, meth_jobs, lambda: bar.update(1))
+            meth = [(a, s, m) for a, s in keys for m in cfg.methods]
+            records = [kept and kept.method_record(a, s, m) for a, s, m in meth]
+            runs = _kept_map(ex, kept, method_job,
+                             [(cfg, a, s, m, ckpts[a, s], first.get((a, s)) if METHODS[m].selector == "progress"
+                               else None) for a, s, m in meth],
+                             records, [kept and kept.load(r) for r in records], bar)
     finally:
         bar.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if kept is None:
+            shutil.rmtree(tmp, ignore_errors=True)
     return {"pretrain": pre, "runs": runs, "engine": kind}
+
+
+def _kept_map(ex: Any, kept: Any, fn: Any, args: list[tuple], records: list[Any], done: list[Any], bar: Any
+              ) -> list[Any]:
+    """``fn`` over ``args`` on the engine ``ex``, in order; with kept records (``kept``), the jobs whose record
+    ``done`` holds are not run again and the others write theirs (``records``) as they finish."""
+    from amf_ros.bench.resume import recorded
+
+    if kept is None:
+        return ex.map(fn, args, lambda: bar.update(1))
+    todo = [i for i, d in enumerate(done) if d is None]
+    if len(todo) < len(args):
+        log.info("%s: reusing %d of %d jobs kept in %s", fn.__name__, len(args) - len(todo), len(args), kept.dir)
+        bar.update(len(args) - len(todo))
+    new = ex.map(recorded, [(fn, str(records[i]), *args[i]) for i in todo], lambda: bar.update(1))
+    out = list(done)
+    for i, result in zip(todo, new, strict=True):
+        out[i] = result
+    return out
 
 
 def summarize_runs(cfg: MetaworldBenchConfig, raw: dict[str, Any]) -> list[dict[str, Any]]:
@@ -894,6 +925,10 @@ def _main(argv: Sequence[str], suite: str) -> int:
                         help="what the policy sees: state (default) or image_pretrained (the camera policy on a "
                              "frozen pretrained encoder; WidowX)")
     parser.add_argument("--work-dir", default=None, help="where pre-trained checkpoints live during the run")
+    parser.add_argument("--resume-dir", default=None, metavar="DIR",
+                        help="keep every pre-trained checkpoint and finished job's record under DIR and reuse those "
+                             "of the same config and code: slices of a grid (--seeds/--first-seed, --methods) share "
+                             "pre-training, a killed run resumes")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--engine", choices=("process", "ray"), default=None,
                         help="where the jobs run: ray (default when installed; local, or a cluster with "
@@ -932,7 +967,7 @@ def _main(argv: Sequence[str], suite: str) -> int:
     jobs = args.jobs or os.cpu_count() or 1
     t0 = time.perf_counter()
     raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress, engine=args.engine or "",
-              ray_address=args.ray_address)
+              ray_address=args.ray_address, resume_dir=args.resume_dir)
     wall = time.perf_counter() - t0
     out = Path(args.out)
     from amf_ros.atomic import atomic_write_json

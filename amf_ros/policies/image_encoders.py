@@ -181,6 +181,9 @@ class PretrainedImageEncoder(nn.Module):
         self.frames_encoded = 0
         self.requires_grad_(False)
         self.eval()
+        # channels-last: oneDNN's depthwise and 1x1 convolutions run faster on NHWC (session 41: 2.90 -> 2.73 s per
+        # 40 frames on one core, the same embeddings); preprocess() hands the network NHWC input to match
+        self.net.to(memory_format=torch.channels_last)
 
     def train(self, mode: bool = True) -> PretrainedImageEncoder:
         """Stays in eval mode whatever is asked: the encoder is frozen (batch norm keeps ImageNet statistics)."""
@@ -199,7 +202,7 @@ class PretrainedImageEncoder(nn.Module):
             x = x[:, :, round(x.shape[-2] * TABLE_CROP_TOP):, :]
         if tuple(x.shape[-2:]) != self.input_hw:
             x = F.interpolate(x, size=self.input_hw, mode="bilinear", antialias=True, align_corners=False)
-        return (x - MEAN) / STD
+        return ((x - MEAN) / STD).contiguous(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, D) embeddings of preprocessed input (B, 3, h, w)."""
