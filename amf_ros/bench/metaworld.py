@@ -51,7 +51,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from amf_ros.core.amf_nn import HALLUCINATE
+from amf_ros.core.amf_nn import BATCH_CONDITIONING, HALLUCINATE
 from amf_ros.envs.suites import get_suite
 from amf_ros.policies.camera_policy import TRUNKS
 from amf_ros.policies.encoder_names import WRIST_POOL
@@ -199,6 +199,9 @@ class MetaworldBenchConfig:
     hallucination_weight: float = 1.0
     """AMF's likelihood weight of a hallucinated demonstration's points, in (0, 1] (core/amf_nn.py; 1 = the
     paper's)."""
+    batch_conditioning: str = "hallucinated"
+    """What AMF's greedy batch conditions on for a task it picked earlier in the round: "hallucinated" (its
+    hallucination, the paper's) or "recorded" (its latest recorded non-validation demonstration; core/amf_nn.py)."""
     frames_per_demo: int = 16
     """States per demonstration used for the criterion (evenly spaced; fewer = faster)."""
     max_points: int = 1024
@@ -243,6 +246,8 @@ class MetaworldBenchConfig:
             raise ValueError(f"selection_copy must be 'frozen', 'holdout' or 'current', got {self.selection_copy=}")
         if self.hallucinate not in HALLUCINATE:
             raise ValueError(f"hallucinate must be one of {HALLUCINATE}, got {self.hallucinate=}")
+        if self.batch_conditioning not in BATCH_CONDITIONING:
+            raise ValueError(f"batch_conditioning must be one of {BATCH_CONDITIONING}, got {self.batch_conditioning=}")
         if not 0.0 < self.hallucination_weight <= 1.0:
             raise ValueError(f"hallucination_weight must be in (0, 1], got {self.hallucination_weight=}")
         if self.criterion_targets not in ("warm", "all"):
@@ -530,7 +535,8 @@ def amf_score_fn(policy: Any, demos: Sequence[Any], warm: Sequence[bool], cfg: M
                            condition_on_data=cfg.condition_on_data, frames_per_episode=cfg.frames_per_demo,
                            max_points=cfg.max_points, replay=[demos_to_transitions([d]) for d in replay],
                            replay_fraction=cfg.replay_fraction if replay else 0.0, hallucinate=cfg.hallucinate,
-                           hallucination_weight=cfg.hallucination_weight)
+                           hallucination_weight=cfg.hallucination_weight,
+                           batch_conditioning=cfg.batch_conditioning)
 
 
 # ----------------------------------------------------------------------------------------------- experiment
@@ -921,6 +927,9 @@ def _main(argv: Sequence[str], suite: str) -> int:
     parser.add_argument("--hallucination-weight", type=float, default=None,
                         help="AMF's likelihood weight of a hallucinated demonstration, (0, 1] (default: from the "
                              "config, 1.0 = the paper's)")
+    parser.add_argument("--batch-conditioning", choices=BATCH_CONDITIONING, default=None,
+                        help="what AMF's greedy batch conditions on for a task it already picked this round: its "
+                             "hallucination (default, the paper's) or its latest recorded demonstration")
     parser.add_argument("--trunk", choices=TRUNKS, default=None,
                         help="what the policy sees: state (default) or image_pretrained (the camera policy on a "
                              "frozen pretrained encoder; WidowX)")
@@ -963,7 +972,8 @@ def _main(argv: Sequence[str], suite: str) -> int:
                        selection_copy=args.selection_copy, demos_per_round=args.demos_per_round,
                        replay_fraction=args.replay_fraction, tasks=args.tasks, trunk=args.trunk,
                        noise_var=args.noise_var, hallucinate=args.hallucinate,
-                       hallucination_weight=args.hallucination_weight)
+                       hallucination_weight=args.hallucination_weight,
+                       batch_conditioning=args.batch_conditioning)
     jobs = args.jobs or os.cpu_count() or 1
     t0 = time.perf_counter()
     raw = run(cfg, jobs=jobs, work_dir=args.work_dir, progress=not args.no_progress, engine=args.engine or "",

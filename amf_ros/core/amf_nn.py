@@ -25,6 +25,10 @@ Given the recorded episodes (one transitions dict per demonstration) and which o
   ``hallucinate="data"``: the task's recorded episodes other than its validation ones (its validation episodes while
   it has none), so that a hallucinated demonstration is never the target states themselves, as a real one of a new
   scene is not;
+* greedy batch (B > 1, Algorithm 1): a task picked earlier in the batch is conditioned on as its candidate
+  hallucination (the paper's), or with ``batch_conditioning="recorded"`` as its latest recorded non-validation
+  episode: the target states settle their task at once, which a real demonstration of a new scene does not, so the
+  paper's batch moves on from a slow task that one-at-a-time selection keeps asking for (docs/metaworld.md);
 * data conditioned on: every non-validation episode (``condition_on_data``; else none, and the other episodes enter
   only by fine-tuning the selection copy, Sec. 4.2);
 * replay-aware (issue 32; ``replay_fraction`` r > 0 with the ``replay`` episodes): fine-tuning then minimises
@@ -61,6 +65,9 @@ EmbedFn = Callable[[Transitions], np.ndarray]
 
 HALLUCINATE: tuple[str, ...] = ("validation", "recorded", "data")
 """What a candidate's hallucinated demonstrations are (``amf_nn_score_fn``'s ``hallucinate``; the paper's first)."""
+BATCH_CONDITIONING: tuple[str, ...] = ("hallucinated", "recorded")
+"""What a task picked earlier in a greedy batch is conditioned on (``amf_nn_score_fn``'s ``batch_conditioning``;
+the paper's first)."""
 
 DEFAULT_MAX_POINTS = 1024
 """Default cap on the criterion's data points (task_selector's ``max_points``; the benchmark's too)."""
@@ -131,7 +138,7 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
                     criterion_cache: MutableMapping[str, Any] | None = None,
                     replay: Sequence[Transitions] = (), replay_fraction: float = 0.0,
                     replay_keys: Sequence[Hashable] | None = None, hallucinate: str = "validation",
-                    hallucination_weight: float = 1.0) -> ScoreFn:
+                    hallucination_weight: float = 1.0, batch_conditioning: str = "hallucinated") -> ScoreFn:
     """The AMF-NN ScoreFn of the selector (see the module docstring for what enters it, with the paper's equations).
 
     Args:
@@ -169,6 +176,11 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
             by sqrt(w_h), as replay scales its rows); 1 = the paper's. Below 1 a hallucinated demonstration, which
             is its task's own target states, settles its task less than it would: a diagnostic of why a greedy batch
             divides the new tasks otherwise than one-at-a-time selection (docs/metaworld.md).
+        batch_conditioning: what a task picked earlier in the same batch counts as while the next pick is scored
+            (Algorithm 1's greedy batch): "hallucinated" (its candidate hallucination, the paper's) or "recorded"
+            (its most recent recorded demonstration other than its validation one, the criterion's best guess of
+            the real one to come; its candidate hallucination while it has none). Candidates are scored as before;
+            only the batch's conditioning changes, so B = 1 is unaffected. Not with ``criterion_cache``.
     Returns:
         ScoreFn; ``last_info`` holds ``effective_sample_size`` and ``mean_sq_norm_phi`` per target task.
     Raises:
@@ -191,6 +203,10 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
                          f"{len(replay_keys)} keys for {len(replay)} episodes (cache={cache is not None})")
     if hallucinate not in HALLUCINATE:
         raise ValueError(f"hallucinate must be one of {HALLUCINATE}, got {hallucinate!r}")
+    if batch_conditioning not in BATCH_CONDITIONING:
+        raise ValueError(f"batch_conditioning must be one of {BATCH_CONDITIONING}, got {batch_conditioning!r}")
+    if batch_conditioning != "hallucinated" and criterion_cache is not None:
+        raise ValueError(f"batch_conditioning={batch_conditioning!r} cannot use a criterion_cache")
     if hallucinate != "validation" and criterion_cache is not None:
         raise ValueError(f"hallucinate={hallucinate!r} cannot use a criterion_cache (its candidates are fixed when "
                          "built)")
@@ -246,6 +262,13 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         scale = (scale_new if replay else 1.0) * np.sqrt(hallucination_weight)
         return [phi[i] * scale if scale != 1.0 else phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
 
+    def recorded(task: str) -> tuple[list[np.ndarray], np.ndarray]:
+        """A batch pick of ``task`` as its latest recorded non-validation demonstration (batch_conditioning)."""
+        idx = [i for i in use if task_of[i] == task and i not in in_val][-1:]
+        if not idx:
+            return candidate(task)
+        return [phi[idx[0]] * scale_new if replay else phi[idx[0]]], np.ones(1)
+
     ess = {t: float(len(idx)) for t, idx in per_task.items()}  # 0/1 importance weights: episodes per task
     norms = {t: float(np.mean([np.square(phi[i]).sum(1).mean() for i in idx])) for t, idx in per_task.items()}
     info = {"effective_sample_size": ess, "mean_sq_norm_phi": norms, "frames_per_episode": frames,
@@ -259,7 +282,7 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         return _cached_criterion(criterion_cache, signature, data_keys, rest, candidate, target_tasks, target_phi,
                                  weights, noise_var, prior_var, form, info)
     return feature_score_fn(data_phi, candidate, target_phi, weights, noise_var=noise_var, prior_var=prior_var,
-                            form=form, info=info)
+                            form=form, info=info, chosen_phi_of=recorded if batch_conditioning == "recorded" else None)
 
 
 def _cached_criterion(store: MutableMapping[str, Any], signature: tuple, data_keys: list[Hashable],

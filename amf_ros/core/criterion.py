@@ -173,8 +173,13 @@ def kernel_criterion(kernel: Kernel, X_data: np.ndarray, X_candidates: Sequence[
     return posterior_criterion(post, X_target, target_weights, X_candidates, candidate_weights, form)
 
 
+CHOSEN_MARK = "\0"
+"""Separates a task key from the role of its entry in :class:`_PosteriorScoreFn`'s cache (task keys never hold it)."""
+
+
 class _PosteriorScoreFn:
-    """ScoreFn over a cached data posterior; chosen tasks are conditioned on their heaviest hallucinated demo.
+    """ScoreFn over a cached data posterior; chosen tasks are conditioned on their heaviest hallucinated demo (or on
+    their ``chosen_of`` entry).
 
     The first pick (nothing chosen) is :func:`posterior_criterion`. Later greedy picks of a batch work on the cached
     posterior covariance Sigma_U among the targets and the candidates' hallucinated rows
@@ -185,19 +190,25 @@ class _PosteriorScoreFn:
 
     def __init__(self, post: KernelPosterior | FeaturePosterior, candidate_of: Callable[[str], Any],
                  target_x: np.ndarray, target_weights: np.ndarray | None, form: str,
-                 info: dict | None = None) -> None:
+                 info: dict | None = None, chosen_of: Callable[[str], Any] | None = None) -> None:
         self.post, self.candidate_of, self.form = post, candidate_of, check_form(form)
+        self.chosen_of = chosen_of
         self.target_x, self.target_weights = target_x, target_weights
         self.last_info: dict = {"form": form, **(info or {})}
         self._cache: dict[str, tuple[Any, Any]] = {}
         self._tasks: list[str] = []  # candidate order of the cached Sigma_U
         self._picks: Any = None  # incremental.PickCache over Sigma_U given the data
 
-    def _entry(self, task: str) -> tuple[Any, Any]:
-        if task not in self._cache:
-            out = self.candidate_of(task)
-            self._cache[task] = out if isinstance(out, tuple) else (out, None)
-        return self._cache[task]
+    def _entry(self, key: str) -> tuple[Any, Any]:
+        if key not in self._cache:
+            task, _, role = key.partition(CHOSEN_MARK)
+            out = (self.chosen_of if role else self.candidate_of)(task)  # type: ignore[misc]
+            self._cache[key] = out if isinstance(out, tuple) else (out, None)
+        return self._cache[key]
+
+    def _chosen_key(self, task: str) -> str:
+        """The entry a pick of ``task`` earlier in the batch is conditioned on: its own with ``chosen_of``."""
+        return f"{task}{CHOSEN_MARK}chosen" if self.chosen_of is not None else task
 
     def _entries(self, tasks: list[str]) -> tuple[list[Any], list[Any] | None]:
         entries = [self._entry(c) for c in tasks]
@@ -208,6 +219,7 @@ class _PosteriorScoreFn:
         if not chosen:
             entries, weights = self._entries(candidates)
             return posterior_criterion(self.post, self.target_x, self.target_weights, entries, weights, self.form)
+        chosen = [self._chosen_key(t) for t in chosen]
         known = set(self._tasks)
         if self._picks is None or any(t not in known for t in [*candidates, *chosen]):
             self._tasks = list(dict.fromkeys([*self._tasks, *candidates, *chosen]))
@@ -222,7 +234,8 @@ class _PosteriorScoreFn:
 
 def feature_score_fn(data_phi: np.ndarray, candidate_phi_of: Callable[[str], Any], target_phi: np.ndarray,
                      target_weights: np.ndarray | None = None, noise_var: float = 1.0, prior_var: float = 1.0,
-                     form: str = "log_variance", info: dict | None = None) -> ScoreFn:
+                     form: str = "log_variance", info: dict | None = None,
+                     chosen_phi_of: Callable[[str], Any] | None = None) -> ScoreFn:
     """A :data:`~amf_ros.core.selection.ScoreFn` for the amf selector from features.
 
     Batch selection: tasks already chosen this round are conditioned on (their heaviest alternative) first.
@@ -237,13 +250,15 @@ def feature_score_fn(data_phi: np.ndarray, candidate_phi_of: Callable[[str], Any
         prior_var: weight prior variance of the linear-Gaussian model.
         form: "log_variance" (entropy, default) or "variance".
         info: extra diagnostics (e.g. effective sample sizes) exposed as ``score_fn.last_info``.
+        chosen_phi_of: task key -> what a task picked earlier in the batch is conditioned on, in the same forms as
+            ``candidate_phi_of`` (None = its candidate entry, Algorithm 1's greedy batch).
     """
     target_phi = as_float64_2d(target_phi, "target_phi")
     data_phi = np.asarray(data_phi, dtype=np.float64)
     if data_phi.size == 0:
         data_phi = data_phi.reshape(0, target_phi.shape[1])
     post = FeaturePosterior(data_phi, noise_var=noise_var, prior_var=prior_var)
-    return _PosteriorScoreFn(post, candidate_phi_of, target_phi, target_weights, form, info)
+    return _PosteriorScoreFn(post, candidate_phi_of, target_phi, target_weights, form, info, chosen_phi_of)
 
 
 def kernel_score_fn(kernel: Kernel, X_data: np.ndarray, candidate_x_of: Callable[[str], Any], X_target: np.ndarray,

@@ -350,3 +350,28 @@ def test_hallucinating_the_data_episodes_not_the_targets():
     assert np.allclose(recorded[1], got(["a", "b"], [])[1], rtol=1e-12)  # b: the same single validation episode
     with pytest.raises(ValueError, match="criterion_cache"):
         amf_nn_score_fn(_blocks, eps, [0, 1], hallucinate="data", criterion_cache={}, keys=list("wxyz"))
+
+
+def test_a_batch_pick_counts_as_its_tasks_latest_recorded_demonstration():
+    """batch_conditioning="recorded": scoring the next pick of a greedy batch after a pick of a is scoring with a's
+    latest recorded non-validation episode added to the data (checked against that criterion built directly; the
+    greedy path downdates a cached covariance instead: float64 round-off apart); a task without one counts as its
+    hallucination; the first pick (B = 1) is the paper's exactly; the pick settles its task less than the target
+    states do."""
+    rng = np.random.default_rng(10)
+    eps = [_episode(t, 25, rng) for t in ["a", "b", "a", "a"]]
+    paper = amf_nn_score_fn(_blocks, eps, [0, 1], **HALLUCINATION_KW)
+    got = amf_nn_score_fn(_blocks, eps, [0, 1], batch_conditioning="recorded", **HALLUCINATION_KW)
+    np.testing.assert_array_equal(got(["a", "b"], []), paper(["a", "b"], []))
+    phi = [episode_features(_blocks, ep, 6) for ep in eps]
+    target, weights = np.concatenate([phi[0], phi[1]]), np.full(12, 1.0 / (2 * 6))
+    direct = feature_score_fn(np.concatenate([phi[2], phi[3], phi[3]]), {"a": phi[0], "b": phi[1]}.__getitem__,
+                              target, weights)
+    want = direct(["a", "b"], [])
+    np.testing.assert_allclose(got(["a", "b"], ["a"]), want, rtol=0, atol=1e-9 * np.abs(want).max())
+    np.testing.assert_array_equal(got(["a", "b"], ["b"]), paper(["a", "b"], ["b"]))  # b: nothing recorded
+    assert got(["a"], ["a"])[0] > paper(["a"], ["a"])[0] + 1e-6  # a recorded episode is not a's target states
+    with pytest.raises(ValueError, match="batch_conditioning must be"):
+        amf_nn_score_fn(_blocks, eps, [0, 1], batch_conditioning="real")
+    with pytest.raises(ValueError, match="criterion_cache"):
+        amf_nn_score_fn(_blocks, eps, [0, 1], batch_conditioning="recorded", criterion_cache={}, keys=list("wxyz"))
