@@ -557,7 +557,7 @@ def run(cfg: MetaworldBenchConfig, jobs: int = 1, work_dir: str | os.PathLike | 
     from tqdm import tqdm
 
     from amf_ros.bench.engine import Engine, default_engine
-    from amf_ros.bench.resume import JobRecords
+    from amf_ros.bench.resume import JobRecords, checkpoint_dir
 
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs=}")
@@ -567,7 +567,7 @@ def run(cfg: MetaworldBenchConfig, jobs: int = 1, work_dir: str | os.PathLike | 
     kept = JobRecords(resume_dir, cfg) if resume_dir else None
     tmp = kept.dir if kept else Path(tempfile.mkdtemp(prefix=f"amf_{cfg.suite}_", dir=work_dir))
     keys = [(a, s) for a in cfg.allocations for s in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]
-    ckpts = {k: str(tmp / f"pretrained_{k[0]}_{k[1]}") for k in keys}
+    ckpts = {k: str(checkpoint_dir(tmp, *k)) for k in keys}
     bar = tqdm(total=len(keys) * (1 + len(cfg.methods)), desc=f"{cfg.suite} ({kind})", unit="run",
                disable=not progress)
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from amf_ros.atomic import atomic_write_json
+from amf_ros.data.replay import replay_beside
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,12 @@ def resume_key(config: Any) -> str:
     return h.hexdigest()[:12]
 
 
+def checkpoint_dir(root: str | Path, allocation: str, seed: int) -> Path:
+    """Where a benchmark run keeps the pre-trained checkpoint of (allocation, seed) under ``root`` (its temporary
+    directory, or a :class:`JobRecords` directory)."""
+    return Path(root) / f"pretrained_{allocation}_{seed}"
+
+
 def recorded(fn: Callable[..., dict[str, Any]], record: str, *args: Any) -> dict[str, Any]:
     """``fn(*args)``, its result written atomically to ``record`` (JSON) before it is returned: run as the job
     itself (in the worker), so a job that finished is kept even if the run is killed before the others end."""
@@ -70,11 +77,11 @@ class JobRecords:
 
     def checkpoint(self, allocation: str, seed: int) -> Path:
         """Where the pre-trained checkpoint of (allocation, seed) lives."""
-        return self.dir / f"pretrained_{allocation}_{seed}"
+        return checkpoint_dir(self.dir, allocation, seed)
 
     def pretrain_record(self, allocation: str, seed: int) -> Path:
         """The record of (allocation, seed)'s pre-training job (written after its checkpoint)."""
-        return self.dir / f"pretrained_{allocation}_{seed}.json"
+        return self.checkpoint(allocation, seed).with_suffix(".json")
 
     def method_record(self, allocation: str, seed: int, method: str) -> Path:
         """The record of one method's rounds on (allocation, seed)."""
@@ -99,7 +106,7 @@ class JobRecords:
         if record is not None and ckpt.is_dir():
             return record
         shutil.rmtree(ckpt, ignore_errors=True)
-        shutil.rmtree(ckpt.parent / f"{ckpt.name}_replay", ignore_errors=True)  # data/replay.py replay_beside
+        shutil.rmtree(replay_beside(ckpt), ignore_errors=True)
         for stale in self.dir.glob(f"run_{allocation}_{seed}_*.json"):
             stale.unlink()
         return None

@@ -262,11 +262,12 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         scale = (scale_new if replay else 1.0) * np.sqrt(hallucination_weight)
         return [phi[i] * scale if scale != 1.0 else phi[i] for i in idx], np.full(len(idx), 1.0 / len(idx))
 
-    def recorded(task: str) -> tuple[list[np.ndarray], np.ndarray]:
-        """A batch pick of ``task`` as its latest recorded non-validation demonstration (batch_conditioning)."""
+    def recorded(task: str) -> tuple[list[np.ndarray], np.ndarray] | None:
+        """A batch pick of ``task`` as its latest recorded non-validation demonstration (batch_conditioning); None
+        while it has none (then its candidate hallucination)."""
         idx = [i for i in use if task_of[i] == task and i not in in_val][-1:]
         if not idx:
-            return candidate(task)
+            return None
         return [phi[idx[0]] * scale_new if replay else phi[idx[0]]], np.ones(1)
 
     ess = {t: float(len(idx)) for t, idx in per_task.items()}  # 0/1 importance weights: episodes per task

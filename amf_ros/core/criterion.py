@@ -201,14 +201,22 @@ class _PosteriorScoreFn:
 
     def _entry(self, key: str) -> tuple[Any, Any]:
         if key not in self._cache:
-            task, _, role = key.partition(CHOSEN_MARK)
-            out = (self.chosen_of if role else self.candidate_of)(task)  # type: ignore[misc]
+            out = self.candidate_of(key)
             self._cache[key] = out if isinstance(out, tuple) else (out, None)
         return self._cache[key]
 
     def _chosen_key(self, task: str) -> str:
-        """The entry a pick of ``task`` earlier in the batch is conditioned on: its own with ``chosen_of``."""
-        return f"{task}{CHOSEN_MARK}chosen" if self.chosen_of is not None else task
+        """The entry a pick of ``task`` earlier in the batch is conditioned on: its ``chosen_of`` entry where that
+        gives one (kept under its own key), else its candidate entry (no second copy of the same rows)."""
+        if self.chosen_of is None:
+            return task
+        key = f"{task}{CHOSEN_MARK}chosen"
+        if key not in self._cache:
+            out = self.chosen_of(task)
+            if out is None:
+                return task
+            self._cache[key] = out if isinstance(out, tuple) else (out, None)
+        return key
 
     def _entries(self, tasks: list[str]) -> tuple[list[Any], list[Any] | None]:
         entries = [self._entry(c) for c in tasks]
@@ -251,7 +259,8 @@ def feature_score_fn(data_phi: np.ndarray, candidate_phi_of: Callable[[str], Any
         form: "log_variance" (entropy, default) or "variance".
         info: extra diagnostics (e.g. effective sample sizes) exposed as ``score_fn.last_info``.
         chosen_phi_of: task key -> what a task picked earlier in the batch is conditioned on, in the same forms as
-            ``candidate_phi_of`` (None = its candidate entry, Algorithm 1's greedy batch).
+            ``candidate_phi_of``, or None for a task whose candidate entry it is (``chosen_phi_of`` None = every
+            task's candidate entry, Algorithm 1's greedy batch).
     """
     target_phi = as_float64_2d(target_phi, "target_phi")
     data_phi = np.asarray(data_phi, dtype=np.float64)

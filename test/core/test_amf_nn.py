@@ -369,8 +369,7 @@ def test_a_batch_pick_counts_as_its_tasks_latest_recorded_demonstration():
                               target, weights)
     want = direct(["a", "b"], [])
     np.testing.assert_allclose(got(["a", "b"], ["a"]), want, rtol=0, atol=1e-9 * np.abs(want).max())
-    # b has nothing recorded: its hallucination, as the paper's; the greedy covariance then also carries b's chosen
-    # entry (more rows, other float64 summation order under each instruction set): round-off apart
+    # b has nothing recorded: its candidate entry, as the paper's (checked round-off apart, as the other scores)
     want_b = paper(["a", "b"], ["b"])
     np.testing.assert_allclose(got(["a", "b"], ["b"]), want_b, rtol=0, atol=1e-9 * np.abs(want_b).max())
     assert got(["a"], ["a"])[0] > paper(["a"], ["a"])[0] + 1e-6  # a recorded episode is not a's target states
