@@ -180,7 +180,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
             (Algorithm 1's greedy batch): "hallucinated" (its candidate hallucination, the paper's) or "recorded"
             (its most recent recorded demonstration other than its validation one, the criterion's best guess of
             the real one to come; its candidate hallucination while it has none). Candidates are scored as before;
-            only the batch's conditioning changes, so B = 1 is unaffected. Not with ``criterion_cache``.
+            only the batch's conditioning changes, so B = 1 is unaffected. With ``criterion_cache`` the cached
+            covariance is extended by those recorded rows on a request's first batch pick.
     Returns:
         ScoreFn; ``last_info`` holds ``effective_sample_size`` and ``mean_sq_norm_phi`` per target task.
     Raises:
@@ -205,8 +206,6 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
         raise ValueError(f"hallucinate must be one of {HALLUCINATE}, got {hallucinate!r}")
     if batch_conditioning not in BATCH_CONDITIONING:
         raise ValueError(f"batch_conditioning must be one of {BATCH_CONDITIONING}, got {batch_conditioning!r}")
-    if batch_conditioning != "hallucinated" and criterion_cache is not None:
-        raise ValueError(f"batch_conditioning={batch_conditioning!r} cannot use a criterion_cache")
     if hallucinate != "validation" and criterion_cache is not None:
         raise ValueError(f"hallucinate={hallucinate!r} cannot use a criterion_cache (its candidates are fixed when "
                          "built)")
@@ -281,7 +280,8 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
                      float(prior_var), form, float(hallucination_weight))
         data_keys = [keys[i] for i in use if i not in in_val]
         return _cached_criterion(criterion_cache, signature, data_keys, rest, candidate, target_tasks, target_phi,
-                                 weights, noise_var, prior_var, form, info)
+                                 weights, noise_var, prior_var, form, info,
+                                 recorded if batch_conditioning == "recorded" else None)
     return feature_score_fn(data_phi, candidate, target_phi, weights, noise_var=noise_var, prior_var=prior_var,
                             form=form, info=info, chosen_phi_of=recorded if batch_conditioning == "recorded" else None)
 
@@ -289,10 +289,12 @@ def amf_nn_score_fn(embed: EmbedFn | Any, episodes: Sequence[Transitions], valid
 def _cached_criterion(store: MutableMapping[str, Any], signature: tuple, data_keys: list[Hashable],
                       data_rows: list[np.ndarray], candidate: Callable[[str], Any], tasks: list[str],
                       target_phi: np.ndarray, weights: np.ndarray, noise_var: float, prior_var: float, form: str,
-                      info: dict) -> ScoreFn:
+                      info: dict, chosen_of: Callable[[str], Any] | None = None) -> ScoreFn:
     """The ScoreFn of the exact incremental criterion kept in ``store`` (see ``criterion_cache``): extended by the
     episodes not conditioned on yet when the data only grew, else rebuilt. One lock per store serialises updates
-    and scoring (task_selector may serve requests concurrently)."""
+    and scoring (task_selector may serve requests concurrently). ``chosen_of``: batch_conditioning "recorded"'s
+    entry of a picked task (None = the paper's batch); its rows are read for this call's ScoreFn only, as the
+    latest recording changes from call to call."""
     import threading
 
     from amf_ros.core.incremental import IncrementalFeatureCriterion
@@ -316,6 +318,8 @@ def _cached_criterion(store: MutableMapping[str, Any], signature: tuple, data_ke
                                       "fn": engine.score_fn(tasks)}
             how = "built"
     fn = entry["fn"]
+    if chosen_of is not None:
+        fn = entry["engine"].score_fn(tasks, pick_rows_of=lambda t: _only_block(chosen_of(t)))
 
     def score(candidates: list[str], chosen: list[str]) -> np.ndarray:
         with lock:
@@ -323,3 +327,8 @@ def _cached_criterion(store: MutableMapping[str, Any], signature: tuple, data_ke
 
     score.last_info = {"form": form, **info, "criterion": how}  # type: ignore[attr-defined]
     return score
+
+
+def _only_block(entry: tuple[list[np.ndarray], np.ndarray] | None) -> np.ndarray | None:
+    """The one (m, D) block of a batch_conditioning "recorded" entry (None stays None: the pick's hallucination)."""
+    return None if entry is None else entry[0][0]

@@ -408,6 +408,46 @@ class IncrementalFeatureCriterion:
         self._v, self._w = np.zeros((0, self.dim)), np.zeros((0, self.layout.rows.shape[0]))
         self.space = "feature"
 
+    def cross_covariance(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(Sigma_RU (m, U), Sigma_RR (m, m)) of m extra rows R given the data, the state untouched: what a greedy
+        batch needs to condition on rows that are no candidate's (a pick counted as a recorded demonstration)."""
+        rows = as_float64_2d(rows, "rows", self.dim)
+        if self.space == "sample":
+            n, p = self._n, self.prior_var
+            b = self._v[:n] @ rows.T  # (N, m) = V R^T
+            cross = p * (rows @ self.layout.rows.T) - b.T @ self._w[:n]
+            own = p * (rows @ rows.T) - b.T @ b
+        else:
+            g = dsymm(1.0, self._s, rows.T, lower=UPPER)  # (D, m) = S R^T
+            cross, own = g.T @ self.layout.rows.T, rows @ g
+        return cross, 0.5 * (own + own.T)
+
+    def with_pick_rows(self, pick_rows: Sequence[np.ndarray | None]) -> HallucinationCovariance:
+        """Sigma over U and extra rows, where a greedy pick of candidate i conditions on ``pick_rows[i]`` ((m_i, D))
+        instead of its heaviest alternative (None: that alternative). Scores are unchanged (same targets and
+        candidates); only what a pick conditions on differs. Costs one copy of Sigma_U and ~N D R + R U D flops."""
+        if len(pick_rows) != self.layout.num_candidates:
+            raise ValueError(f"need one entry per candidate ({self.layout.num_candidates}), got {len(pick_rows)}")
+        lay, u = self.layout, self.layout.rows.shape[0]
+        extra = [as_float64_2d(r, f"pick rows of candidate {i}", self.dim) for i, r in enumerate(pick_rows)
+                 if r is not None]
+        if not extra:
+            return self.cov
+        stacked = np.concatenate(extra)
+        cross, own = self.cross_covariance(stacked)
+        sigma = np.empty((u + len(stacked),) * 2)
+        sigma[:u, :u], sigma[u:, :u], sigma[:u, u:], sigma[u:, u:] = self.cov.sigma, cross, cross.T, own
+        picks, k = [], u
+        for i, r in enumerate(pick_rows):
+            if r is None:
+                picks.append(lay.picks[i])
+            else:
+                picks.append(np.arange(k, k + len(r)))
+                k += len(r)
+        layout = Layout(np.concatenate([lay.rows, stacked]), lay.q_idx, lay.q_w, lay.groups, tuple(picks),
+                        lay.num_candidates)
+        return HallucinationCovariance(sigma, layout, self.noise_var, self.floor, self.form)
+
     # ---------------------------------------------------------------------------------------------- criterion
     def scores(self, chosen: Sequence[int] = ()) -> np.ndarray:
         """(num_candidates,) criterion after hallucinating the heaviest demo of each ``chosen`` candidate in order
@@ -424,9 +464,15 @@ class IncrementalFeatureCriterion:
             raise ValueError(f"candidate index must be in [0, {self.layout.num_candidates}), got {c!r}")
         return int(c)
 
-    def score_fn(self, keys: Sequence[str]) -> Callable[[list[str], list[str]], np.ndarray]:
+    def score_fn(self, keys: Sequence[str], pick_rows_of: Callable[[str], np.ndarray | None] | None = None
+                 ) -> Callable[[list[str], list[str]], np.ndarray]:
         """A :data:`~amf_ros.core.selection.ScoreFn` over task keys (``keys[i]`` = candidate i) that stays valid
-        across :meth:`add_data`; greedy batch picks reuse the previous pick's Sigma_U (:class:`PickCache`)."""
+        across :meth:`add_data`; greedy batch picks reuse the previous pick's Sigma_U (:class:`PickCache`).
+
+        ``pick_rows_of``: task key -> the (m, D) rows a pick of it earlier in the batch conditions on, or None for
+        its heaviest hallucinated alternative (None = always that: Algorithm 1); read once per data version, on the
+        first batch pick (:meth:`with_pick_rows`).
+        """
         keys = [str(k) for k in keys]
         if len(keys) != self.layout.num_candidates or len(set(keys)) != len(keys):
             raise ValueError(f"need {self.layout.num_candidates} distinct keys, got {keys}")
@@ -437,9 +483,14 @@ class IncrementalFeatureCriterion:
             unknown = [c for c in [*candidates, *chosen] if c not in where]
             if unknown:
                 raise ValueError(f"unknown task(s) {unknown}; the criterion knows {keys}")
-            if cache["version"] != engine.version:
-                cache["version"], cache["picks"] = engine.version, PickCache(engine.cov)
-            s = cache["picks"].state([where[c] for c in chosen]).scores()
+            if not chosen:
+                s = engine.cov.scores()
+            else:
+                if cache["version"] != engine.version:
+                    base = engine.cov if pick_rows_of is None else engine.with_pick_rows([pick_rows_of(k)
+                                                                                          for k in keys])
+                    cache["version"], cache["picks"] = engine.version, PickCache(base)
+                s = cache["picks"].state([where[c] for c in chosen]).scores()
             return s[[where[c] for c in candidates]]
 
         return fn

@@ -75,7 +75,8 @@ def node_overrides(run_dir: Path, cfg: RunSettings, tasks: Sequence[str] = ()) -
     # the run dir is the graph's workspace: its nodes' locks (bringup/graph_lock.py) live there, so a run never
     # collides with an `amf up` graph of the same namespace on the default workspace (its own DDS domain, own data)
     values: dict[str, Any] = {"dataset_dir": str(run_dir / "dataset"), "checkpoint_dir": str(run_dir / "checkpoints"),
-                              "workspace": str(run_dir), "selector": cfg.selector, "seed": cfg.seed}
+                              "workspace": str(run_dir), "selector": cfg.selector, "seed": cfg.seed,
+                              "batch_conditioning": cfg.batch_conditioning}
     if cfg.selector in ENSEMBLE_METRICS:  # a second head every round, and a selector that follows the rounds
         values.update(ensemble_members=ENSEMBLE_MEMBERS, selection_policy="latest")
     out: dict[str, list[str]] = {}

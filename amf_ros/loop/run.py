@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from amf_ros.bringup import graph
 from amf_ros.bringup.ros_env import isolated_ros_env
+from amf_ros.core.amf_nn import BATCH_CONDITIONING
 from amf_ros.data.replay import check_fraction
 from amf_ros.loop.nodes import DEMO_SEED_OFFSET, checked, node_overrides
 from amf_ros.policies.camera_policy import TRUNKS
@@ -100,6 +101,10 @@ class LoopConfig:
     (0 = the single-arm graph; docs/fleet.md)."""
     independent: bool = False
     """Fleet: each robot's request ignores the others' pending assignments (independent per-robot selection)."""
+    batch_conditioning: str = "hallucinated"
+    """Selector amf, fleet: what another robot's pending task counts as while a robot's request is scored:
+    hallucinated (its target states, the paper's batch) or recorded (its latest recorded demonstration; task_selector's
+    parameter batch_conditioning)."""
     console: bool = False
     """Also start operator_console: watch the run live at http://127.0.0.1:<console_port>/ (docs/console.md)."""
     console_port: int = 8765
@@ -133,6 +138,9 @@ class LoopConfig:
             if self.robots:
                 raise ValueError(f"trunk image_pretrained runs on one arm: the fleet mode (--robots) does not "
                                  f"support it yet, got {self.robots=}")
+        if self.batch_conditioning not in BATCH_CONDITIONING:
+            raise ValueError(f"batch_conditioning must be one of {' | '.join(BATCH_CONDITIONING)}, got "
+                             f"{self.batch_conditioning=}")
         if self.robots < 0:
             raise ValueError(f"robots must be >= 0, got {self.robots=}")
         if check_fraction(self.replay_fraction) > 0 and self.robots:
@@ -273,6 +281,10 @@ def _field_docs(cls: type) -> dict[str, str]:
             if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
 
 
+CHOICES: dict[str, Sequence[str]] = {"trunk": TRUNKS, "batch_conditioning": BATCH_CONDITIONING}
+"""The LoopConfig fields whose flag takes one of a few names."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Flags of `amf run`, one per LoopConfig field."""
     p = argparse.ArgumentParser(prog="amf run", description=__doc__.split("\n")[0],
@@ -284,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         kind = int if f.default is None else type(f.default)  # None = the arm's default (ARM_DEFAULTS): an int
         p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=docs.get(f.name, f.name),
-                       choices=TRUNKS if f.name == "trunk" else None)
+                       choices=CHOICES.get(f.name))
     return p
 
 

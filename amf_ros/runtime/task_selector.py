@@ -307,6 +307,8 @@ class TaskSelection:
         progress: the ``progress`` estimator's settings (core/progress.py; None = its defaults).
         replay_dir, replay_fraction: policy_server's replay (data/replay.py); with a fraction > 0 the ``amf``
             selector is replay-aware (core/amf_nn.py): it conditions on the replayed episodes at that share.
+        batch_conditioning: what an earlier pick of a batch, or another robot's pending task, counts as for the
+            ``amf`` selector (core/amf_nn.py BATCH_CONDITIONING; "hallucinated" = the paper's).
     """
 
     def __init__(self, selector: str, instructions: Mapping[str, str], dataset_dir: str | Path, seed: int = 0,
@@ -314,12 +316,16 @@ class TaskSelection:
                  frames_per_episode: int = 16, max_points: int = 0, action_space: str = "metaworld",
                  targets: str = "warm", condition_on_data: bool = True, episode_loader: Any = None,
                  max_batch_size: int = 16, progress: Any = None, replay_dir: str | Path = "",
-                 replay_fraction: float = 0.0) -> None:
+                 replay_fraction: float = 0.0, batch_conditioning: str = "hallucinated") -> None:
+        from amf_ros.core.amf_nn import BATCH_CONDITIONING
         from amf_ros.core.progress import ProgressConfig
         from amf_ros.core.selectors import make_selector
 
         if not instructions:
             raise ValueError("the task set is empty: set 'tasks_file' or load a checkpoint that lists its tasks")
+        if batch_conditioning not in BATCH_CONDITIONING:
+            raise ValueError(f"batch_conditioning must be one of {BATCH_CONDITIONING}, got {batch_conditioning!r}")
+        self.batch_conditioning = batch_conditioning
         self.selector_name = selector
         self.max_batch_size = int(max_batch_size)
         # the peer rules score a task on states of its recorded demonstrations: over ROS every rule starts with a
@@ -506,7 +512,8 @@ class TaskSelection:
                                cache=state.phi, keys=[eid for eid, _ in episodes],
                                criterion_cache=None if replay else state.criterion,
                                replay=[ep for _, ep in replay], replay_fraction=self.replay_fraction,
-                               replay_keys=[("replay", eid) for eid, _ in replay])
+                               replay_keys=[("replay", eid) for eid, _ in replay],
+                               batch_conditioning=self.batch_conditioning)
 
     def _replayed(self) -> list[tuple[str, datasets.Transitions]]:
         """The replayed pre-training episodes the criterion conditions on ([] without replay). The incremental
@@ -684,7 +691,7 @@ class TaskSelectorRuntime:
             episode_loader=(self.octo.episode_loader() if self.octo is not None
                             else camera_episode_loader(p.dataset_dir, checkpoint)),
             max_batch_size=p.max_batch_size, progress=progress_config(p), replay_dir=p.replay_dir,
-            replay_fraction=p.replay_fraction)
+            replay_fraction=p.replay_fraction, batch_conditioning=p.batch_conditioning)
         self.selection.no_policy_reason = self.not_ready
         if p.selector == "progress":  # its evaluation history survives a restart
             self.selection.history = EvaluationHistory(Path(p.checkpoint_dir) / PROGRESS_HISTORY)

@@ -375,5 +375,14 @@ def test_a_batch_pick_counts_as_its_tasks_latest_recorded_demonstration():
     assert got(["a"], ["a"])[0] > paper(["a"], ["a"])[0] + 1e-6  # a recorded episode is not a's target states
     with pytest.raises(ValueError, match="batch_conditioning must be"):
         amf_nn_score_fn(_blocks, eps, [0, 1], batch_conditioning="real")
-    with pytest.raises(ValueError, match="criterion_cache"):
-        amf_nn_score_fn(_blocks, eps, [0, 1], batch_conditioning="recorded", criterion_cache={}, keys=list("wxyz"))
+    # task_selector's exact incremental criterion (criterion_cache): the same scores, also after a new episode
+    store: dict = {}
+    for m in (4, 5):
+        eps_m = eps if m == 4 else [*eps, _episode("b", 25, rng)]
+        cached = amf_nn_score_fn(_blocks, eps_m, [0, 1], batch_conditioning="recorded", criterion_cache=store,
+                                 keys=list("wxyzv")[:m], **HALLUCINATION_KW)
+        plain = amf_nn_score_fn(_blocks, eps_m, [0, 1], batch_conditioning="recorded", **HALLUCINATION_KW)
+        assert cached.last_info["criterion"] == ("built" if m == 4 else "updated")
+        for chosen in ([], ["a"], ["b"], ["a", "b"]):
+            want = plain(["a", "b"], chosen)
+            np.testing.assert_allclose(cached(["a", "b"], chosen), want, rtol=0, atol=1e-9 * np.abs(want).max())

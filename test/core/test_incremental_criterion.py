@@ -132,6 +132,28 @@ def test_score_fn_cache_follows_prefixes_and_new_data():
     _close(after, _brute(data, cands, tgt, tw, cw, "variance", [1]))
 
 
+@pytest.mark.parametrize("space", ["sample", "feature"])
+def test_a_pick_can_condition_on_rows_that_are_no_candidates(space):
+    """batch_conditioning "recorded" over ROS: a pick of b conditions on extra rows (its latest recording), a pick
+    of d on its hallucination; == the brute force with those rows added to the data, before and after new data."""
+    data, cands, tgt, tw, cw = _problem(7, n=30)
+    cw = _cw(cands, cw)
+    extra = np.random.default_rng(8).normal(size=(5, data.shape[1]))
+    eng = IncrementalFeatureCriterion(data[:20], cands, tgt, tw, NOISE, PRIOR, "log_variance", cw, space=space)
+    keys = ["a", "b", "c", "d"]
+    fn = eng.score_fn(keys, pick_rows_of={"b": extra}.get)
+    _close(fn(keys, []), eng.scores())  # the first pick is unchanged
+    for n in (20, 30):
+        for chosen, rows in ((["b"], [extra]), (["b", "d"], [extra, cands[3]]), (["d", "b"], [cands[3], extra])):
+            want = feature_criterion(np.concatenate([data[:n], *rows]), cands, tgt, tw, NOISE, PRIOR, "log_variance",
+                                     cw)
+            _close(fn(keys, chosen), want)
+        eng.add_data(data[20:])  # the function re-reads the rows for the new data version
+    assert not np.allclose(fn(keys, ["b"]), eng.score_fn(keys)(keys, ["b"]))  # not the hallucination's scores
+    with pytest.raises(ValueError, match="one entry per candidate"):
+        eng.with_pick_rows([extra])
+
+
 @pytest.mark.parametrize("form", ["log_variance", "variance"])
 def test_posterior_score_fn_batch_path_equals_copying_the_posterior(form):
     """feature_score_fn / kernel_score_fn: picks after the first use Sigma_U downdates; same scores as before."""

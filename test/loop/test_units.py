@@ -102,6 +102,8 @@ def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
         LoopConfig(head="transformer")
     with pytest.raises(ValueError, match="arm must be one of"):
         LoopConfig(arm="ur5")
+    with pytest.raises(ValueError, match="batch_conditioning must be one of"):
+        LoopConfig(batch_conditioning="real")
     assert build_parser().parse_args(["--arm", "widowx"]).arm == "widowx"
 
     from amf_ros.bringup.pretrained import pretrain_args, recipe_key
@@ -117,6 +119,10 @@ def test_amf_run_flags_and_config_validation(tmp_path: Path) -> None:
     assert f"dataset_dir:={tmp_path.resolve() / 'dataset'}" in over["policy_server"]
     assert "selector:=uniform" in over["task_selector"] and "selector:=uniform" not in over["policy_server"]
     assert not any("ensemble_members" in a or "selection_policy" in a for a in sum(over.values(), []))
+    args = build_parser().parse_args(["--batch-conditioning", "recorded"])
+    over = node_overrides(tmp_path, LoopConfig(batch_conditioning=args.batch_conditioning))
+    assert "batch_conditioning:=recorded" in over["task_selector"]
+    assert not any("batch_conditioning" in a for a in over["policy_server"])
     over = node_overrides(tmp_path, LoopConfig(selector="vfd"))  # the ensemble rules: a second head every round
     assert "ensemble_members:=2" in over["policy_server"] and "selection_policy:=latest" in over["task_selector"]
     assert "ensemble_members:=2" not in over["task_selector"]

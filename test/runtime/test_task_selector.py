@@ -199,6 +199,38 @@ def test_batch_size_is_bounded_by_the_candidates_and_max_batch_size(tmp_path):
     assert len(TaskSelection("uniform", tasks, tmp_path / "data").next_task([], 0).selected_tasks) == 1
 
 
+def test_batch_conditioning_recorded_over_the_node_path(tmp_path):
+    """batch_conditioning "recorded" in the node (its exact incremental criterion, kept between requests): a batch
+    and another robot's pending task are scored as the uncached criterion scores them (core/amf_nn.py), also after
+    a new episode; a pending task with a recording counts as that recording, not as its target states."""
+    from amf_ros.core.amf_nn import amf_nn_score_fn, warm_start_validation
+    from amf_ros.core.selectors import make_selector
+    from amf_ros.data.transitions import EpisodeCache
+
+    _write_store(tmp_path / "data", ORDER)
+    policy = _FakePolicy(3)
+    sel = TaskSelection("amf", {t: f"do {t}" for t in TASKS}, tmp_path / "data", batch_conditioning="recorded")
+    paper = TaskSelection("amf", {t: f"do {t}" for t in TASKS}, tmp_path / "data")
+    sel.set_policy(policy, "p")
+    paper.set_policy(policy, "p")
+    for new_episode in (False, True):
+        if new_episode:
+            _write_store(tmp_path / "data", ["drawer-open"], seed=5)
+        episodes = [ep for _, ep in EpisodeCache(tmp_path / "data", "metaworld").episodes()]
+        plain = amf_nn_score_fn(policy, episodes, warm_start_validation([str(e["task"][0]) for e in episodes]),
+                                max_points=None, batch_conditioning="recorded")
+        counts = {t: sum(str(e["task"][0]) == t for e in episodes) for t in TASKS}
+        want = make_selector("amf", tasks=TASKS).select(TASKS, counts, np.random.default_rng(0), batch_size=3,
+                                                        score_fn=plain)
+        assert not want.warm_start
+        assert sel.next_task([], 3).selected_tasks == want.tasks
+        got, expected = sel.next_task([], 1, pending=["push"]).scores, plain(TASKS, ["push"])
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9 * np.abs(expected).max())
+        assert not np.allclose(got, paper.next_task([], 1, pending=["push"]).scores, rtol=1e-6)
+    with pytest.raises(ValueError, match="batch_conditioning must be"):
+        TaskSelection("amf", {"a": "do a"}, tmp_path / "data", batch_conditioning="real")
+
+
 def test_a_warm_start_batch_larger_than_the_unseen_tasks_is_refused_saying_what_to_ask(tmp_path):
     """AMF scores need a first demonstration of every task: with 2 of 3 tasks unseen, batch 3 cannot be chosen yet;
     the refusal names the unseen tasks and the largest batch that works (which then works)."""

@@ -95,6 +95,16 @@ class TaskSelectorParams(OctoTrunkParams):
         "(the state or the camera policy).",
         range=(0.0, 0.99),
     )
+    batch_conditioning: str = param(
+        "hallucinated",
+        "selector amf: what a task picked earlier in the same request (batch_size > 1), or assigned to another "
+        "robot and not recorded yet, counts as while the next pick is scored: 'hallucinated' = its validation "
+        "demonstration, the target states themselves (Algorithm 1, the paper's); 'recorded' = its latest recorded "
+        "demonstration outside the validation set (the hallucination while it has none), which settles the task "
+        "less, so a batch divides like one-at-a-time selection (docs/metaworld.md, 'A batch that conditions on "
+        "what a demonstration will be').",
+        choices=("hallucinated", "recorded"),
+    )
     frames_per_episode: int = param(
         16,
         "Evenly spaced steps of every recorded episode used as data and target points of the criterion (the "
