@@ -565,7 +565,7 @@ def run(cfg: MetaworldBenchConfig, jobs: int = 1, work_dir: str | os.PathLike | 
     if work_dir:  # a --work-dir that does not exist yet is made, as --out is
         Path(work_dir).mkdir(parents=True, exist_ok=True)
     kept = JobRecords(resume_dir, cfg) if resume_dir else None
-    tmp = kept.dir if kept else Path(tempfile.mkdtemp(prefix=f"amf_{cfg.suite}_", dir=work_dir))
+    tmp = kept.pretrained if kept else Path(tempfile.mkdtemp(prefix=f"amf_{cfg.suite}_", dir=work_dir))
     keys = [(a, s) for a in cfg.allocations for s in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]
     ckpts = {k: str(checkpoint_dir(tmp, *k)) for k in keys}
     bar = tqdm(total=len(keys) * (1 + len(cfg.methods)), desc=f"{cfg.suite} ({kind})", unit="run",

@@ -8,7 +8,10 @@ when it ends, and a rerun (another slice, or the same command after a kill) reus
 
 The key hashes the whole config except what only chooses *which* jobs run (methods, seeds, first seed) and every
 source file of the package and the task files: a changed setting or changed code starts a new directory, so a reused
-record is always what this run would have computed (the jobs are deterministic in their seeds).
+record is always what this run would have computed (the jobs are deterministic in their seeds). Pre-trained
+checkpoints live under a second key that also leaves out the settings only the method jobs read
+(:data:`METHOD_FIELDS`: AMF's criterion, the rounds, fine-tuning, replay): runs that compare such settings, say the
+paper's batch conditioning against another, pre-train each seed once.
 """
 
 from __future__ import annotations
@@ -30,6 +33,15 @@ SELECTION_FIELDS = ("methods", "seeds", "first_seed")
 """Config fields that pick jobs without changing any job's result: left out of the key, so slices share it."""
 
 
+METHOD_FIELDS = (*SELECTION_FIELDS, "allocations", "rounds", "demos_per_round", "replay_fraction",
+                 "success_threshold", "finetune_steps", "alpha_steps", "alpha_lr", "alpha_beta", "criterion_form",
+                 "noise_var", "prior_var", "selection_copy", "criterion_targets", "condition_on_data", "hallucinate",
+                 "hallucination_weight", "batch_conditioning", "frames_per_demo", "max_points")
+"""Config fields no pre-training job reads (bench/metaworld.py ``pretrain_job``: the allocation is in the checkpoint's
+name): left out of the pre-training key. A field missing here only costs sharing; one wrongly here would reuse a
+checkpoint pre-trained otherwise, so each was checked against ``pretrain_job`` and ``camera_pretrain_job``."""
+
+
 def code_digest() -> str:
     """Hash of every Python source of the package and of its task files (what a job's result depends on besides
     its config)."""
@@ -41,9 +53,9 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def resume_key(config: Any) -> str:
-    """12 hex digits naming a benchmark config (a dataclass; :data:`SELECTION_FIELDS` left out) and the code."""
-    fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in SELECTION_FIELDS}
+def resume_key(config: Any, leave_out: tuple[str, ...] = SELECTION_FIELDS) -> str:
+    """12 hex digits naming a benchmark config (a dataclass; the ``leave_out`` fields left out) and the code."""
+    fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in leave_out}
     h = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode())
     h.update(code_digest().encode())
     return h.hexdigest()[:12]
@@ -64,20 +76,24 @@ def recorded(fn: Callable[..., dict[str, Any]], record: str, *args: Any) -> dict
 
 
 class JobRecords:
-    """The kept results of one benchmark config under ``root/<suite>_<key>``.
+    """The kept results of one benchmark config: method records under ``root/<suite>_<key>``, pre-trained
+    checkpoints under ``root/<suite>_pretrained_<key without METHOD_FIELDS>`` (shared by configs that differ only
+    in what the method jobs read).
 
     Pre-training records sit beside their checkpoint directories; a pre-training job without its record (never run,
-    or killed) is run again from an empty checkpoint directory, and the method records of that seed are dropped with
-    it (they came from the checkpoint being replaced).
+    or killed) is run again from an empty checkpoint directory, and this config's method records of that seed are
+    dropped with it (they came from the checkpoint being replaced).
     """
 
     def __init__(self, root: str | Path, config: Any) -> None:
         self.dir = Path(root) / f"{config.suite}_{resume_key(config)}"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.pretrained = Path(root) / f"{config.suite}_pretrained_{resume_key(config, METHOD_FIELDS)}"
+        for d in (self.dir, self.pretrained):
+            d.mkdir(parents=True, exist_ok=True)
 
     def checkpoint(self, allocation: str, seed: int) -> Path:
         """Where the pre-trained checkpoint of (allocation, seed) lives."""
-        return checkpoint_dir(self.dir, allocation, seed)
+        return checkpoint_dir(self.pretrained, allocation, seed)
 
     def pretrain_record(self, allocation: str, seed: int) -> Path:
         """The record of (allocation, seed)'s pre-training job (written after its checkpoint)."""

@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 pytest.importorskip("mujoco")
 
 from amf_ros.bench import metaworld as mw
-from amf_ros.bench.resume import JobRecords, resume_key
+from amf_ros.bench.resume import METHOD_FIELDS, JobRecords, resume_key
 
 SMOKE = Path(__file__).resolve().parents[2] / "config" / "bench" / "widowx_smoke.yaml"
 
@@ -58,6 +58,23 @@ def test_the_key_ignores_job_selection_but_not_settings():
     assert resume_key(_cfg()) == resume_key(_cfg(methods=["rebalancing"], seeds=3, first_seed=2))
     assert resume_key(_cfg()) != resume_key(_cfg(finetune_steps=6))
     assert resume_key(_cfg()) != resume_key(_cfg(eval_episodes=2))
+    # the pre-training key leaves out what only the method jobs read, not what pre-training reads
+    assert resume_key(_cfg(), METHOD_FIELDS) == resume_key(_cfg(finetune_steps=6, noise_var=100.0), METHOD_FIELDS)
+    assert resume_key(_cfg(), METHOD_FIELDS) != resume_key(_cfg(eval_episodes=2), METHOD_FIELDS)
+    assert resume_key(_cfg(), METHOD_FIELDS) != resume_key(_cfg(pretrain_steps=7), METHOD_FIELDS)
+
+
+def test_runs_that_differ_in_method_settings_share_pretraining(tmp_path, monkeypatch):
+    """A paired comparison of a criterion setting (the paper's batch conditioning vs recorded) pre-trains once: the
+    second run reuses the checkpoint and its record, and keeps its method records apart from the first's."""
+    paper = _cfg(methods=["amf"], demos_per_round=2)
+    first = mw.run(paper, resume_dir=tmp_path, progress=False)
+    _forbid(monkeypatch, "pretrain_job")
+    other = _cfg(methods=["amf"], demos_per_round=2, batch_conditioning="recorded")
+    second = mw.run(other, resume_dir=tmp_path, progress=False)
+    assert second["pretrain"] == first["pretrain"]
+    assert JobRecords(tmp_path, other).dir != JobRecords(tmp_path, paper).dir
+    assert JobRecords(tmp_path, other).method_record("mismatched", 0, "amf").is_file()
 
 
 def test_a_killed_pretraining_reruns_its_seed_and_drops_the_seeds_method_records(tmp_path, monkeypatch, caplog):
