@@ -6,7 +6,9 @@ number of demonstrations collected, and the demonstrations needed to reach a suc
 paper's headline form). Every curve is one (results file, pre-training allocation, method).
 
 Run: ``amf bench compare A/results.json B/results.json [--labels a b] [--methods amf] [--out DIR]``; writes
-compare.json, success_vs_demos.png and demos_to_reach.png, and prints a table.
+compare.json, success_vs_demos.png and demos_to_reach.png, and prints a table. Curves run on the same seeds as the
+first curve are also compared with it seed by seed (the paired difference, whose CI is much narrower than the two
+curves' overlapping ones when the seeds share their pre-training and scenes, as every method of a run does).
 """
 
 from __future__ import annotations
@@ -36,12 +38,45 @@ def curves(doc: dict[str, Any], label: str, methods: Sequence[str] | None = None
             success = np.asarray(entry["per_seed"], dtype=float)  # (S, R+1)
             demos = np.sum([np.asarray(c["per_seed"], dtype=float) for c in st["demo_counts"][m].values()], axis=0)
             out.append({"label": label, "setting": st["name"], "method": m, "tasks": cfg.get("tasks"),
+                        "seeds": seed_list(cfg, len(success)),
                         "demos_per_round": cfg.get("demos_per_round", 1),
                         "replay_fraction": cfg.get("replay_fraction", 0.0),
                         "demos": demos.mean(0).tolist(), "success_per_seed": success.tolist(),
                         "mean": entry["mean"], "ci_low": entry["ci_low"], "ci_high": entry["ci_high"],
                         "demos_to_reach": demos_to_reach(success, demos, thr)})
     return out
+
+
+def seed_list(cfg: dict[str, Any], count: int) -> list[int] | None:
+    """The seeds of a run's per-seed rows, in order (a merged run's ``seed_list``, else first_seed ..); None when the
+    config does not say (then the run is paired with nothing)."""
+    if "seed_list" in cfg:
+        seeds = [int(s) for s in cfg["seed_list"]]
+    elif "first_seed" in cfg and "seeds" in cfg:
+        seeds = list(range(int(cfg["first_seed"]), int(cfg["first_seed"]) + int(cfg["seeds"])))
+    else:
+        return None
+    return seeds if len(seeds) == count else None
+
+
+def paired(base: dict[str, Any], other: dict[str, Any], xs: Sequence[float]) -> dict[str, Any] | None:
+    """``other`` minus ``base`` seed by seed at each demonstration count of ``xs``: mean difference, its 90%
+    bootstrap CI over seeds, and how many seeds went up / stayed level / went down. None unless both ran the same
+    seeds."""
+    if base["seeds"] is None or base["seeds"] != other["seeds"]:
+        return None
+    out = {}
+    for x in xs:
+        cols = [[i for i, d in enumerate(c["demos"]) if abs(d - x) < 1e-9] for c in (base, other)]
+        if not all(cols):
+            continue
+        diff = (np.asarray(other["success_per_seed"])[:, cols[1][0]]
+                - np.asarray(base["success_per_seed"])[:, cols[0][0]])
+        mean, lo, hi = bootstrap_ci(diff[:, None])
+        out[str(x)] = {"mean": float(mean[0]), "ci_low": float(lo[0]), "ci_high": float(hi[0]),
+                       "up": int(np.sum(diff > 1e-9)), "level": int(np.sum(np.abs(diff) <= 1e-9)),
+                       "down": int(np.sum(diff < -1e-9))}
+    return {"base": name_of(base), "seeds": base["seeds"], "at": out}
 
 
 def at_demos(curve: dict[str, Any], n: float) -> tuple[float, float, float] | None:
@@ -81,7 +116,9 @@ def compare(paths: Sequence[str | Path], labels: Sequence[str] | None = None, me
     if not entries:
         raise ValueError(f"no curve matched methods {list(methods or [])} in {[str(p) for p in paths]}")
     xs = shared_demos(entries)
+    pairs = [(name_of(e), paired(entries[0], e, xs)) for e in entries[1:]]
     return {"benchmark": "compare", "inputs": [str(p) for p in paths], "shared_demos": xs,
+            "paired_vs_first": {name: p for name, p in pairs if p is not None},
             "threshold": entries[0]["demos_to_reach"]["threshold"],
             "curves": entries, "at_shared_demos": [{"label": e["label"], "setting": e["setting"],
                                                     "method": e["method"],
@@ -105,6 +142,22 @@ def table(doc: dict[str, Any], max_columns: int = 5) -> str:
                      reach_text(e["demos_to_reach"])])
     return format_table(["curve", "B", "replay", "demos", "final success [90% CI]",
                          *[f"@{x:g} demos" for x in xs], f"demos to {doc['threshold']:g}"], rows)
+
+
+def paired_table(doc: dict[str, Any], max_columns: int = 5) -> str:
+    """Per curve run on the first curve's seeds: its paired difference from it at the shared demo counts ("" when
+    no curve is)."""
+    pairs = doc.get("paired_vs_first", {})
+    if not pairs:
+        return ""
+    xs = doc["shared_demos"][-max_columns:]
+    rows = []
+    for name, p in pairs.items():
+        cells = [f"{v['mean']:+.3f} [{v['ci_low']:+.2f}, {v['ci_high']:+.2f}] {v['up']}/{v['level']}/{v['down']}"
+                 if (v := p["at"].get(str(x))) else "-" for x in xs]
+        rows.append([name, len(p["seeds"]), *cells])
+    base = next(iter(pairs.values()))["base"]
+    return format_table([f"minus {base}, paired", "seeds", *[f"@{x:g} (up/level/down)" for x in xs]], rows)
 
 
 def plot(doc: dict[str, Any], out: Path) -> list[Path]:
@@ -171,5 +224,7 @@ def main(argv: Sequence[str]) -> int:
     path = atomic_write_json(out / "compare.json", doc)
     plots = plot(doc, out)
     print(table(doc))
+    if pairs := paired_table(doc):
+        print(pairs)
     print(f"wrote {path}, {', '.join(p.name for p in plots)}")
     return 0

@@ -13,8 +13,10 @@ from amf_ros.bench.results import write_results
 from amf_ros.training.pretrain import allocation_counts
 
 
-def _results(tmp: Path, name: str, b: int, rounds: int, seeds: int = 3) -> Path:
-    """A results.json whose success is 0.5 + 0.05 x (fine-tuning demonstrations), whatever the method."""
+def _results(tmp: Path, name: str, b: int, rounds: int, seeds: int = 3, gain: float = 0.05,
+             first_seed: int = 0) -> Path:
+    """A results.json whose success is 0.5 + gain x (fine-tuning demonstrations) (+ 0.01 x seed), whatever the
+    method."""
     cfg = MetaworldBenchConfig(seeds=seeds, rounds=rounds, demos_per_round=b, allocations=["mismatched"],
                                methods=["amf", "uniform+prior"])
     pc = allocation_counts(cfg.tasks, "mismatched", cfg.pretrain_demos)
@@ -28,13 +30,14 @@ def _results(tmp: Path, name: str, b: int, rounds: int, seeds: int = 3) -> Path:
             for r in range(1, rounds + 1):
                 for k in range(b):
                     counts[cfg.tasks[(r * b + k) % len(cfg.tasks)]] += 1
-                value = min(1.0, 0.5 + 0.05 * sum(counts.values()))
+                value = min(1.0, 0.5 + gain * sum(counts.values()) + 0.01 * s)
                 rows.append({"round": r, "selected": [], "warm_start": False, "scores": {}, "counts": dict(counts),
                              "success": {t: value for t in cfg.tasks}, "alpha": {t: 0.5 for t in cfg.tasks}})
             runs.append({"allocation": "mismatched", "seed": s, "method": m, "rounds": rows, "time_s": 1.0})
     settings = summarize_runs(cfg, {"pretrain": pre, "runs": runs})
     doc = {"benchmark": "metaworld", "config": {"demos_per_round": b, "replay_fraction": 0.0,
-                                                "success_threshold": 0.9, "tasks": cfg.tasks},
+                                                "success_threshold": 0.9, "tasks": cfg.tasks, "seeds": seeds,
+                                                "first_seed": first_seed},
            "metric": "success", "wall_time_s": 1.0, "settings": settings}
     return write_results(tmp / name, doc)
 
@@ -45,7 +48,7 @@ def test_curves_meet_at_equal_total_demonstrations(tmp_path: Path) -> None:
     assert [c["label"] for c in doc["curves"]] == ["b1", "b5"]
     assert doc["shared_demos"] == [5.0, 10.0]  # B=1 has 1..10, B=5 has 5 and 10
     for at in doc["at_shared_demos"]:
-        assert at["success"]["5.0"][0] == pytest.approx(0.75) and at["success"]["10.0"][0] == pytest.approx(1.0)
+        assert at["success"]["5.0"][0] == pytest.approx(0.76) and at["success"]["10.0"][0] == pytest.approx(1.0)
     r1, r5 = (c["demos_to_reach"] for c in doc["curves"])
     assert r1["mean_curve"] == 8.0 and r1["reached"] == 3  # 0.5 + 0.05 x 8 = 0.9
     assert r5["mean_curve"] == 10.0  # 0.75 at 5 demos, 1.0 at 10: B=5 can only stop at multiples of 5
@@ -68,3 +71,19 @@ def test_main_writes_json_and_figures_and_refuses_bad_files(tmp_path: Path, caps
         compare.compare([b1], methods=["vfd"])
     with pytest.raises(ValueError, match="2 labels for 1"):
         compare.compare([b1], labels=["a", "b"])
+
+
+def test_curves_on_the_same_seeds_are_compared_seed_by_seed(tmp_path: Path) -> None:
+    """The paired difference: B = 5 at gain 0.04 against B = 1 at 0.05 on the same 3 seeds is -0.05 at 5
+    demonstrations in every seed (0.70 + 0.01 s vs 0.75 + 0.01 s), with a CI of zero width; a run on other seeds is
+    not paired."""
+    base = _results(tmp_path, "b1", 1, 10)
+    slower = _results(tmp_path, "b5", 5, 2, gain=0.04)
+    elsewhere = _results(tmp_path, "other", 5, 2, first_seed=3)
+    doc = compare.compare([base, slower, elsewhere], methods=["amf"])
+    pairs = doc["paired_vs_first"]
+    assert list(pairs) == ["b5/mismatched/amf"]  # "other" ran seeds 3-5
+    at5 = pairs["b5/mismatched/amf"]["at"]["5.0"]
+    assert at5["mean"] == pytest.approx(-0.05) and at5["ci_high"] - at5["ci_low"] == pytest.approx(0.0, abs=1e-12)
+    assert (at5["up"], at5["level"], at5["down"]) == (0, 0, 3)
+    assert "minus b1/mismatched/amf, paired" in compare.paired_table(doc)
