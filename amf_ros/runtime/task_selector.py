@@ -745,6 +745,8 @@ class TaskSelectorRuntime:
         self.assignments.assign(robot, decision.selected_tasks)
         if pending:
             decision.message += f"; conditioned on pending {pending}"
+            if self.selection.selector_name == "amf" and self.selection.batch_conditioning != "hallucinated":
+                decision.message += f" as {self.selection.batch_conditioning} demonstrations"
         if self.not_ready():
             decision.message += f"; answered without a policy, task_selector is {self.not_ready()}"
         return decision
