@@ -75,8 +75,9 @@ def test_selector_scaling_contract_small(tmp_path):
     assert res["demos"] == [10, 20] and set(res["engines"]) == {"exact", "subsampled"}
     exact, sub = res["engines"]["exact"], res["engines"]["subsampled"]
     for e in (exact, sub):
-        for key in ("call_p50_s", "call_p99_s", "batch_p50_s", "episode_p50_s", "build_s", "state_mb",
-                    "peak_build_mb", "peak_call_mb", "peak_episode_mb", "spearman", "same_argmin", "max_rel_diff"):
+        for key in ("call_p50_s", "call_p99_s", "batch_p50_s", "batch_recorded_p50_s", "episode_p50_s", "build_s",
+                    "state_mb", "peak_build_mb", "peak_call_mb", "peak_episode_mb", "spearman", "same_argmin",
+                    "max_rel_diff"):
             assert len(e[key]) == 2, key
         assert all(p99 >= p50 > 0 for p50, p99 in zip(e["call_p50_s"], e["call_p99_s"], strict=True))
         assert all(len(b) == 5 for b in e["batch"])  # B = 5 greedy picks
