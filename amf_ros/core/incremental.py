@@ -408,43 +408,52 @@ class IncrementalFeatureCriterion:
         self._v, self._w = np.zeros((0, self.dim)), np.zeros((0, self.layout.rows.shape[0]))
         self.space = "feature"
 
-    def cross_covariance(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(Sigma_RU (m, U), Sigma_RR (m, m)) of m extra rows R given the data, the state untouched: what a greedy
-        batch needs to condition on rows that are no candidate's (a pick counted as a recorded demonstration)."""
+    def pick_block(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(R, aux, Sigma_RU (m, U)) of m extra rows R given the data, the state untouched: what a greedy batch needs
+        to condition on rows that are no candidate's (a pick counted as a recorded demonstration). ``aux`` (V R^T in
+        sample space, S R^T in feature space) gives the covariance between two such blocks (:meth:`_between`).
+        ~N D m (sample) or D^2 m (feature) flops."""
         rows = as_float64_2d(rows, "rows", self.dim)
         if self.space == "sample":
-            n, p = self._n, self.prior_var
-            b = self._v[:n] @ rows.T  # (N, m) = V R^T
-            cross = p * (rows @ self.layout.rows.T) - b.T @ self._w[:n]
-            own = p * (rows @ rows.T) - b.T @ b
+            aux = self._v[:self._n] @ rows.T  # (N, m)
+            cross = self.prior_var * (rows @ self.layout.rows.T) - aux.T @ self._w[:self._n]
         else:
-            g = dsymm(1.0, self._s, rows.T, lower=UPPER)  # (D, m) = S R^T
-            cross, own = g.T @ self.layout.rows.T, rows @ g
-        return cross, 0.5 * (own + own.T)
+            aux = dsymm(1.0, self._s, rows.T, lower=UPPER)  # (D, m)
+            cross = aux.T @ self.layout.rows.T
+        return rows, aux, cross
 
-    def with_pick_rows(self, pick_rows: Sequence[np.ndarray | None]) -> HallucinationCovariance:
-        """Sigma over U and extra rows, where a greedy pick of candidate i conditions on ``pick_rows[i]`` ((m_i, D))
-        instead of its heaviest alternative (None: that alternative). Scores are unchanged (same targets and
-        candidates); only what a pick conditions on differs. Costs one copy of Sigma_U and ~N D R + R U D flops."""
-        if len(pick_rows) != self.layout.num_candidates:
-            raise ValueError(f"need one entry per candidate ({self.layout.num_candidates}), got {len(pick_rows)}")
+    def _between(self, a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> np.ndarray:
+        """Sigma(R_a, R_b) given the data, from two :meth:`pick_block` results of the same data version."""
+        if self.space == "sample":
+            return self.prior_var * (a[0] @ b[0].T) - a[1].T @ b[1]
+        return a[0] @ b[1]
+
+    def with_pick_rows(self, blocks: dict[int, tuple[np.ndarray, ...]]) -> HallucinationCovariance:
+        """Sigma over U and extra rows, where a greedy pick of candidate i conditions on ``blocks[i]``'s rows (a
+        :meth:`pick_block` of this data version) instead of its heaviest alternative (candidates not in ``blocks``:
+        that alternative). Scores are unchanged (same targets and candidates); only what a pick conditions on
+        differs. Costs one copy of Sigma_U."""
         lay, u = self.layout, self.layout.rows.shape[0]
-        extra = [as_float64_2d(r, f"pick rows of candidate {i}", self.dim) for i, r in enumerate(pick_rows)
-                 if r is not None]
-        if not extra:
+        bad = [i for i in blocks if not 0 <= i < lay.num_candidates]
+        if bad:
+            raise ValueError(f"candidate indices must be in [0, {lay.num_candidates}), got {bad}")
+        if not blocks:
             return self.cov
-        stacked = np.concatenate(extra)
-        cross, own = self.cross_covariance(stacked)
-        sigma = np.empty((u + len(stacked),) * 2)
-        sigma[:u, :u], sigma[u:, :u], sigma[:u, u:], sigma[u:, u:] = self.cov.sigma, cross, cross.T, own
-        picks, k = [], u
-        for i, r in enumerate(pick_rows):
-            if r is None:
-                picks.append(lay.picks[i])
-            else:
-                picks.append(np.arange(k, k + len(r)))
-                k += len(r)
-        layout = Layout(np.concatenate([lay.rows, stacked]), lay.q_idx, lay.q_w, lay.groups, tuple(picks),
+        parts = list(blocks.values())
+        sizes = np.cumsum([0] + [b[0].shape[0] for b in parts])
+        sigma = np.empty((u + sizes[-1],) * 2)
+        sigma[:u, :u] = self.cov.sigma
+        for a, pa in enumerate(parts):
+            ra = slice(u + sizes[a], u + sizes[a + 1])
+            sigma[ra, :u], sigma[:u, ra] = pa[2], pa[2].T
+            for b in range(a, len(parts)):
+                rb = slice(u + sizes[b], u + sizes[b + 1])
+                block = self._between(pa, parts[b])
+                sigma[ra, rb] = 0.5 * (block + block.T) if a == b else block
+                sigma[rb, ra] = sigma[ra, rb].T
+        where = {i: np.arange(u + sizes[k], u + sizes[k + 1]) for k, i in enumerate(blocks)}
+        picks = tuple(where.get(i, lay.picks[i]) for i in range(lay.num_candidates))
+        layout = Layout(np.concatenate([lay.rows, *[b[0] for b in parts]]), lay.q_idx, lay.q_w, lay.groups, picks,
                         lay.num_candidates)
         return HallucinationCovariance(sigma, layout, self.noise_var, self.floor, self.form)
 
@@ -470,14 +479,16 @@ class IncrementalFeatureCriterion:
         across :meth:`add_data`; greedy batch picks reuse the previous pick's Sigma_U (:class:`PickCache`).
 
         ``pick_rows_of``: task key -> the (m, D) rows a pick of it earlier in the batch conditions on, or None for
-        its heaviest hallucinated alternative (None = always that: Algorithm 1); read once per data version, on the
-        first batch pick (:meth:`with_pick_rows`).
+        its heaviest hallucinated alternative (None = always that: Algorithm 1); read once per task and data
+        version, when the task is first picked (:meth:`pick_block`, :meth:`with_pick_rows`), so a batch pays for the
+        rows of the tasks it picks only.
         """
         keys = [str(k) for k in keys]
         if len(keys) != self.layout.num_candidates or len(set(keys)) != len(keys):
             raise ValueError(f"need {self.layout.num_candidates} distinct keys, got {keys}")
         where = {k: i for i, k in enumerate(keys)}
-        engine, cache = self, {"version": -1, "picks": None}
+        engine = self
+        cache: dict[str, Any] = {"version": -1, "picks": None, "blocks": {}, "extended": ()}
 
         def fn(candidates: list[str], chosen: list[str]) -> np.ndarray:
             unknown = [c for c in [*candidates, *chosen] if c not in where]
@@ -487,9 +498,19 @@ class IncrementalFeatureCriterion:
                 s = engine.cov.scores()
             else:
                 if cache["version"] != engine.version:
-                    base = engine.cov if pick_rows_of is None else engine.with_pick_rows([pick_rows_of(k)
-                                                                                          for k in keys])
-                    cache["version"], cache["picks"] = engine.version, PickCache(base)
+                    cache.update(version=engine.version, picks=None, blocks={}, extended=())
+                if pick_rows_of is not None:
+                    blocks = cache["blocks"]
+                    for c in chosen:
+                        if where[c] not in blocks:
+                            rows = pick_rows_of(c)
+                            blocks[where[c]] = None if rows is None else engine.pick_block(rows)
+                    need = tuple(i for i, b in blocks.items() if b is not None)
+                    if cache["picks"] is None or need != cache["extended"]:  # a newly picked task with rows
+                        cache["extended"] = need
+                        cache["picks"] = PickCache(engine.with_pick_rows({i: blocks[i] for i in need}))
+                elif cache["picks"] is None:
+                    cache["picks"] = PickCache(engine.cov)
                 s = cache["picks"].state([where[c] for c in chosen]).scores()
             return s[[where[c] for c in candidates]]
 

@@ -139,19 +139,21 @@ def test_a_pick_can_condition_on_rows_that_are_no_candidates(space):
     data, cands, tgt, tw, cw = _problem(7, n=30)
     cw = _cw(cands, cw)
     extra = np.random.default_rng(8).normal(size=(5, data.shape[1]))
+    extra_c = np.random.default_rng(9).normal(size=(3, data.shape[1]))
     eng = IncrementalFeatureCriterion(data[:20], cands, tgt, tw, NOISE, PRIOR, "log_variance", cw, space=space)
     keys = ["a", "b", "c", "d"]
-    fn = eng.score_fn(keys, pick_rows_of={"b": extra}.get)
+    fn = eng.score_fn(keys, pick_rows_of={"b": extra, "c": extra_c}.get)
     _close(fn(keys, []), eng.scores())  # the first pick is unchanged
     for n in (20, 30):
-        for chosen, rows in ((["b"], [extra]), (["b", "d"], [extra, cands[3]]), (["d", "b"], [cands[3], extra])):
+        for chosen, rows in ((["b"], [extra]), (["b", "d"], [extra, cands[3]]), (["d", "b"], [cands[3], extra]),
+                             (["b", "c", "d"], [extra, extra_c, cands[3]]), (["c"], [extra_c])):
             want = feature_criterion(np.concatenate([data[:n], *rows]), cands, tgt, tw, NOISE, PRIOR, "log_variance",
                                      cw)
             _close(fn(keys, chosen), want)
         eng.add_data(data[20:])  # the function re-reads the rows for the new data version
     assert not np.allclose(fn(keys, ["b"]), eng.score_fn(keys)(keys, ["b"]))  # not the hallucination's scores
-    with pytest.raises(ValueError, match="one entry per candidate"):
-        eng.with_pick_rows([extra])
+    with pytest.raises(ValueError, match="candidate indices must be in"):
+        eng.with_pick_rows({4: eng.pick_block(extra)})
 
 
 @pytest.mark.parametrize("form", ["log_variance", "variance"])
