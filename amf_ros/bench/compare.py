@@ -7,8 +7,9 @@ paper's headline form). Every curve is one (results file, pre-training allocatio
 
 Run: ``amf bench compare A/results.json B/results.json [--labels a b] [--methods amf] [--out DIR]``; writes
 compare.json, success_vs_demos.png and demos_to_reach.png, and prints a table. Curves run on the same seeds as the
-first curve are also compared with it seed by seed (the paired difference, whose CI is much narrower than the two
-curves' overlapping ones when the seeds share their pre-training and scenes, as every method of a run does).
+first curve are also compared with it seed by seed: the paired difference (paired_difference.png and a second table),
+whose CI is much narrower than the two curves' overlapping ones when the seeds share their pre-training and scenes,
+as every method of a run does.
 """
 
 from __future__ import annotations
@@ -161,7 +162,8 @@ def paired_table(doc: dict[str, Any], max_columns: int = 5) -> str:
 
 
 def plot(doc: dict[str, Any], out: Path) -> list[Path]:
-    """success_vs_demos.png (mean and 90% CI per curve) and demos_to_reach.png (bars + seeds)."""
+    """success_vs_demos.png (mean and 90% CI per curve), demos_to_reach.png (bars + seeds) and, where curves are
+    paired with the first, paired_difference.png."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -202,7 +204,33 @@ def plot(doc: dict[str, Any], out: Path) -> list[Path]:
     fig.tight_layout()
     paths.append(save_figure(fig, out / "demos_to_reach.png"))
     plt.close(fig)
+    if doc.get("paired_vs_first"):
+        paths.append(_plot_paired(doc, out, colours[1:], plt))
     return paths
+
+
+def _plot_paired(doc: dict[str, Any], out: Path, colours: list[Any], plt: Any) -> Path:
+    """paired_difference.png: each paired curve minus the first, seed by seed, with its 90% CI, per demo count."""
+    names = [name_of(e) for e in doc["curves"][1:]]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for k, (name, p) in enumerate(doc["paired_vs_first"].items()):
+        xs = sorted(float(x) for x in p["at"])
+        v = [p["at"][str(x)] for x in xs]
+        colour = colours[names.index(name)] if name in names else None
+        shift = 0.15 * (k - (len(doc["paired_vs_first"]) - 1) / 2)  # side by side where curves share a count
+        ax.errorbar(np.array(xs) + shift, [d["mean"] for d in v],
+                    yerr=[[d["mean"] - d["ci_low"] for d in v], [d["ci_high"] - d["mean"] for d in v]],
+                    marker="o", ms=4, capsize=3, color=colour, label=f"{name} ({len(p['seeds'])} seeds)")
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xlabel("fine-tuning demonstrations")
+    ax.set_ylabel(f"success minus {next(iter(doc['paired_vs_first'].values()))['base']}", fontsize=8)
+    ax.set_title("paired by seed, 90% bootstrap CI", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = save_figure(fig, out / "paired_difference.png")
+    plt.close(fig)
+    return path
 
 
 def main(argv: Sequence[str]) -> int:

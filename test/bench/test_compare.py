@@ -87,3 +87,4 @@ def test_curves_on_the_same_seeds_are_compared_seed_by_seed(tmp_path: Path) -> N
     assert at5["mean"] == pytest.approx(-0.05) and at5["ci_high"] - at5["ci_low"] == pytest.approx(0.0, abs=1e-12)
     assert (at5["up"], at5["level"], at5["down"]) == (0, 0, 3)
     assert "minus b1/mismatched/amf, paired" in compare.paired_table(doc)
+    assert (tmp_path / "out" / "paired_difference.png") in compare.plot(doc, tmp_path / "out")
