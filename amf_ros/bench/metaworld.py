@@ -51,7 +51,8 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from amf_ros.core.amf_nn import BATCH_CONDITIONING, HALLUCINATE
+from amf_ros.core.amf_nn import HALLUCINATE
+from amf_ros.core.selection import BATCH_CONDITIONING
 from amf_ros.envs.suites import get_suite
 from amf_ros.policies.camera_policy import TRUNKS
 from amf_ros.policies.encoder_names import WRIST_POOL

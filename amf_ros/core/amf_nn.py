@@ -58,16 +58,13 @@ from typing import Any
 import numpy as np
 
 from amf_ros.core.criterion import feature_score_fn
-from amf_ros.core.selection import ScoreFn
+from amf_ros.core.selection import BATCH_CONDITIONING, ScoreFn
 
 Transitions = Mapping[str, np.ndarray]
 EmbedFn = Callable[[Transitions], np.ndarray]
 
 HALLUCINATE: tuple[str, ...] = ("validation", "recorded", "data")
 """What a candidate's hallucinated demonstrations are (``amf_nn_score_fn``'s ``hallucinate``; the paper's first)."""
-BATCH_CONDITIONING: tuple[str, ...] = ("hallucinated", "recorded")
-"""What a task picked earlier in a greedy batch is conditioned on (``amf_nn_score_fn``'s ``batch_conditioning``;
-the paper's first)."""
 
 DEFAULT_MAX_POINTS = 1024
 """Default cap on the criterion's data points (task_selector's ``max_points``; the benchmark's too)."""

@@ -16,6 +16,11 @@ import numpy as np
 #: (candidates, tasks already chosen in this batch) -> (len(candidates),) scores, lower = better.
 ScoreFn = Callable[[list[str], list[str]], np.ndarray]
 
+BATCH_CONDITIONING: tuple[str, ...] = ("hallucinated", "recorded")
+"""What a task picked earlier in a greedy batch is conditioned on while the next pick is scored (AMF's
+``amf_nn_score_fn`` ``batch_conditioning``; the paper's first). Here, beside the greedy batch rule, so that the
+parameter schema and the command lines name the choices without importing the criterion (scipy)."""
+
 
 @dataclass
 class Selection:

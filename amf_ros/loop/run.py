@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from amf_ros.bringup import graph
 from amf_ros.bringup.ros_env import isolated_ros_env
-from amf_ros.core.amf_nn import BATCH_CONDITIONING
+from amf_ros.core.selection import BATCH_CONDITIONING
 from amf_ros.data.replay import check_fraction
 from amf_ros.loop.nodes import DEMO_SEED_OFFSET, checked, node_overrides
 from amf_ros.policies.camera_policy import TRUNKS

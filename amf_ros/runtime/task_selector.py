@@ -308,7 +308,7 @@ class TaskSelection:
         replay_dir, replay_fraction: policy_server's replay (data/replay.py); with a fraction > 0 the ``amf``
             selector is replay-aware (core/amf_nn.py): it conditions on the replayed episodes at that share.
         batch_conditioning: what an earlier pick of a batch, or another robot's pending task, counts as for the
-            ``amf`` selector (core/amf_nn.py BATCH_CONDITIONING; "hallucinated" = the paper's).
+            ``amf`` selector (core/selection.py BATCH_CONDITIONING; "hallucinated" = the paper's).
     """
 
     def __init__(self, selector: str, instructions: Mapping[str, str], dataset_dir: str | Path, seed: int = 0,
@@ -317,8 +317,8 @@ class TaskSelection:
                  targets: str = "warm", condition_on_data: bool = True, episode_loader: Any = None,
                  max_batch_size: int = 16, progress: Any = None, replay_dir: str | Path = "",
                  replay_fraction: float = 0.0, batch_conditioning: str = "hallucinated") -> None:
-        from amf_ros.core.amf_nn import BATCH_CONDITIONING
         from amf_ros.core.progress import ProgressConfig
+        from amf_ros.core.selection import BATCH_CONDITIONING
         from amf_ros.core.selectors import make_selector
 
         if not instructions:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from amf_ros.bringup.params import param, workspace_param
 from amf_ros.bringup.params._octo_trunk import OctoTrunkParams
+from amf_ros.core.selection import BATCH_CONDITIONING
 from amf_ros.core.selectors import SELECTOR_NAMES
 
 
@@ -103,7 +104,7 @@ class TaskSelectorParams(OctoTrunkParams):
         "demonstration outside the validation set (the hallucination while it has none), which settles the task "
         "less, so a batch divides like one-at-a-time selection (docs/metaworld.md, 'A batch that conditions on "
         "what a demonstration will be').",
-        choices=("hallucinated", "recorded"),
+        choices=BATCH_CONDITIONING,
     )
     frames_per_episode: int = param(
         16,
