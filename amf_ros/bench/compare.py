@@ -68,11 +68,11 @@ def paired(base: dict[str, Any], other: dict[str, Any], xs: Sequence[float]) -> 
         return None
     out = {}
     for x in xs:
-        cols = [[i for i, d in enumerate(c["demos"]) if abs(d - x) < 1e-9] for c in (base, other)]
-        if not all(cols):
+        cols = [round_at(c, x) for c in (base, other)]
+        if None in cols:
             continue
-        diff = (np.asarray(other["success_per_seed"])[:, cols[1][0]]
-                - np.asarray(base["success_per_seed"])[:, cols[0][0]])
+        diff = (np.asarray(other["success_per_seed"])[:, cols[1]]
+                - np.asarray(base["success_per_seed"])[:, cols[0]])
         mean, lo, hi = bootstrap_ci(diff[:, None])
         out[str(x)] = {"mean": float(mean[0]), "ci_low": float(lo[0]), "ci_high": float(hi[0]),
                        "up": int(np.sum(diff > 1e-9)), "level": int(np.sum(np.abs(diff) <= 1e-9)),
@@ -80,12 +80,17 @@ def paired(base: dict[str, Any], other: dict[str, Any], xs: Sequence[float]) -> 
     return {"base": name_of(base), "seeds": base["seeds"], "at": out}
 
 
+def round_at(curve: dict[str, Any], n: float) -> int | None:
+    """The first round of a curve with exactly ``n`` demonstrations (seed mean), None if it has none."""
+    return next((i for i, d in enumerate(curve["demos"]) if abs(d - n) < 1e-9), None)
+
+
 def at_demos(curve: dict[str, Any], n: float) -> tuple[float, float, float] | None:
     """(mean, ci_low, ci_high) of a curve's success at exactly ``n`` demonstrations, None if it has no such round."""
-    hit = [i for i, d in enumerate(curve["demos"]) if abs(d - n) < 1e-9]
-    if not hit:
+    i = round_at(curve, n)
+    if i is None:
         return None
-    per_seed = np.asarray(curve["success_per_seed"])[:, hit[0]]
+    per_seed = np.asarray(curve["success_per_seed"])[:, i]
     mean, lo, hi = bootstrap_ci(per_seed[:, None])
     return float(mean[0]), float(lo[0]), float(hi[0])
 
