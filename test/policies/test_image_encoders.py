@@ -171,3 +171,43 @@ def test_any_frame_size_and_counting():
         enc.encode(np.zeros((2, 64, 64), np.uint8))
     with pytest.raises(ValueError, match="uint8"):
         enc.preprocess(np.zeros((1, 64, 64, 3), np.float32))
+
+
+@pytest.mark.parametrize("pool", ["table_keypoints", "keypoints"])
+def test_onnx_runtime_agrees_with_torch(pool):
+    """encode() through ONNX Runtime (the default when installed) is the torch network's function: the two differ by
+    no more than two evaluation orders of torch itself may (the same bound as batch independence)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    fast = PretrainedImageEncoder(pool=pool)
+    assert fast.runtime == "onnxruntime"
+    ref = PretrainedImageEncoder(pool=pool, runtime="torch")
+    frames = _frames(3, seed=2)
+    want = ref.encode(frames, batch_size=3)
+    got = fast.encode(frames, batch_size=2)
+    tol = encoder_tolerance(ref, frames, want)
+    assert np.abs(got - want).max() <= tol
+    assert np.abs(want[0] - want[1]).max() > 5 * tol  # the bound tells frames apart
+    before = torch.get_num_threads()
+    try:  # another thread count gets its own session (ONNX Runtime fixes a session's pool), the same function
+        torch.set_num_threads(2 if before == 1 else 1)
+        assert np.abs(fast.encode(frames) - want).max() <= tol
+    finally:
+        torch.set_num_threads(before)
+    assert len(fast._sessions) == 2
+    import pickle
+    clone = pickle.loads(pickle.dumps(fast))  # sessions are left behind and made again
+    assert np.abs(clone.encode(frames[:1]) - want[:1]).max() <= tol
+
+
+def test_unknown_or_missing_runtime_is_refused(monkeypatch):
+    with pytest.raises(ValueError, match="unknown encoder runtime"):
+        PretrainedImageEncoder(runtime="tensorrt")
+    with pytest.raises(ValueError, match="torch only"):
+        PretrainedImageEncoder(pool="grid2", runtime="onnxruntime")
+    assert PretrainedImageEncoder(pool="grid2").runtime == "torch"
+    import amf_ros.policies.image_encoders as mod
+    monkeypatch.setattr(mod, "onnxruntime_available", lambda: False)
+    with pytest.raises(ImportError, match="onnxruntime"):
+        PretrainedImageEncoder(runtime="onnxruntime")
+    assert PretrainedImageEncoder().runtime == "torch"  # auto falls back to torch
