@@ -288,6 +288,8 @@ class PretrainedImageEncoder(nn.Module):
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         options.log_severity_level = 3  # errors only
+        # no busy-waiting between calls: the nodes share a few cores with the simulator, recorder and console
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(self._onnx, options, providers=["CPUExecutionProvider"])
         self._sessions[threads] = session
         return session
