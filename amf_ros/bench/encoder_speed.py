@@ -21,12 +21,11 @@ import json
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.bench.results import config_dict, write_results
+from amf_ros.bench.results import config_dict, write_results_and_table
 from amf_ros.outputs import format_table
 
 DEFAULT_OUT = "docs/results/encoder_speed"
@@ -113,10 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reps < 1 or args.threads < 1:
         parser.error("--reps and --threads must be >= 1")
     results = run(EncoderSpeedConfig(reps=args.reps, threads=args.threads))
-    out = Path(args.out)
-    write_results(out, results)
     text = table(results)
-    (out / "table.txt").write_text(text + "\n", encoding="utf-8")
+    write_results_and_table(args.out, results, text)
     print(json.dumps(results, indent=1))
     print(text)
     return 0

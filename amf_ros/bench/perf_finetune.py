@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.bench.results import add_common_args, config_dict, summarize, write_results
+from amf_ros.bench.results import add_common_args, config_dict, summarize, write_results_and_table
 from amf_ros.config_file import load_config
 from amf_ros.outputs import format_table
 
@@ -191,12 +191,7 @@ def main(argv: Sequence[str]) -> int:
                         f"process; {cfg.threads} torch thread(s)"}
     table = format_table(["case", "steps/s cached", "steps/s trunk", "speed-up", "embed cold s", "embed warm s",
                           "peak RSS MB"], rows, floatfmt=".2f")
-    from pathlib import Path
-
-    from amf_ros.atomic import atomic_write_text
-
-    write_results(args.out, results)
-    atomic_write_text(Path(args.out) / "table.txt", table + "\n")
+    path = write_results_and_table(args.out, results, table)
     print(table)
-    print(f"wrote {Path(args.out) / 'results.json'}")
+    print(f"wrote {path}")
     return 0

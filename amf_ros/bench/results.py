@@ -115,6 +115,16 @@ def write_results(out_dir: str | os.PathLike, results: Mapping[str, Any], name: 
     return atomic_write_json(Path(out_dir) / name, dict(results))
 
 
+def write_results_and_table(out_dir: str | os.PathLike, results: Mapping[str, Any], table: str) -> Path:
+    """:func:`write_results`, and the benchmark's printed table beside it as table.txt (both atomic); returns the
+    results.json path."""
+    from amf_ros.atomic import atomic_write_text
+
+    path = write_results(out_dir, results)
+    atomic_write_text(Path(out_dir) / "table.txt", table + "\n")
+    return path
+
+
 def plot_methods(ax: Any, methods: Mapping[str, Mapping[str, Sequence[float]]], ylabel: str = "",
                  title: str = "", x: Mapping[str, Sequence[float]] | None = None, xlabel: str = "round") -> None:
     """Mean curve and shaded CI band per method on a matplotlib axis (the paper's Fig. 2/3 style).

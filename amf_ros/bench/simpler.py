@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from amf_ros._optional import load_object
-from amf_ros.bench.results import add_common_args, config_dict, summarize, write_results
+from amf_ros.bench.results import add_common_args, config_dict, summarize, write_results_and_table
 from amf_ros.config_file import load_config
 from amf_ros.outputs import format_table, save_figure
 
@@ -216,9 +216,8 @@ def main(argv: Sequence[str]) -> int:
     suite.close()
     results = results_dict(success, suite, config, name, wall)
     out = Path(args.out)
-    write_results(out, results)
     text = table(results)
-    (out / "table.txt").write_text(text + "\n", encoding="utf-8")
+    write_results_and_table(out, results, text)
     plot(results, out / "simpler_success.png")
     print(text)
     print(f"wrote {out / 'results.json'} ({wall:.1f} s)")

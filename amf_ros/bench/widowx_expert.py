@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.bench.results import config_dict, summarize, write_results
+from amf_ros.bench.results import config_dict, summarize, write_results_and_table
 from amf_ros.config_file import load_config
 from amf_ros.outputs import format_table
 
@@ -255,9 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       probe_radius_mm=args.probe_radius_mm)
     results = run(cfg)
     out = Path(args.out)
-    write_results(out, results)
     text = tables(results)
-    (out / "table.txt").write_text(text + "\n", encoding="utf-8")
+    write_results_and_table(out, results, text)
     print(text)
     print(f"\nwrote {out / 'results.json'} ({results['wall_time_s']:.0f} s)")
     return 0

@@ -34,12 +34,11 @@ import json
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from amf_ros.bench.results import config_dict, write_results
+from amf_ros.bench.results import config_dict, write_results_and_table
 from amf_ros.outputs import format_table
 
 DEFAULT_OUT = "docs/results/wxai_latency"
@@ -198,10 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate-hz", type=float, default=WXAILatencyConfig.rate_hz, help="control loop rate")
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     results = run(WXAILatencyConfig(trials=args.trials, jitter_ticks=args.ticks, rate_hz=args.rate_hz))
-    out = Path(args.out)
-    write_results(out, results)
     text = table(results)
-    (out / "table.txt").write_text(text + "\n", encoding="utf-8")
+    write_results_and_table(args.out, results, text)
     print(json.dumps(results, indent=1))
     print(text)
     return 0
