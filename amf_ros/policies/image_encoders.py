@@ -43,10 +43,10 @@ object, detectors). An earlier probe (96 episodes, the same four coordinates) pu
 
 Runtime (:data:`RUNTIMES`): :meth:`PretrainedImageEncoder.encode` runs the network through ONNX Runtime when
 ``onnxruntime`` and ``onnx`` are installed (the network exported once per process from these torch modules; keypoint
-poolings only), else through torch. On one thread of this 2-core machine, ms per frame (batch 1 / 5; ``python -m
-amf bench encoder-speed``): table_keypoints torch 40 / 60, ONNX Runtime 16 / 16; keypoints torch 37 / 26,
-ONNX Runtime 11 / 14. The two agree to a few 1e-6 on outputs of order 1 (float32 rounding of other summation orders,
-the same kind of difference as another CPU's). Preprocessing stays in torch.
+poolings only), else through torch. On one thread of this 2-core machine, ms per frame at batch 1 / 5 (``amf bench
+encoder-speed``, docs/results/encoder_speed): table_keypoints torch 48.9 / 67.8, ONNX Runtime 19.3 / 19.5;
+keypoints torch 28.9 / 35.0, ONNX Runtime 11.5 / 12.7. The two agree to a few 1e-6 on outputs of order 1 (float32
+rounding of other summation orders, the same kind of difference as another CPU's). Preprocessing stays in torch.
 
 Shapes: B frames; D = :attr:`PretrainedImageEncoder.feature_dim`.
 """
