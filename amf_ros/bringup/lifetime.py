@@ -20,6 +20,18 @@ graph (bringup.graph_lock), or its configuration is wrong. `amf up` does not res
 (78 = EX_CONFIG of sysexits.h; under systemd: ``RestartPreventExitStatus=78``)."""
 
 
+NODE_SHUTDOWN_DEADLINE_S = 10.0
+"""Longest a node's clean-up after SIGINT/SIGTERM may take before the node ends itself anyway (amf_ros.ros.spin's
+watchdog). Each step is bounded (close() ~3 s, the executor 3 s, its thread 2 s); destroying the node and the context
+are rclpy calls without a timeout, and one CI run saw operator_console still alive 15 s after SIGINT. `ros2 launch`
+gives a node 10 s before SIGKILL (SIGTERM at 5 s, which a stopping node ignores); `amf up` waits a little longer
+than this deadline, so that the node's own watchdog, which writes why, comes first."""
+STACK_DUMP_SIGNAL = signal.SIGUSR1
+"""A node writes every thread's Python stack to stderr (its log) on this signal (faulthandler: a C handler, so it
+works while a thread holds the GIL or the main thread never saw SIGINT); `amf up` sends it to a node that outlived
+its stop timeout, just before SIGKILL, so that the log says where the node was stuck."""
+
+
 class NoRespawnError(RuntimeError):
     """Raised while a node starts when a restart cannot help: ``amf_ros.ros.spin`` prints the message as one line
     and exits with :data:`NO_RESPAWN_EXIT`, no traceback."""

@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import IO, Mapping, Sequence
 
 from amf_ros.bringup.graph import NodeSpec, find_executable
-from amf_ros.bringup.lifetime import die_with_parent, stays_down
+from amf_ros.bringup.lifetime import STACK_DUMP_SIGNAL, die_with_parent, stays_down
 
 log = logging.getLogger(__name__)
+
+STACK_DUMP_WAIT_S = 0.5
+"""How long a node that outlived its stop timeout gets to write its stacks before SIGKILL."""
 
 
 class NodeProcesses:
@@ -143,8 +146,8 @@ class NodeProcesses:
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
     def stop(self, timeout: float = 10.0) -> dict[str, int]:
-        """SIGINT every node, wait up to ``timeout`` s, SIGKILL the rest (listed in :attr:`killed`); return exit
-        codes."""
+        """SIGINT every node, wait up to ``timeout`` s, SIGKILL the rest (listed in :attr:`killed`) after asking each
+        for its threads' stacks (STACK_DUMP_SIGNAL: they land in its log); return exit codes."""
         for p in self.procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGINT)
@@ -153,8 +156,15 @@ class NodeProcesses:
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.warning("%s did not stop on SIGINT within %.1f s: SIGKILL", name, timeout)
+                where = self.log_path(name)
+                log.warning("%s did not stop on SIGINT within %.1f s: SIGKILL (its stacks: %s)", name, timeout,
+                            where if where is not None else "its stderr")
                 self.killed.add(name)
+                p.send_signal(STACK_DUMP_SIGNAL)
+                try:
+                    p.wait(timeout=STACK_DUMP_WAIT_S)  # the dump is written by a C handler: milliseconds
+                except subprocess.TimeoutExpired:
+                    pass
                 p.kill()
                 p.wait()
         for fh in self._logs:

@@ -43,7 +43,13 @@ from rclpy.executors import (
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
-from amf_ros.bringup.lifetime import NO_RESPAWN_EXIT, NoRespawnError, die_with_parent_if_asked
+from amf_ros.bringup.lifetime import (
+    NO_RESPAWN_EXIT,
+    NODE_SHUTDOWN_DEADLINE_S,
+    STACK_DUMP_SIGNAL,
+    NoRespawnError,
+    die_with_parent_if_asked,
+)
 
 EXECUTORS = ("multi", "multi_rclpy", "single", "events")
 
@@ -191,6 +197,7 @@ def spin(make_node: Callable[[], Node], args: Sequence[str] | None = None, execu
     executor still spins, so that goals it ends can still send their result; it must be idempotent and bounded.
     """
     die_with_parent_if_asked()  # started by ros2 launch: do not outlive it (bringup/lifetime.py)
+    faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)  # `amf up` asks for the stacks before a SIGKILL
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)  # our own: _Signals
     signals = _Signals()
     node: Node | None = None
@@ -269,10 +276,9 @@ def _destroy(node: Node) -> None:
     node.destroy_node()
 
 
-SHUTDOWN_DEADLINE_S = 10.0
-"""Longest the whole clean-up may take before the process ends anyway: each step is bounded (close() ~3 s, the
-executor 3 s, its thread 2 s), but destroying the node and the context are rclpy calls without a timeout, and one
-CI run saw operator_console still alive 15 s after SIGINT. Nothing is lost by ending then: close() ran first."""
+SHUTDOWN_DEADLINE_S = NODE_SHUTDOWN_DEADLINE_S
+"""Longest the whole clean-up may take before the process ends anyway (why 10 s: bringup/lifetime.py). Nothing is
+lost by ending then: close() ran first."""
 
 
 def _watchdog(code: int) -> None:
@@ -281,7 +287,9 @@ def _watchdog(code: int) -> None:
     task_selector busy in node destruction for over 60 s) starves a Python timer thread, so faulthandler's C
     watchdog, which needs no GIL, dumps the stacks and ends the process (exit code 1) 5 s after that."""
     def expire() -> None:
-        print(f"shutdown did not finish within {SHUTDOWN_DEADLINE_S:.0f} s; exiting", file=sys.stderr, flush=True)
+        print(f"shutdown did not finish within {SHUTDOWN_DEADLINE_S:.0f} s; exiting. Where each thread was:",
+              file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(all_threads=True)  # the evidence of what hung (the log keeps it)
         os._exit(code)
 
     timer = threading.Timer(SHUTDOWN_DEADLINE_S, expire)

@@ -140,3 +140,34 @@ def test_the_nodes_that_lock_are_the_nodes_with_a_workspace() -> None:
 
     every = set(graph.SIM_NODES) | set(graph.node_names("real")) | {graph.CONSOLE_NODE}
     assert set(graph_lock.NODE_LOCKERS) == {n for n in every if any(p.name == "workspace" for p in schema(n))}
+
+
+STUCK = """
+import faulthandler, signal, time
+from amf_ros.bringup.lifetime import STACK_DUMP_SIGNAL
+faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)  # as every node's spin() does
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+def stuck_in_clean_up():
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.05)
+
+stuck_in_clean_up()
+"""
+
+
+def test_a_node_that_outlives_its_stop_timeout_leaves_its_stacks_in_its_log_before_sigkill(tmp_path, caplog) -> None:
+    """A node still running after the stop timeout is killed, and its log says where it was stuck (the CI failure
+    of session 43: a task_selector SIGKILLed 5 s into its stop left no trace of why)."""
+    nodes = _fake(tmp_path, [graph.NodeSpec("stuck", "stuck", "")], {"stuck": STUCK})
+    log_file = tmp_path / "logs" / "stuck.log"
+    deadline = time.monotonic() + BOUND_S
+    while "ready" not in (log_file.read_text() if log_file.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with caplog.at_level(logging.WARNING):
+        codes = nodes.stop(timeout=0.5)
+    assert nodes.killed == {"stuck"} and codes["stuck"] == -signal.SIGKILL
+    text = log_file.read_text(errors="replace")
+    assert "stuck_in_clean_up" in text and "(most recent call first)" in text, text
+    assert any("stuck" in r.getMessage() and str(log_file) in r.getMessage() for r in caplog.records)

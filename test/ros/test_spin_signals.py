@@ -48,3 +48,53 @@ def test_a_signal_while_building_interrupts_the_build_once(signals) -> None:
         signals._on_signal(signal.SIGINT, None)
     signals._on_signal(signal.SIGTERM, None)  # later signals change nothing: the shutdown under way is bounded
     assert signals.stopping()
+
+
+NODE = """
+import sys
+from rclpy.node import Node
+from amf_ros.ros.spin import spin
+
+class Quiet(Node):
+    def __init__(self):
+        super().__init__("stack_dump_probe")
+        self.create_timer(0.1, lambda: print("spinning", flush=True))
+
+spin(Quiet, ["--ros-args", "-r", "__ns:=/amf_test_stack_dump"])
+"""
+BOUND_S = 60.0
+"""Bound on each wait for the probe node (rclpy's start on a loaded 2-core machine takes a few seconds)."""
+
+
+def test_a_running_node_writes_its_stacks_on_the_dump_signal_and_stops_cleanly_after(tmp_path) -> None:
+    """What `amf up` sends before it SIGKILLs a node that outlived its stop timeout (bringup/lifetime.py): the node's
+    log must then say where each thread was, and the signal alone must not stop or disturb the node."""
+    pytest.importorskip("rclpy")
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from amf_ros.bringup.lifetime import STACK_DUMP_SIGNAL
+
+    err = tmp_path / "stderr.txt"
+    env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "PYTHONUNBUFFERED": "1"}
+    with open(err, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-c", NODE], stdout=subprocess.PIPE, stderr=fh, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the timer ran: the node spins (readline ends at EOF if it died)
+        assert line.strip() == b"spinning", err.read_text(errors="replace")
+        proc.send_signal(STACK_DUMP_SIGNAL)
+        deadline = time.monotonic() + BOUND_S
+        while "Thread 0x" not in err.read_text(errors="replace") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dump = err.read_text(errors="replace")
+        assert "Thread 0x" in dump and "spin.py" in dump and "(most recent call first)" in dump, dump
+        assert proc.poll() is None, dump  # the dump did not end the node
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=BOUND_S) == 0, err.read_text(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -25,8 +25,9 @@ def free_port() -> int:
 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
-    """Ctrl-C an `amf up` started with start_new_session=True (it stops its nodes: SIGINT, SIGKILL after 5 s);
-    SIGKILL its whole session if it has not exited within ``timeout_s`` (its nodes die with it, PR_SET_PDEATHSIG)."""
+    """Ctrl-C an `amf up` started with start_new_session=True (it stops its nodes: SIGINT, SIGKILL after
+    up.STOP_TIMEOUT_S); SIGKILL its whole session if it has not exited within ``timeout_s`` (its nodes die with it,
+    PR_SET_PDEATHSIG)."""
     if proc.poll() is not None:
         return
     proc.send_signal(signal.SIGINT)
