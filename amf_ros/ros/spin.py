@@ -276,26 +276,22 @@ def _destroy(node: Node) -> None:
     node.destroy_node()
 
 
-SHUTDOWN_DEADLINE_S = NODE_SHUTDOWN_DEADLINE_S
-"""Longest the whole clean-up may take before the process ends anyway (why 10 s: bringup/lifetime.py). Nothing is
-lost by ending then: close() ran first."""
-
-
 def _watchdog(code: int) -> None:
-    """End the process with ``code`` if the clean-up is still running after :data:`SHUTDOWN_DEADLINE_S`, and in
-    any case a little later: a clean-up stuck inside an rclpy/Fast DDS call that holds the GIL (seen once: a
-    task_selector busy in node destruction for over 60 s) starves a Python timer thread, so faulthandler's C
-    watchdog, which needs no GIL, dumps the stacks and ends the process (exit code 1) 5 s after that."""
+    """End the process with ``code`` if the clean-up is still running after ``NODE_SHUTDOWN_DEADLINE_S`` (10 s, why:
+    bringup/lifetime.py; nothing is lost by ending then, close() ran first), and in any case a little later: a
+    clean-up stuck inside an rclpy/Fast DDS call that holds the GIL (seen once: a task_selector busy in node
+    destruction for over 60 s) starves a Python timer thread, so faulthandler's C watchdog, which needs no GIL, dumps
+    the stacks and ends the process (exit code 1) 5 s after that."""
     def expire() -> None:
-        print(f"shutdown did not finish within {SHUTDOWN_DEADLINE_S:.0f} s; exiting. Where each thread was:",
+        print(f"shutdown did not finish within {NODE_SHUTDOWN_DEADLINE_S:.0f} s; exiting. Where each thread was:",
               file=sys.stderr, flush=True)
         faulthandler.dump_traceback(all_threads=True)  # the evidence of what hung (the log keeps it)
         os._exit(code)
 
-    timer = threading.Timer(SHUTDOWN_DEADLINE_S, expire)
+    timer = threading.Timer(NODE_SHUTDOWN_DEADLINE_S, expire)
     timer.daemon = True
     timer.start()
-    faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S + 5.0, exit=True)
+    faulthandler.dump_traceback_later(NODE_SHUTDOWN_DEADLINE_S + 5.0, exit=True)
 
 
 def _exit_now(code: int) -> None:

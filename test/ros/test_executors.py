@@ -151,6 +151,34 @@ def test_nodes_with_one_exclusive_group_spin_single_threaded() -> None:
             ex.shutdown(timeout_sec=1)
 
 
+def _spin_recording_death(ex) -> tuple[threading.Thread, list[BaseException]]:
+    """A thread spinning ``ex`` (not started) and the list where it puts the error that ends its spin, if any."""
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            ex.spin()
+        except BaseException as exc:  # the failure under test: the spin thread dies
+            error.append(exc)
+
+    return threading.Thread(target=run, daemon=True), error
+
+
+def _still_receives(node, thread: threading.Thread, prefix: str) -> bool:
+    """Whether a fresh subscription of ``node`` gets a message within 10 s while ``thread`` spins it."""
+    from std_msgs.msg import Empty
+
+    topic = f"/{prefix}_{uuid.uuid4().hex[:8]}"
+    got = threading.Event()
+    node.create_subscription(Empty, topic, lambda _m: got.set(), 10)
+    pub = node.create_publisher(Empty, topic, 10)
+    deadline = time.monotonic() + 10.0
+    while not got.is_set() and time.monotonic() < deadline and thread.is_alive():
+        pub.publish(Empty())
+        got.wait(0.1)
+    return got.is_set()
+
+
 def _churn_while_spinning(kind: str, seconds: float) -> tuple[bool, BaseException | None, int]:
     """Spin a node with executor ``kind`` while this thread creates and destroys subscriptions (as a test's client
     node does per call), with the GIL switching every microsecond so the executor's two-pass wait-set build is
@@ -166,15 +194,7 @@ def _churn_while_spinning(kind: str, seconds: float) -> tuple[bool, BaseExceptio
     node = Node(f"churn_{uuid.uuid4().hex[:8]}")
     ex = make_executor(kind, num_threads=2)
     ex.add_node(node)
-    error: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            ex.spin()
-        except BaseException as exc:  # the failure under test: the spin thread dies
-            error.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
+    thread, error = _spin_recording_death(ex)
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     thread.start()
@@ -186,18 +206,11 @@ def _churn_while_spinning(kind: str, seconds: float) -> tuple[bool, BaseExceptio
             n += 1
     finally:
         sys.setswitchinterval(interval)
-    topic = f"/amf_test_after_churn_{uuid.uuid4().hex[:8]}"
-    got = threading.Event()
-    node.create_subscription(Empty, topic, lambda _m: got.set(), 10)
-    pub = node.create_publisher(Empty, topic, 10)
-    deadline = time.monotonic() + 10.0
-    while not got.is_set() and time.monotonic() < deadline and thread.is_alive():
-        pub.publish(Empty())
-        got.wait(0.1)
+    receiving = _still_receives(node, thread, "amf_test_after_churn")
     ex.shutdown(timeout_sec=2.0)
     thread.join(5.0)
     node.destroy_node()
-    return got.is_set(), (error[0] if error else None), n
+    return receiving, (error[0] if error else None), n
 
 
 @pytest.mark.ros
@@ -241,29 +254,13 @@ def _destroyed_between_the_passes(kind: str) -> tuple[bool, BaseException | None
     ex.can_execute = can_execute_and_destroy
     wake = node.create_guard_condition(lambda: None)
     ex.add_node(node)
-    error: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            ex.spin()
-        except BaseException as exc:  # the failure under test: the spin thread dies
-            error.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
+    thread, error = _spin_recording_death(ex)
     thread.start()
     try:
         armed.set()
         wake.trigger()  # a new wait-set build, which destroys the subscription between its passes
         assert destroyed.wait(20.0), "the executor never rebuilt its wait set"
-        topic = f"/amf_test_after_destroy_{uuid.uuid4().hex[:8]}"
-        got = threading.Event()
-        node.create_subscription(Empty, topic, lambda _m: got.set(), 10)
-        pub = node.create_publisher(Empty, topic, 10)
-        deadline = time.monotonic() + 10.0
-        while not got.is_set() and time.monotonic() < deadline and thread.is_alive():
-            pub.publish(Empty())
-            got.wait(0.1)
-        return got.is_set(), (error[0] if error else None)
+        return _still_receives(node, thread, "amf_test_after_destroy"), (error[0] if error else None)
     finally:
         ex.shutdown(timeout_sec=2.0)
         thread.join(5.0)
